@@ -1,0 +1,43 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Both build .venv themselves.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test test-fast lint typecheck bench soak clean services
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/saga-worker demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not slow and not celery"
+
+lint: $(STAMP)
+	$(BIN)/ruff check saga_worker tasks config tests bench
+	$(BIN)/ruff format --check saga_worker tasks config tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+soak: $(STAMP)
+	$(BIN)/python -m pytest tests/faults -m soak -p no:randomly -s
+
+services:
+	bash .ci/services
+
+clean:
+	rm -rf $(VENV) .saga *.egg-info .pytest_cache .mypy_cache

@@ -1,0 +1,51 @@
+"""saga-worker: unwinds multi-step runs. Condemn first, compensate in reverse, report honestly."""
+
+from .compensation import (
+    CompensationEntry,
+    CompensationReport,
+    CompensationStatus,
+    assert_not_compensated,
+    compensate_run,
+    run_compensated,
+)
+from .errors import (
+    CompensatedRunError,
+    InvalidInputError,
+    JournalError,
+    MalformedRecordError,
+    RunExistsError,
+    SagaError,
+    SideEffectRetryBlockedError,
+    UnknownRunError,
+    UnknownToolError,
+)
+from .journal import Journal, MemoryJournal, open_journal
+from .planning import CallResult, Finish, Planner, RunState, ToolCall, scripted
+from .runs import RunEvent, RunResult, fork_run, resume_run, run_durable, stream_durable
+from .tools import CallOptions, RecoverResult, Tool
+
+__version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> object:
+    # SqlJournal pulls in SQLAlchemy; import it only when asked for.
+    if name == "SqlJournal":
+        from .journal.sql import SqlJournal
+
+        return SqlJournal
+    raise AttributeError(f"module 'saga_worker' has no attribute {name!r}")
+
+
+__all__ = [
+    # tools and runs
+    "CallOptions", "CallResult", "Finish", "Planner", "RecoverResult", "RunEvent", "RunResult", "RunState", "Tool",
+    "ToolCall", "fork_run", "resume_run", "run_durable", "scripted", "stream_durable",
+    # journals
+    "Journal", "MemoryJournal", "SqlJournal", "open_journal",
+    # compensation
+    "CompensationEntry", "CompensationReport", "CompensationStatus", "assert_not_compensated", "compensate_run",
+    "run_compensated",
+    # errors
+    "CompensatedRunError", "InvalidInputError", "JournalError", "MalformedRecordError", "RunExistsError",
+    "SagaError", "SideEffectRetryBlockedError", "UnknownRunError", "UnknownToolError",
+]

@@ -1,0 +1,187 @@
+"""The compensation engine (DESIGN.md §3): condemn first, then each step in reverse execution order.
+
+The in-process ``compensate_run`` and the Celery tasks share these functions: ``begin_unwind`` writes
+the tombstone and reads the worklist, ``compensate_step`` applies the rules to one step, and
+``finish_unwind`` records whether the unwind is complete, for the sweeper.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Mapping, Sequence
+
+from ..journal.base import Journal
+from ..journal.records import ClaimStatus, RecordStatus, ToolRecord, UnwindState
+from ..keys import check_run_id, compensate_key, execute_key
+from ..locks.base import StepLock
+from ..settings import get_settings
+from ..tools import CallOptions, RecoverResult, Tool, call_hook, check_tools
+from .leases import keeper
+from .report import HALTING, CompensationEntry, CompensationReport, CompensationStatus
+
+UNWOUND = (RecordStatus.SUCCEEDED, RecordStatus.FAILED, RecordStatus.RUNNING)
+_HOST = socket.gethostname()[:40]
+
+
+def new_owner(tag: str = "") -> str:
+    """An owner token that also tells a person where the holder ran."""
+    return f"{_HOST}:{os.getpid()}:{tag or uuid.uuid4().hex[:12]}"[:100]
+
+
+def begin_unwind(journal: Journal, run_id: str, *, dry_run: bool) -> list[ToolRecord]:
+    """Write the tombstone (unless a dry run), then read the steps to undo, latest first.
+
+    The tombstone comes first so that no new side effect can start once the worklist is read."""
+    if not dry_run:
+        journal.condemn(run_id)
+    return list(reversed(journal.list_records(run_id, UNWOUND)))
+
+
+def entry_for(record: ToolRecord, status: CompensationStatus, error: str | None = None,
+              attempts: int = 0) -> CompensationEntry:
+    return CompensationEntry(
+        suffix=record.suffix, tool_call_id=record.tool_call_id, tool_name=record.tool_name, status=status,
+        error=error, record_status=record.status.value, origin_run_id=record.origin_run_id, attempts=attempts,
+        idempotency_key=compensate_key(record.origin_run_id, record.suffix),
+    )
+
+
+def compensate_step(journal: Journal, run_id: str, record: ToolRecord, tools: Mapping[str, Tool], *,
+                    dry_run: bool = False, claim_ttl: float | None = None, lock: StepLock | None = None,
+                    owner: str | None = None) -> CompensationEntry:
+    """Apply DESIGN.md §3 rule 3 to one step: the first rule that applies decides."""
+    ttl = claim_ttl if claim_ttl is not None else get_settings().claim_ttl
+    key = compensate_key(record.origin_run_id, record.suffix)
+
+    # 1. Done before (by this run or a fork sharing the effect): no probe, no hook lookup.
+    claim = journal.get_claim(record.origin_run_id, record.suffix)
+    if claim is not None and claim.status is ClaimStatus.COMPENSATED:
+        return entry_for(record, CompensationStatus.ALREADY_COMPENSATED, attempts=claim.attempts)
+    attempts = claim.attempts if claim is not None else 0
+
+    # 2. What happened: an interrupted or failed call may or may not have had its effect.
+    tool = tools.get(record.tool_name)
+    output = record.output
+    if record.status is not RecordStatus.SUCCEEDED:
+        if tool is None or tool.recover is None:
+            return entry_for(record, CompensationStatus.UNCERTAIN, f"call is {record.status.value} and the tool "
+                             "has no recover hook: cannot tell whether its side effect happened", attempts)
+        opts = CallOptions(execute_key(record.origin_run_id, record.mode, record.tool_name,  # type: ignore[arg-type]
+                                       record.tool_call_id, record.input), record.tool_call_id, run_id)
+        try:
+            answer = call_hook(tool.recover, record.input, opts)
+        except Exception as exc:
+            return entry_for(record, CompensationStatus.UNCERTAIN,
+                             f"recover raised {type(exc).__name__}: {exc}", attempts)
+        if not isinstance(answer, RecoverResult):
+            return entry_for(record, CompensationStatus.UNCERTAIN,
+                             f"recover answered {type(answer).__name__}, not a RecoverResult", attempts)
+        if not answer.done:
+            return entry_for(record, CompensationStatus.SKIPPED_NOT_EXECUTED, attempts=attempts)
+        output = answer.output
+
+    # 3. Nothing to call.
+    if tool is None or tool.compensate is None:
+        return entry_for(record, CompensationStatus.SKIPPED_NO_HOOK, attempts=attempts)
+
+    # 4. A plan only: nothing written, nothing called, never stops.
+    if dry_run:
+        return entry_for(record, CompensationStatus.WOULD_COMPENSATE, attempts=attempts)
+
+    # 5./6. Claim, then call the hook under a lease kept alive while it runs.
+    owner = owner or new_owner()
+    if lock is not None and not lock.acquire(key, owner, ttl):
+        return entry_for(record, CompensationStatus.BUSY, "another unwinder holds this step's lock", attempts)
+    try:
+        attempt = journal.claim_compensation(record.origin_run_id, record.suffix, via_run_id=run_id, owner=owner,
+                                             ttl=ttl, idempotency_key=key)
+        held = attempt.claim
+        if not attempt.acquired:
+            if held is not None and held.status is ClaimStatus.COMPENSATED:
+                return entry_for(record, CompensationStatus.ALREADY_COMPENSATED, attempts=held.attempts)
+            holder = held.owner if held is not None else "?"
+            return entry_for(record, CompensationStatus.BUSY, f"step is being compensated by {holder}",
+                             held.attempts if held is not None else attempts)
+        assert held is not None
+        return _run_hook(journal, run_id, record, tool, output, key, owner, ttl, lock, held.attempts)
+    finally:
+        if lock is not None:
+            lock.release(key, owner)
+
+
+def _run_hook(journal: Journal, run_id: str, record: ToolRecord, tool: Tool, output: object, key: str,
+              owner: str, ttl: float, lock: StepLock | None, attempts: int) -> CompensationEntry:
+    assert tool.compensate is not None
+
+    def renew() -> bool:
+        if lock is not None:
+            lock.extend(key, owner, ttl)
+        return journal.renew_claim(record.origin_run_id, record.suffix, owner, ttl)
+
+    opts = CallOptions(key, record.tool_call_id, run_id)
+    with keeper.keep(renew, ttl / 3):
+        try:
+            call_hook(tool.compensate, record.input, output, opts)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            journal.finish_claim(record.origin_run_id, record.suffix, owner, ClaimStatus.FAILED, error)
+            return entry_for(record, CompensationStatus.FAILED, error, attempts)
+    if not journal.finish_claim(record.origin_run_id, record.suffix, owner, ClaimStatus.COMPENSATED):
+        # Our lease lapsed and another unwinder took the step: its outcome stands, ours is not written.
+        return entry_for(record, CompensationStatus.COMPENSATED,
+                         "lease expired before the outcome was written; another unwinder owns the step", attempts)
+    return entry_for(record, CompensationStatus.COMPENSATED, attempts=attempts)
+
+
+def finish_unwind(journal: Journal, report: CompensationReport) -> None:
+    """Tell the sweeper whether this run still needs work (an uncertain, failed or busy step)."""
+    if report.dry_run:
+        return
+    if report.complete:
+        journal.set_unwind_state(report.run_id, UnwindState.COMPLETE)
+        return
+    run = journal.get_run(report.run_id)
+    if run is not None and run.unwind_state is UnwindState.ATTENTION:
+        return
+    pending = [e for e in report.entries if e.status not in (CompensationStatus.COMPENSATED,
+                                                              CompensationStatus.ALREADY_COMPENSATED)]
+    note = ", ".join(f"{e.suffix}: {e.status.value}" for e in pending[:5])
+    # Due now: the sweeper applies its own backoff when it re-drives a run.
+    next_at = journal.now() if run is None or run.unwind_next_at is None else max(run.unwind_next_at,
+                                                                                   journal.now())
+    journal.set_unwind_state(report.run_id, UnwindState.INCOMPLETE, note=note, next_at=next_at)
+
+
+def compensate_run(run_id: str, *, journal: Journal, tools: Mapping[str, Tool] | None = None, dry_run: bool = False,
+                   claim_ttl: float | None = None, lock: StepLock | None = None) -> CompensationReport:
+    """Condemn the run, then undo its steps in reverse execution order; one entry per step."""
+    check_run_id(run_id)
+    checked = check_tools(tools)
+    worklist = begin_unwind(journal, run_id, dry_run=dry_run)
+    entries = unwind(journal, run_id, worklist, checked, dry_run=dry_run, claim_ttl=claim_ttl, lock=lock)
+    report = build_report(journal, run_id, entries, dry_run=dry_run)
+    finish_unwind(journal, report)
+    return report
+
+
+def unwind(journal: Journal, run_id: str, worklist: Sequence[ToolRecord], tools: Mapping[str, Tool], *,
+           dry_run: bool, claim_ttl: float | None = None, lock: StepLock | None = None) -> list[CompensationEntry]:
+    entries: list[CompensationEntry] = []
+    stopped = False
+    for record in worklist:
+        if stopped:  # once stopped, nothing more is probed
+            entries.append(entry_for(record, CompensationStatus.NOT_ATTEMPTED))
+            continue
+        entry = compensate_step(journal, run_id, record, tools, dry_run=dry_run, claim_ttl=claim_ttl, lock=lock)
+        stopped = entry.status in HALTING
+        entries.append(entry)
+    return entries
+
+
+def build_report(journal: Journal, run_id: str, entries: list[CompensationEntry], *,
+                 dry_run: bool) -> CompensationReport:
+    run = journal.get_run(run_id)
+    return CompensationReport(run_id=run_id, dry_run=dry_run, condemned=run is not None and run.condemned,
+                              entries=entries)

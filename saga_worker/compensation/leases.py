@@ -1,0 +1,76 @@
+"""Keeps compensation leases alive while hooks run, from one background thread per process.
+
+A hook may run longer than the lease; renewing from a shared thread (rather than one thread per
+step) keeps the common case, a hook far shorter than the lease, free of any thread start-up cost.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+log = logging.getLogger(__name__)
+
+Renew = Callable[[], bool]
+
+
+class LeaseKeeper:
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._leases: dict[int, tuple[float, float, Renew]] = {}  # id -> (next renewal, interval, renew)
+        self._ids = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+
+    @contextmanager
+    def keep(self, renew: Renew, interval: float) -> Iterator[None]:
+        """Call ``renew`` every ``interval`` seconds while the block runs (stops once it returns False)."""
+        lease_id = next(self._ids)
+        with self._cond:
+            self._ensure_thread()
+            self._leases[lease_id] = (time.monotonic() + interval, interval, renew)
+            self._cond.notify()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._leases.pop(lease_id, None)
+
+    def _ensure_thread(self) -> None:
+        # A forked child (Celery prefork) inherits the object but not the thread: start its own.
+        import os
+
+        if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._thread = threading.Thread(target=self._loop, name="saga-lease-keeper", daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                now = time.monotonic()
+                due = [(i, r) for i, (at, _, r) in self._leases.items() if at <= now]
+                for lease_id, _ in due:
+                    _, interval, renew = self._leases[lease_id]
+                    self._leases[lease_id] = (now + interval, interval, renew)
+                if not due:
+                    wake = min((at for at, _, _ in self._leases.values()), default=now + 60.0)
+                    self._cond.wait(timeout=max(0.0, wake - now))
+                    continue
+            for lease_id, renew in due:
+                try:
+                    still_ours = renew()
+                except Exception:  # a database blip: try again next interval, the lease has slack
+                    log.warning("lease renewal failed; will retry", exc_info=True)
+                    continue
+                if not still_ours:
+                    log.warning("lease lost while its hook runs; its outcome will not be written")
+                    with self._cond:
+                        self._leases.pop(lease_id, None)
+
+
+keeper = LeaseKeeper()

@@ -1,0 +1,73 @@
+"""Every error saga-worker raises descends from :class:`SagaError`.
+
+Subclasses carry the ids involved in ``detail`` and build their message from them, so a log line
+names exactly which run, tool or step was wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SagaError(Exception):
+    """Root of saga-worker's errors."""
+
+    def __init__(self, message: str, **detail: Any) -> None:
+        super().__init__(message)
+        self.detail: dict[str, Any] = detail
+
+
+class CompensatedRunError(SagaError):
+    """The run is condemned (its unwind has been asked for): it can never move forward again."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} is condemned (compensation was requested); it cannot run again",
+                         run_id=run_id)
+
+
+class SideEffectRetryBlockedError(SagaError):
+    """Executing a call again could repeat a side effect, and nothing says it is safe."""
+
+    def __init__(self, run_id: str, tool_call_id: str, tool_name: str, reason: str) -> None:
+        super().__init__(
+            f"run {run_id!r}: call {tool_call_id!r} of tool {tool_name!r} may already have had its side "
+            f"effect and will not be executed again: {reason}",
+            run_id=run_id, tool_call_id=tool_call_id, tool_name=tool_name,
+        )
+
+
+class UnknownToolError(SagaError):
+    """A planner asked for a tool that is not in ``tools``."""
+
+    def __init__(self, run_id: str, tool_name: str, known: list[str]) -> None:
+        super().__init__(f"run {run_id!r}: unknown tool {tool_name!r} (known tools: {', '.join(known) or 'none'})",
+                         run_id=run_id, tool_name=tool_name)
+
+
+class InvalidInputError(SagaError, ValueError):
+    """An argument cannot be used: it names what was wrong and why."""
+
+
+class RunExistsError(SagaError):
+    """A run with this id already exists (for example as the target of a fork)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} already exists", run_id=run_id)
+
+
+class UnknownRunError(SagaError, LookupError):
+    """The journal has never seen this run id."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(f"run {run_id!r} is not in the journal", run_id=run_id)
+
+
+class JournalError(SagaError):
+    """The journal cannot be opened or used (bad URL, missing driver, schema not migrated)."""
+
+
+class MalformedRecordError(SagaError):
+    """A journal row cannot be read back (corrupt JSON, unknown status)."""
+
+    def __init__(self, run_id: str, what: str, reason: str) -> None:
+        super().__init__(f"run {run_id!r}: malformed journal record {what}: {reason}", run_id=run_id, what=what)

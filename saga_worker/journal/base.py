@@ -1,0 +1,139 @@
+"""The journal interface every backend implements (memory, SQLite, PostgreSQL).
+
+Every write is idempotent by construction: inserts are insert-if-absent, updates are
+compare-and-set on the state they expect, so a retried or duplicated message cannot corrupt state.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from typing import Any
+
+from .records import (
+    ClaimAttempt,
+    ClaimStatus,
+    CompensationClaim,
+    NewRecord,
+    RecordStatus,
+    RunInfo,
+    RunStatus,
+    ToolRecord,
+    UnwindState,
+)
+
+
+class Journal(abc.ABC):
+    """What the run engine and the compensation engine need from storage, and nothing more."""
+
+    url: str = ""
+
+    # -- runs -------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def start_run(self, run_id: str, prompt: str) -> tuple[RunInfo, bool]:
+        """Create the run if absent; return it and whether it was created.
+
+        Raises CompensatedRunError, writing nothing, if the run is condemned."""
+
+    @abc.abstractmethod
+    def get_run(self, run_id: str) -> RunInfo | None: ...
+
+    @abc.abstractmethod
+    def list_runs(self, *, limit: int = 100, condemned_only: bool = False) -> list[RunInfo]:
+        """Most recently updated first."""
+
+    @abc.abstractmethod
+    def end_run(self, run_id: str, status: RunStatus, text: str, error: str | None) -> RunInfo:
+        """Record the run's end once; a second end keeps the first (returned)."""
+
+    @abc.abstractmethod
+    def condemn(self, run_id: str) -> float:
+        """Write the tombstone if absent (also for a run never seen); return its time."""
+
+    # -- planner decisions --------------------------------------------------------------------------
+    @abc.abstractmethod
+    def record_decision(self, run_id: str, step: int, payload: Any) -> Any:
+        """Insert decision ``step`` (1-based) if absent; return the stored one (the first writer wins)."""
+
+    @abc.abstractmethod
+    def list_decisions(self, run_id: str) -> list[Any]:
+        """Payloads in step order."""
+
+    # -- tool records -------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def get_record(self, run_id: str, suffix: str) -> ToolRecord | None: ...
+
+    @abc.abstractmethod
+    def list_records(self, run_id: str, statuses: Sequence[RecordStatus] | None = None) -> list[ToolRecord]:
+        """In execution order (sequence number)."""
+
+    @abc.abstractmethod
+    def claim_record(self, run_id: str, new: NewRecord, *, gated: bool) -> ToolRecord | None:
+        """Insert a ``running`` record if absent, with the next sequence number; return it, or None if
+        one already exists. With ``gated``, the tombstone check and the insert are one atomic step:
+        raises CompensatedRunError (writing nothing) if the run is condemned."""
+
+    @abc.abstractmethod
+    def reclaim_record(self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool) -> ToolRecord | None:
+        """Compare-and-set ``expected`` (failed or running) → ``running`` with attempts + 1, for a
+        re-execution. None if the record moved on. Gated as ``claim_record``."""
+
+    @abc.abstractmethod
+    def complete_record(self, run_id: str, suffix: str, status: RecordStatus, *, output: Any = None,
+                        error: str | None = None) -> ToolRecord | None:
+        """Compare-and-set ``running`` → succeeded/failed. None if the record was not running."""
+
+    @abc.abstractmethod
+    def resolve_record(self, run_id: str, suffix: str, expected: RecordStatus, output: Any) -> ToolRecord | None:
+        """Compare-and-set ``expected`` → succeeded with ``output``, when ``recover`` says it happened."""
+
+    @abc.abstractmethod
+    def fork(self, source_run_id: str, step: int, new_run_id: str) -> None:
+        """Copy the first ``step`` decisions and the records they produced into a new run, atomically.
+
+        Raises CompensatedRunError if either run is condemned, RunExistsError if the new one exists,
+        UnknownRunError if the source does not."""
+
+    # -- compensation claims ------------------------------------------------------------------------
+    @abc.abstractmethod
+    def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None: ...
+
+    @abc.abstractmethod
+    def get_claims(self, origin_and_suffixes: Sequence[tuple[str, str]]) -> dict[tuple[str, str], CompensationClaim]:
+        """Claims for many steps in one read."""
+
+    @abc.abstractmethod
+    def claim_compensation(self, origin_run_id: str, suffix: str, *, via_run_id: str, owner: str, ttl: float,
+                           idempotency_key: str) -> ClaimAttempt:
+        """Compare-and-set: take the step if nobody has, its last attempt failed, or its lease expired."""
+
+    @abc.abstractmethod
+    def renew_claim(self, origin_run_id: str, suffix: str, owner: str, ttl: float) -> bool:
+        """Extend the lease while the hook runs; False once another owner has it."""
+
+    @abc.abstractmethod
+    def finish_claim(self, origin_run_id: str, suffix: str, owner: str, status: ClaimStatus,
+                     error: str | None = None) -> bool:
+        """Write the outcome only while still the owner: a holder that lost its lease writes nothing."""
+
+    # -- unwind bookkeeping (for the sweeper) -------------------------------------------------------
+    @abc.abstractmethod
+    def set_unwind_state(self, run_id: str, state: UnwindState, *, note: str | None = None,
+                         next_at: float | None = None, count_attempt: bool = False) -> None: ...
+
+    @abc.abstractmethod
+    def runs_to_sweep(self, now: float, *, limit: int = 100) -> list[RunInfo]:
+        """Condemned runs whose unwind is pending or incomplete and due (``unwind_next_at <= now``)."""
+
+    @abc.abstractmethod
+    def now(self) -> float:
+        """The journal's clock (the database's for PostgreSQL), so leases do not depend on a worker's clock."""
+
+    def close(self) -> None:
+        """Release connections. The journal is unusable afterwards."""
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

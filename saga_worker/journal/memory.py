@@ -1,0 +1,247 @@
+"""An in-process journal for tests and experiments: same semantics as the SQL one, no durability."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+from ..errors import CompensatedRunError, RunExistsError, UnknownRunError
+from ..keys import canonical_json
+from .base import Journal
+from .records import (
+    ClaimAttempt,
+    ClaimStatus,
+    CompensationClaim,
+    NewRecord,
+    RecordStatus,
+    RunInfo,
+    RunStatus,
+    ToolRecord,
+    UnwindState,
+)
+
+
+def _copy(value: Any) -> Any:
+    """Values go in and out as JSON, as they do in SQL, so callers can never alias journal state."""
+    return None if value is None else json.loads(canonical_json(value))
+
+
+class MemoryJournal(Journal):
+    def __init__(self, url: str = "memory://") -> None:
+        self.url = url
+        self._lock = threading.RLock()
+        self._runs: dict[str, RunInfo] = {}
+        self._decisions: dict[str, list[Any]] = {}
+        self._records: dict[tuple[str, str], ToolRecord] = {}
+        self._claims: dict[tuple[str, str], CompensationClaim] = {}
+        self._seq = 0
+
+    def now(self) -> float:
+        return time.time()
+
+    # -- runs -------------------------------------------------------------------------------------
+    def start_run(self, run_id: str, prompt: str) -> tuple[RunInfo, bool]:
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is not None:
+                if run.condemned:
+                    raise CompensatedRunError(run_id)
+                return run, False
+            now = self.now()
+            run = RunInfo(run_id, RunStatus.RUNNING, prompt, "", None, None, now, now)
+            self._runs[run_id] = run
+            return run, True
+
+    def get_run(self, run_id: str) -> RunInfo | None:
+        with self._lock:
+            return self._runs.get(run_id)
+
+    def list_runs(self, *, limit: int = 100, condemned_only: bool = False) -> list[RunInfo]:
+        with self._lock:
+            runs = [r for r in self._runs.values() if r.condemned or not condemned_only]
+        return sorted(runs, key=lambda r: (r.updated_at, r.run_id), reverse=True)[:limit]
+
+    def end_run(self, run_id: str, status: RunStatus, text: str, error: str | None) -> RunInfo:
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                raise UnknownRunError(run_id)
+            if run.status is RunStatus.RUNNING:
+                run = replace(run, status=status, text=text, error=error, updated_at=self.now())
+                self._runs[run_id] = run
+            return run
+
+    def condemn(self, run_id: str) -> float:
+        with self._lock:
+            now = self.now()
+            run = self._runs.get(run_id)
+            if run is None:
+                run = RunInfo(run_id, RunStatus.UNKNOWN, "", "", None, None, now, now)
+            if run.condemned_at is None:
+                run = replace(run, condemned_at=now, updated_at=now, unwind_state=UnwindState.PENDING,
+                              unwind_next_at=now)
+                self._runs[run_id] = run
+            assert run.condemned_at is not None
+            return run.condemned_at
+
+    # -- decisions --------------------------------------------------------------------------------
+    def record_decision(self, run_id: str, step: int, payload: Any) -> Any:
+        with self._lock:
+            steps = self._decisions.setdefault(run_id, [])
+            if step <= len(steps):
+                return _copy(steps[step - 1])
+            if step != len(steps) + 1:
+                raise ValueError(f"decision {step} of run {run_id!r} would leave a gap after {len(steps)}")
+            steps.append(_copy(payload))
+            return _copy(payload)
+
+    def list_decisions(self, run_id: str) -> list[Any]:
+        with self._lock:
+            return [_copy(p) for p in self._decisions.get(run_id, [])]
+
+    # -- records ----------------------------------------------------------------------------------
+    def get_record(self, run_id: str, suffix: str) -> ToolRecord | None:
+        with self._lock:
+            return self._records.get((run_id, suffix))
+
+    def list_records(self, run_id: str, statuses: Sequence[RecordStatus] | None = None) -> list[ToolRecord]:
+        with self._lock:
+            rows = [r for (rid, _), r in self._records.items() if rid == run_id]
+        if statuses is not None:
+            rows = [r for r in rows if r.status in statuses]
+        return sorted(rows, key=lambda r: r.seq)
+
+    def _gate(self, run_id: str, gated: bool) -> None:
+        run = self._runs.get(run_id)
+        if run is None:
+            raise UnknownRunError(run_id)
+        if gated and run.condemned:
+            raise CompensatedRunError(run_id)
+
+    def claim_record(self, run_id: str, new: NewRecord, *, gated: bool) -> ToolRecord | None:
+        with self._lock:
+            self._gate(run_id, gated)
+            if (run_id, new.suffix) in self._records:
+                return None
+            self._seq += 1
+            now = self.now()
+            record = ToolRecord(run_id, new.suffix, self._seq, new.step, new.tool_call_id, new.tool_name, new.mode,
+                                _copy(new.input), RecordStatus.RUNNING, None, None, 1, new.origin_run_id, now, now)
+            self._records[(run_id, new.suffix)] = record
+            return record
+
+    def _cas(self, run_id: str, suffix: str, expected: RecordStatus, **changes: Any) -> ToolRecord | None:
+        record = self._records.get((run_id, suffix))
+        if record is None or record.status is not expected:
+            return None
+        record = replace(record, updated_at=self.now(), **changes)
+        self._records[(run_id, suffix)] = record
+        return record
+
+    def reclaim_record(self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool) -> ToolRecord | None:
+        with self._lock:
+            self._gate(run_id, gated)
+            current = self._records.get((run_id, suffix))
+            attempts = current.attempts + 1 if current else 1
+            return self._cas(run_id, suffix, expected, status=RecordStatus.RUNNING, attempts=attempts, error=None)
+
+    def complete_record(self, run_id: str, suffix: str, status: RecordStatus, *, output: Any = None,
+                        error: str | None = None) -> ToolRecord | None:
+        with self._lock:
+            return self._cas(run_id, suffix, RecordStatus.RUNNING, status=status, output=_copy(output), error=error)
+
+    def resolve_record(self, run_id: str, suffix: str, expected: RecordStatus, output: Any) -> ToolRecord | None:
+        with self._lock:
+            return self._cas(run_id, suffix, expected, status=RecordStatus.SUCCEEDED, output=_copy(output),
+                             error=None)
+
+    def fork(self, source_run_id: str, step: int, new_run_id: str) -> None:
+        with self._lock:
+            source = self._runs.get(source_run_id)
+            if source is None:
+                raise UnknownRunError(source_run_id)
+            if source.condemned:
+                raise CompensatedRunError(source_run_id)
+            target = self._runs.get(new_run_id)
+            if target is not None:
+                if target.condemned:
+                    raise CompensatedRunError(new_run_id)
+                raise RunExistsError(new_run_id)
+            now = self.now()
+            self._runs[new_run_id] = RunInfo(new_run_id, RunStatus.RUNNING, source.prompt, "", None, None, now, now,
+                                             source_run_id=source_run_id)
+            self._decisions[new_run_id] = [_copy(p) for p in self._decisions.get(source_run_id, [])[:step]]
+            for record in self.list_records(source_run_id):
+                if record.step <= step:
+                    self._seq += 1
+                    self._records[(new_run_id, record.suffix)] = replace(record, run_id=new_run_id, seq=self._seq)
+
+    # -- compensation claims ----------------------------------------------------------------------
+    def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None:
+        with self._lock:
+            return self._claims.get((origin_run_id, suffix))
+
+    def get_claims(self, origin_and_suffixes: Sequence[tuple[str, str]]) -> dict[tuple[str, str], CompensationClaim]:
+        with self._lock:
+            return {k: self._claims[k] for k in origin_and_suffixes if k in self._claims}
+
+    def claim_compensation(self, origin_run_id: str, suffix: str, *, via_run_id: str, owner: str, ttl: float,
+                           idempotency_key: str) -> ClaimAttempt:
+        with self._lock:
+            now = self.now()
+            key = (origin_run_id, suffix)
+            current = self._claims.get(key)
+            if current is None:
+                claim = CompensationClaim(origin_run_id, suffix, ClaimStatus.CLAIMED, owner, now + ttl, 1,
+                                          idempotency_key, via_run_id, None, now, None)
+                self._claims[key] = claim
+                return ClaimAttempt(True, claim)
+            takeable = current.status is ClaimStatus.FAILED or (
+                current.status is ClaimStatus.CLAIMED and (current.lease_expires_at < now or current.owner == owner))
+            if not takeable:
+                return ClaimAttempt(False, current)
+            claim = replace(current, status=ClaimStatus.CLAIMED, owner=owner, lease_expires_at=now + ttl,
+                            attempts=current.attempts + 1, via_run_id=via_run_id, error=None, started_at=now,
+                            finished_at=None)
+            self._claims[key] = claim
+            return ClaimAttempt(True, claim)
+
+    def renew_claim(self, origin_run_id: str, suffix: str, owner: str, ttl: float) -> bool:
+        with self._lock:
+            current = self._claims.get((origin_run_id, suffix))
+            if current is None or current.owner != owner or current.status is not ClaimStatus.CLAIMED:
+                return False
+            self._claims[(origin_run_id, suffix)] = replace(current, lease_expires_at=self.now() + ttl)
+            return True
+
+    def finish_claim(self, origin_run_id: str, suffix: str, owner: str, status: ClaimStatus,
+                     error: str | None = None) -> bool:
+        with self._lock:
+            current = self._claims.get((origin_run_id, suffix))
+            if current is None or current.owner != owner or current.status is not ClaimStatus.CLAIMED:
+                return False
+            self._claims[(origin_run_id, suffix)] = replace(current, status=status, error=error,
+                                                            finished_at=self.now())
+            return True
+
+    # -- unwind bookkeeping -----------------------------------------------------------------------
+    def set_unwind_state(self, run_id: str, state: UnwindState, *, note: str | None = None,
+                         next_at: float | None = None, count_attempt: bool = False) -> None:
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is None:
+                return
+            self._runs[run_id] = replace(run, unwind_state=state, unwind_note=note, unwind_next_at=next_at,
+                                         unwind_attempts=run.unwind_attempts + (1 if count_attempt else 0),
+                                         updated_at=self.now())
+
+    def runs_to_sweep(self, now: float, *, limit: int = 100) -> list[RunInfo]:
+        with self._lock:
+            due = [r for r in self._runs.values() if r.condemned
+                   and r.unwind_state in (UnwindState.PENDING, UnwindState.INCOMPLETE)
+                   and (r.unwind_next_at or 0.0) <= now]
+        return sorted(due, key=lambda r: r.unwind_next_at or 0.0)[:limit]

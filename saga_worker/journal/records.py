@@ -1,0 +1,120 @@
+"""The rows a journal keeps, as plain frozen values shared by every backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+
+class RunStatus(str, Enum):
+    RUNNING = "running"  # started, neither finished nor failed yet (or crashed)
+    FINISHED = "finished"  # the planner finished without an error
+    FAILED = "failed"  # the planner finished with an error, or max_steps was reached
+    UNKNOWN = "unknown"  # condemned before the journal ever saw it start
+
+
+class RecordStatus(str, Enum):
+    RUNNING = "running"  # claimed before execute: a crash leaves it here
+    SUCCEEDED = "succeeded"  # execute returned; output recorded
+    FAILED = "failed"  # execute raised; error and attempts recorded
+    DENIED = "denied"  # a person said no (approvals): never executed
+    SUSPENDED = "suspended"  # waiting for a person (approvals): never executed
+
+
+class ClaimStatus(str, Enum):
+    CLAIMED = "claimed"  # a holder runs the compensate hook under a lease
+    COMPENSATED = "compensated"  # the hook returned: the effect is undone
+    FAILED = "failed"  # the hook raised: a later unwind retries it with the same key
+
+
+class UnwindState(str, Enum):
+    NONE = "none"  # never asked to unwind
+    PENDING = "pending"  # condemned, unwind asked for but not yet complete
+    COMPLETE = "complete"  # every step is undone or needs nothing
+    INCOMPLETE = "incomplete"  # halted (failed/busy) or some step uncertain: the sweeper re-drives it
+    ATTENTION = "attention"  # retry budget spent: a person must look
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    run_id: str
+    status: RunStatus
+    prompt: str
+    text: str
+    error: str | None
+    condemned_at: float | None
+    created_at: float
+    updated_at: float
+    source_run_id: str | None = None
+    unwind_state: UnwindState = UnwindState.NONE
+    unwind_attempts: int = 0
+    unwind_next_at: float | None = None
+    unwind_note: str | None = None
+
+    @property
+    def condemned(self) -> bool:
+        return self.condemned_at is not None
+
+    @property
+    def ended(self) -> bool:
+        return self.status in (RunStatus.FINISHED, RunStatus.FAILED)
+
+
+@dataclass(frozen=True)
+class ToolRecord:
+    """One tool execution, keyed ``(run_id, suffix)``; ``origin_run_id`` is whose effect it is (forks)."""
+
+    run_id: str
+    suffix: str
+    seq: int
+    step: int
+    tool_call_id: str
+    tool_name: str
+    mode: str
+    input: Any
+    status: RecordStatus
+    output: Any = None
+    error: str | None = None
+    attempts: int = 1
+    origin_run_id: str = ""
+    created_at: float = 0.0
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class CompensationClaim:
+    """The compensation state of one effect, keyed ``(origin_run_id, suffix)``: the truth about who undoes it."""
+
+    origin_run_id: str
+    suffix: str
+    status: ClaimStatus
+    owner: str
+    lease_expires_at: float
+    attempts: int
+    idempotency_key: str
+    via_run_id: str
+    error: str | None
+    started_at: float
+    finished_at: float | None
+
+
+@dataclass(frozen=True)
+class ClaimAttempt:
+    """The answer to "may I compensate this step?": ``acquired``, or the state that says why not."""
+
+    acquired: bool
+    claim: CompensationClaim | None
+
+
+@dataclass(frozen=True)
+class NewRecord:
+    """What a tool call writes at its first claim."""
+
+    suffix: str
+    step: int
+    tool_call_id: str
+    tool_name: str
+    mode: str
+    input: Any
+    origin_run_id: str

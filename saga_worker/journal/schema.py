@@ -1,0 +1,73 @@
+"""The journal's tables (SQLAlchemy Core). The database's schema is made by the Alembic migrations in
+``migrations/``; this module must describe the same tables as the newest migration."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+runs = sa.Table(
+    "saga_runs", metadata,
+    sa.Column("run_id", sa.String(200), primary_key=True),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("prompt", sa.Text, nullable=False, server_default=""),
+    sa.Column("text", sa.Text, nullable=False, server_default=""),
+    sa.Column("error", sa.Text),
+    # The tombstone: set once, never cleared. Its row is also the lock that orders it against claims.
+    sa.Column("condemned_at", sa.Double),
+    # Per-run counter behind the explicit execution order of tool records.
+    sa.Column("next_seq", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("source_run_id", sa.String(200)),
+    sa.Column("unwind_state", sa.String(16), nullable=False, server_default="none"),
+    sa.Column("unwind_attempts", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("unwind_next_at", sa.Double),
+    sa.Column("unwind_note", sa.Text),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("updated_at", sa.Double, nullable=False),
+)
+sa.Index("ix_saga_runs_updated", runs.c.updated_at)
+sa.Index("ix_saga_runs_unwind_due", runs.c.unwind_state, runs.c.unwind_next_at)
+
+decisions = sa.Table(
+    "saga_decisions", metadata,
+    sa.Column("run_id", sa.String(200), primary_key=True),
+    sa.Column("step", sa.Integer, primary_key=True),
+    sa.Column("payload", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+)
+
+records = sa.Table(
+    "saga_tool_records", metadata,
+    sa.Column("run_id", sa.String(200), primary_key=True),
+    sa.Column("suffix", sa.String(300), primary_key=True),
+    sa.Column("seq", sa.BigInteger, nullable=False),
+    sa.Column("step", sa.Integer, nullable=False),
+    sa.Column("tool_call_id", sa.String(200), nullable=False),
+    sa.Column("tool_name", sa.String(100), nullable=False),
+    sa.Column("mode", sa.String(8), nullable=False),
+    sa.Column("input", sa.Text, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("output", sa.Text),
+    sa.Column("error", sa.Text),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("origin_run_id", sa.String(200), nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("updated_at", sa.Double, nullable=False),
+)
+sa.Index("ix_saga_tool_records_order", records.c.run_id, records.c.seq)
+
+claims = sa.Table(
+    "saga_compensations", metadata,
+    sa.Column("origin_run_id", sa.String(200), primary_key=True),
+    sa.Column("suffix", sa.String(300), primary_key=True),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("owner", sa.String(100), nullable=False),
+    sa.Column("lease_expires_at", sa.Double, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("idempotency_key", sa.String(600), nullable=False),
+    sa.Column("via_run_id", sa.String(200), nullable=False),
+    sa.Column("error", sa.Text),
+    sa.Column("started_at", sa.Double, nullable=False),
+    sa.Column("finished_at", sa.Double),
+)

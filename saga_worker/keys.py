@@ -1,0 +1,88 @@
+"""Idempotency keys and the identifiers they are built from (DESIGN.md §2).
+
+Keys are stable forever: providers deduplicate on them, so nothing here may change shape.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Literal
+
+from .errors import InvalidInputError
+
+IdempotencyMode = Literal["call", "args"]
+
+# ":" separates the parts of a key and "-" the parts of an args suffix; an id holding either part
+# separator in the wrong place would make two different calls share one key.
+_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
+_TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,99}$")
+_CALL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
+
+
+def canonical_json(value: Any) -> str:
+    """The one JSON text of a value that hashes are taken over (keys sorted, no spaces)."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInputError(f"value is not JSON-serialisable: {exc}") from exc
+
+
+def is_json_value(value: Any) -> bool:
+    try:
+        canonical_json(value)
+    except InvalidInputError:
+        return False
+    return True
+
+
+def hash16(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()[:16]
+
+
+def check_run_id(run_id: object) -> str:
+    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+        raise InvalidInputError(
+            f"run id {run_id!r} cannot be used in idempotency keys: use 1-200 characters of letters, digits, "
+            "'_', '.', '-', starting with a letter or digit (':' separates key parts)",
+            run_id=run_id,
+        )
+    return run_id
+
+
+def check_tool_name(name: object) -> str:
+    if not isinstance(name, str) or not _TOOL_NAME.match(name):
+        raise InvalidInputError(
+            f"tool name {name!r} cannot be used in idempotency keys: use 1-100 characters of letters, digits, "
+            "'_' and '.', starting with a letter or '_' (':' and '-' separate key parts)",
+            tool_name=name,
+        )
+    return name
+
+
+def check_call_id(call_id: object) -> str:
+    if not isinstance(call_id, str) or not _CALL_ID.match(call_id) or call_id.startswith("args-"):
+        raise InvalidInputError(
+            f"tool call id {call_id!r} cannot be used in idempotency keys: use 1-200 characters of letters, "
+            "digits, '_', '.', '-', not starting with 'args-'",
+            tool_call_id=call_id,
+        )
+    return call_id
+
+
+def record_suffix(mode: IdempotencyMode, tool_name: str, tool_call_id: str, input: Any) -> str:
+    """The suffix naming a tool record within its run: the call id, or one per (tool, input) in args mode."""
+    if mode == "args":
+        return f"args-{tool_name}-{hash16(input)}"
+    return tool_call_id
+
+
+def execute_key(origin_run_id: str, mode: IdempotencyMode, tool_name: str, tool_call_id: str, input: Any) -> str:
+    if mode == "args":
+        return f"{origin_run_id}:{tool_name}:{hash16(input)}"
+    return f"{origin_run_id}:{tool_call_id}"
+
+
+def compensate_key(origin_run_id: str, suffix: str) -> str:
+    return f"{origin_run_id}:comp:{suffix}"

@@ -1,0 +1,303 @@
+"""Durable runs: planner decisions and tool calls journaled so a run executes each side effect once.
+
+A tool record is claimed (``running``) before ``execute``, so a crash mid-call reads as interrupted,
+never as not started. A recorded success is replayed, never executed again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .errors import (
+    CompensatedRunError,
+    InvalidInputError,
+    MalformedRecordError,
+    SideEffectRetryBlockedError,
+    UnknownRunError,
+    UnknownToolError,
+)
+from .journal.base import Journal
+from .journal.records import NewRecord, RecordStatus, RunInfo, RunStatus, ToolRecord
+from .keys import canonical_json, check_call_id, check_run_id, execute_key, is_json_value, record_suffix
+from .planning import CallResult, Finish, Planner, RunState, ToolCall
+from .tools import CallOptions, RecoverResult, Tool, call_hook, check_tools
+
+_MAX_RACE_RETRIES = 5
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run_id: str
+    status: Literal["finished", "failed"]
+    text: str = ""
+    error: str | None = None
+
+    @classmethod
+    def of(cls, run: RunInfo) -> RunResult:
+        return cls(run.run_id, "finished" if run.status is RunStatus.FINISHED else "failed", run.text, run.error)
+
+
+EventKind = Literal["decision", "tool", "end"]
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """One thing that happened in a run. ``tool`` events say whether the call was executed, replayed
+    from the journal, or recovered (``recover`` said it had happened); ``end`` carries the result."""
+
+    kind: EventKind
+    run_id: str
+    step: int
+    tool_call_id: str | None = None
+    tool: str | None = None
+    input: Any = None
+    output: Any = None
+    error: str | None = None
+    outcome: Literal["executed", "replayed", "recovered", "failed", "denied"] | None = None
+    result: RunResult | None = None
+
+
+# -- public entry points ---------------------------------------------------------------------------
+
+def run_durable(run_id: str, *, journal: Journal, tools: Mapping[str, Tool], planner: Planner, prompt: str = "",
+                max_steps: int = 20) -> RunResult:
+    """Run (or continue) a run to its end and return its result."""
+    result: RunResult | None = None
+    for event in stream_durable(run_id, journal=journal, tools=tools, planner=planner, prompt=prompt,
+                                max_steps=max_steps):
+        result = event.result if event.kind == "end" else result
+    assert result is not None
+    return result
+
+
+def stream_durable(run_id: str, *, journal: Journal, tools: Mapping[str, Tool], planner: Planner,
+                   prompt: str = "", max_steps: int = 20) -> Iterator[RunEvent]:
+    """As ``run_durable``, yielding events as the run goes. Misuse and a condemned run raise here, at
+    the call, before anything is written."""
+    driver = _Driver(run_id, journal, tools, planner, max_steps)
+    run = journal.get_run(run_id)
+    if run is not None and run.condemned:
+        raise CompensatedRunError(run_id)
+    return driver.events(run, prompt)
+
+
+def resume_run(run_id: str, *, journal: Journal, tools: Mapping[str, Tool], planner: Planner,
+               max_steps: int = 20) -> RunResult:
+    """Continue a stopped or crashed run from its journal (replaying what it already did)."""
+    driver = _Driver(run_id, journal, tools, planner, max_steps)
+    run = journal.get_run(run_id)
+    if run is None or run.status is RunStatus.UNKNOWN and not run.condemned:
+        raise UnknownRunError(run_id)
+    if run.condemned:
+        raise CompensatedRunError(run_id)
+    result: RunResult | None = None
+    for event in driver.events(run, run.prompt):
+        result = event.result if event.kind == "end" else result
+    assert result is not None
+    return result
+
+
+def fork_run(journal: Journal, run_id: str, step: int, new_run_id: str) -> str:
+    """Copy the run's first ``step`` decisions and the tool records they produced into ``new_run_id``."""
+    check_run_id(run_id)
+    check_run_id(new_run_id)
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0:
+        raise InvalidInputError(f"fork step must be a whole number >= 0, got {step!r}")
+    run = journal.get_run(run_id)
+    if run is None:
+        raise UnknownRunError(run_id)
+    if run.condemned:
+        raise CompensatedRunError(run_id)
+    made = len(journal.list_decisions(run_id))
+    if step > made:
+        raise InvalidInputError(f"run {run_id!r} has made {made} decisions; cannot fork at step {step}",
+                                run_id=run_id, step=step)
+    journal.fork(run_id, step, new_run_id)
+    return new_run_id
+
+
+# -- decisions as journaled ------------------------------------------------------------------------
+
+def _encode_decision(run_id: str, decision: object, tools: Mapping[str, Tool], calls_so_far: int,
+                     used_ids: set[str]) -> dict[str, Any]:
+    """Validate a planner's answer and give every call its id, before anything is written."""
+    if isinstance(decision, Finish):
+        return {"kind": "finish", "text": str(decision.text), "error": decision.error}
+    if isinstance(decision, ToolCall):
+        decision = [decision]
+    if not isinstance(decision, Sequence) or isinstance(decision, str | bytes):
+        raise InvalidInputError(f"run {run_id!r}: planner must return a list of ToolCall or a Finish, "
+                                f"got {type(decision).__name__}", run_id=run_id)
+    calls = []
+    seen = set(used_ids)
+    for position, call in enumerate(decision, start=calls_so_far + 1):
+        if not isinstance(call, ToolCall):
+            raise InvalidInputError(f"run {run_id!r}: planner returned {type(call).__name__} where a ToolCall "
+                                    "belongs", run_id=run_id)
+        if call.tool not in tools:
+            raise UnknownToolError(run_id, call.tool, sorted(tools))
+        call_id = check_call_id(call.id) if call.id is not None else f"call-{position}"
+        if call_id in seen:
+            raise InvalidInputError(f"run {run_id!r}: tool call id {call_id!r} is used twice", run_id=run_id,
+                                    tool_call_id=call_id)
+        seen.add(call_id)
+        try:
+            canonical_json(call.input)
+        except InvalidInputError as exc:
+            raise InvalidInputError(f"run {run_id!r}: input of call {call_id!r} to tool {call.tool!r} is not "
+                                    f"JSON-serialisable: {exc.__cause__}", run_id=run_id,
+                                    tool_call_id=call_id) from exc
+        calls.append({"id": call_id, "tool": call.tool, "input": call.input})
+    return {"kind": "calls", "calls": calls}
+
+
+def _decoded_calls(run_id: str, step: int, payload: Any) -> list[dict[str, Any]] | None:
+    """The calls of a journaled decision, or None for a finish."""
+    if not isinstance(payload, dict) or payload.get("kind") not in ("calls", "finish"):
+        raise MalformedRecordError(run_id, f"decision {step}", "not a calls/finish decision")
+    if payload["kind"] == "finish":
+        return None
+    calls = payload.get("calls")
+    if not isinstance(calls, list) or not all(isinstance(c, dict) and {"id", "tool", "input"} <= c.keys()
+                                              for c in calls):
+        raise MalformedRecordError(run_id, f"decision {step}", "calls are not {id, tool, input} objects")
+    return calls
+
+
+class _Driver:
+    """Drives one run: replays journaled decisions and records, asks the planner for the rest."""
+
+    def __init__(self, run_id: str, journal: Journal, tools: Mapping[str, Tool], planner: Planner,
+                 max_steps: int) -> None:
+        self.run_id = check_run_id(run_id)
+        self.tools = check_tools(tools)
+        if not callable(planner):
+            raise InvalidInputError(f"planner must be callable, got {type(planner).__name__}")
+        if not isinstance(max_steps, int) or isinstance(max_steps, bool) or max_steps < 1:
+            raise InvalidInputError(f"max_steps must be a whole number >= 1, got {max_steps!r}")
+        self.journal = journal
+        self.planner = planner
+        self.max_steps = max_steps
+
+    def events(self, run: RunInfo | None, prompt: str) -> Iterator[RunEvent]:
+        if run is not None and run.ended:
+            yield RunEvent("end", self.run_id, 0, result=RunResult.of(run))
+            return
+        started = run is not None
+        decisions = self.journal.list_decisions(self.run_id) if started else []
+        results: list[CallResult] = []
+        used_ids: set[str] = set()
+        calls_made = 0
+        step = 0
+        while True:
+            if step < len(decisions):
+                payload = decisions[step]
+            elif step >= self.max_steps:
+                yield self._end(RunStatus.FAILED, "", f"max_steps ({self.max_steps}) reached without finishing",
+                                step)
+                return
+            else:
+                state = RunState(self.run_id, prompt, step, tuple(results))
+                payload = _encode_decision(self.run_id, self.planner(state), self.tools, calls_made, used_ids)
+                if not started:  # written only now, so a rejected first decision leaves nothing behind
+                    self.journal.start_run(self.run_id, prompt)
+                    started = True
+                payload = self.journal.record_decision(self.run_id, step + 1, payload)
+            step += 1
+            calls = _decoded_calls(self.run_id, step, payload)
+            if calls is None:
+                error = payload.get("error")
+                status = RunStatus.FAILED if error is not None else RunStatus.FINISHED
+                yield self._end(status, str(payload.get("text") or ""), error, step)
+                return
+            yield RunEvent("decision", self.run_id, step)
+            for call in calls:
+                calls_made += 1
+                used_ids.add(call["id"])
+                event = self._call(step, call["id"], call["tool"], call["input"])
+                results.append(CallResult(call["id"], call["tool"], event.input, event.output, event.error))
+                yield event
+
+    def _end(self, status: RunStatus, text: str, error: str | None, step: int) -> RunEvent:
+        run = self.journal.end_run(self.run_id, status, text, error)
+        return RunEvent("end", self.run_id, step, result=RunResult.of(run))
+
+    # -- one tool call ---------------------------------------------------------------------------
+    def _call(self, step: int, call_id: str, tool_name: str, input: Any) -> RunEvent:
+        tool = self.tools.get(tool_name)
+        if tool is None:
+            raise UnknownToolError(self.run_id, tool_name, sorted(self.tools))
+        suffix = record_suffix(tool.idempotency, tool_name, call_id, input)
+        for _ in range(_MAX_RACE_RETRIES):
+            record = self.journal.get_record(self.run_id, suffix)
+            if record is None:
+                new = NewRecord(suffix, step, call_id, tool_name, tool.idempotency, input, self.run_id)
+                claimed = self.journal.claim_record(self.run_id, new, gated=tool.side_effect)
+                if claimed is not None:
+                    return self._execute(step, tool, claimed)
+                continue  # another process claimed it first: handle its record
+            if record.status is RecordStatus.SUCCEEDED:
+                return self._event(step, record, "replayed")
+            if record.status in (RecordStatus.DENIED, RecordStatus.SUSPENDED):
+                return self._event(step, record, "denied")
+            event = self._recover_or_retry(step, tool, record)
+            if event is not None:
+                return event
+        raise SideEffectRetryBlockedError(self.run_id, call_id, tool_name,
+                                          "its record kept changing under concurrent writers")
+
+    def _recover_or_retry(self, step: int, tool: Tool, record: ToolRecord) -> RunEvent | None:
+        """A failed or running record: the side effect may or may not have happened (DESIGN.md §2)."""
+        if tool.recover is not None:
+            opts = CallOptions(self._execute_key(record), record.tool_call_id, self.run_id)
+            try:
+                answer = call_hook(tool.recover, record.input, opts)
+            except Exception as exc:
+                raise SideEffectRetryBlockedError(self.run_id, record.tool_call_id, record.tool_name,
+                                                  f"recover raised {type(exc).__name__}: {exc}") from exc
+            if not isinstance(answer, RecoverResult):
+                raise SideEffectRetryBlockedError(self.run_id, record.tool_call_id, record.tool_name,
+                                                  f"recover answered {type(answer).__name__}, not a RecoverResult")
+            if answer.done:
+                if not is_json_value(answer.output):
+                    raise SideEffectRetryBlockedError(self.run_id, record.tool_call_id, record.tool_name,
+                                                      "recover's output is not JSON-serialisable")
+                resolved = self.journal.resolve_record(self.run_id, record.suffix, record.status, answer.output)
+                return None if resolved is None else self._event(step, resolved, "recovered")
+        elif not (tool.idempotent or not tool.side_effect):
+            raise SideEffectRetryBlockedError(
+                self.run_id, record.tool_call_id, record.tool_name,
+                f"its record is {record.status.value}, it has no recover hook and is not idempotent=True")
+        reclaimed = self.journal.reclaim_record(self.run_id, record.suffix, record.status, gated=tool.side_effect)
+        return None if reclaimed is None else self._execute(step, tool, reclaimed)
+
+    def _execute_key(self, record: ToolRecord) -> str:
+        return execute_key(record.origin_run_id, record.mode, record.tool_name,  # type: ignore[arg-type]
+                           record.tool_call_id, record.input)
+
+    def _execute(self, step: int, tool: Tool, record: ToolRecord) -> RunEvent:
+        opts = CallOptions(self._execute_key(record), record.tool_call_id, self.run_id)
+        try:
+            output = call_hook(tool.execute, record.input, opts)
+        except Exception as exc:
+            failed = self.journal.complete_record(self.run_id, record.suffix, RecordStatus.FAILED,
+                                                  error=f"{type(exc).__name__}: {exc}")
+            return self._event(step, failed or record, "failed", error=f"{type(exc).__name__}: {exc}")
+        if not is_json_value(output):
+            # The effect happened but cannot be journaled: record it failed, so an unwind asks recover.
+            error = f"execute returned a {type(output).__name__}, which is not JSON-serialisable"
+            failed = self.journal.complete_record(self.run_id, record.suffix, RecordStatus.FAILED, error=error)
+            return self._event(step, failed or record, "failed", error=error)
+        done = self.journal.complete_record(self.run_id, record.suffix, RecordStatus.SUCCEEDED, output=output)
+        return self._event(step, done or record, "executed", output=output)
+
+    def _event(self, step: int, record: ToolRecord, outcome: Any, *, output: Any = None,
+               error: str | None = None) -> RunEvent:
+        if outcome in ("replayed", "recovered"):
+            output = record.output
+        if outcome == "denied":
+            error = record.error or f"call was {record.status.value}"
+        return RunEvent("tool", self.run_id, step, record.tool_call_id, record.tool_name, record.input,
+                        output, error, outcome)

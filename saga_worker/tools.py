@@ -1,0 +1,115 @@
+"""Tools: the side-effecting calls a run makes, with the hooks that undo and probe them."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InvalidInputError
+from .keys import IdempotencyMode, check_tool_name
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """What a hook is told about the call it serves. The key is the one to hand the provider."""
+
+    idempotency_key: str
+    tool_call_id: str
+    run_id: str
+
+
+@dataclass(frozen=True)
+class RecoverResult:
+    """A ``recover`` hook's answer: did the side effect happen, and with what output."""
+
+    done: bool
+    output: Any = None
+
+
+Hook = Callable[..., Any]
+
+
+class Tool:
+    """A side-effecting call with optional ``compensate`` (undo) and ``recover`` (probe) hooks."""
+
+    __slots__ = ("execute", "compensate", "recover", "idempotency", "side_effect", "idempotent", "description")
+
+    def __init__(
+        self,
+        execute: Hook,
+        compensate: Hook | None = None,
+        recover: Hook | None = None,
+        *,
+        idempotency: IdempotencyMode = "call",
+        side_effect: bool = True,
+        idempotent: bool = False,
+        description: str = "",
+    ) -> None:
+        if not callable(execute):
+            raise InvalidInputError(f"Tool(execute=...) must be callable, got {type(execute).__name__}")
+        for name, hook in (("compensate", compensate), ("recover", recover)):
+            if hook is not None and not callable(hook):
+                raise InvalidInputError(f"Tool({name}=...) must be callable or None, got {type(hook).__name__}")
+        if idempotency not in ("call", "args"):
+            raise InvalidInputError(f"Tool(idempotency=...) must be 'call' or 'args', got {idempotency!r}")
+        self.execute = execute
+        self.compensate = compensate
+        self.recover = recover
+        self.idempotency: IdempotencyMode = idempotency
+        self.side_effect = bool(side_effect)
+        self.idempotent = bool(idempotent)
+        self.description = description
+
+    def __repr__(self) -> str:
+        name = getattr(self.execute, "__name__", "execute")
+        return f"Tool({name}, compensate={self.compensate is not None}, recover={self.recover is not None})"
+
+
+def check_tools(tools: Mapping[str, Tool] | None) -> dict[str, Tool]:
+    """Validate a tools mapping up front, so a bad entry is named before anything is written."""
+    if tools is None:
+        return {}
+    if not isinstance(tools, Mapping):
+        raise InvalidInputError(f"tools must be a mapping of name to Tool, got {type(tools).__name__}")
+    for name, tool in tools.items():
+        check_tool_name(name)
+        if not isinstance(tool, Tool):
+            raise InvalidInputError(f"tools[{name!r}] must be a Tool, got {type(tool).__name__}", tool_name=name)
+    return dict(tools)
+
+
+def call_hook(hook: Hook, *args: Any) -> Any:
+    """Call a hook that may be a plain function or ``async def``, from sync code, anywhere.
+
+    Inside a running event loop (an async app calling the sync API) the coroutine is driven on a
+    private thread with its own loop, since the caller's loop is blocked by this very call.
+    """
+    result = hook(*args)
+    if not inspect.isawaitable(result):
+        return result
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(_await(result))
+    box: dict[str, Any] = {}
+
+    def drive() -> None:
+        try:
+            box["value"] = asyncio.run(_await(result))
+        except BaseException as exc:  # handed back to the caller's thread below
+            box["error"] = exc
+
+    thread = threading.Thread(target=drive, name="saga-async-hook")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable

@@ -1,0 +1,87 @@
+"""Shared fixtures: a journal per backend (memory, SQLite, PostgreSQL), all real.
+
+PostgreSQL tests get a database of their own per pytest session (so concurrent sessions cannot see
+each other) and empty tables per test. SQLite tests get a fresh file per test.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import sqlalchemy as sa
+
+from saga_worker import Journal, open_journal
+from saga_worker.journal.schema import metadata
+from tests.services import PG_ADMIN_URL, REDIS_URL, require
+
+BACKENDS = ["memory", "sqlite", "postgres"]
+
+
+@pytest.fixture(scope="session")
+def pg_database_url() -> Iterator[str]:
+    """A PostgreSQL database made for this pytest session, migrated to the newest schema."""
+    require("postgres")
+    name = f"saga_t_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    url = sa.engine.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    open_journal(url, migrate=True).close()
+    yield url
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+@pytest.fixture
+def pg_url(pg_database_url: str) -> str:
+    """The session's PostgreSQL database with every journal table emptied."""
+    engine = sa.create_engine(pg_database_url)
+    with engine.begin() as conn:
+        names = ", ".join(t.name for t in metadata.sorted_tables)
+        conn.execute(sa.text(f"TRUNCATE {names}"))
+    engine.dispose()
+    return pg_database_url
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: object) -> str:
+    return f"sqlite:///{tmp_path}/journal.db"  # type: ignore[str-bytes-safe]
+
+
+@pytest.fixture(params=BACKENDS)
+def journal_url(request: pytest.FixtureRequest) -> str:
+    """A journal URL for each backend; memory:// only works in-process."""
+    if request.param == "memory":
+        return "memory://"
+    if request.param == "sqlite":
+        return str(request.getfixturevalue("sqlite_url"))
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def shared_journal_url(request: pytest.FixtureRequest) -> str:
+    """A journal URL that several OS processes can open and share."""
+    if request.param == "sqlite":
+        return str(request.getfixturevalue("sqlite_url"))
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+def journal(journal_url: str) -> Iterator[Journal]:
+    j = open_journal(journal_url, migrate=True)
+    yield j
+    j.close()
+
+
+@pytest.fixture
+def redis_url() -> str:
+    require("redis")
+    return REDIS_URL
+
+
+@pytest.fixture
+def run_id() -> str:
+    return f"run-{uuid.uuid4().hex[:12]}"
