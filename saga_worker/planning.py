@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class RunState:
     results: tuple[CallResult, ...] = ()
 
 
-Decision = Union[Sequence[ToolCall], Finish]
+Decision = Sequence[ToolCall] | Finish
 Planner = Callable[[RunState], Decision]
 
 

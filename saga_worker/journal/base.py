@@ -129,7 +129,7 @@ class Journal(abc.ABC):
     def now(self) -> float:
         """The journal's clock (the database's for PostgreSQL), so leases do not depend on a worker's clock."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: journals without connections need nothing
         """Release connections. The journal is unusable afterwards."""
 
     def __enter__(self) -> Journal:
