@@ -7,10 +7,12 @@ the tombstone and reads the worklist, ``compensate_step`` applies the rules to o
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from ..journal.base import Journal
 from ..journal.records import ClaimStatus, RecordStatus, ToolRecord, UnwindState
@@ -21,6 +23,7 @@ from ..tools import CallOptions, RecoverResult, Tool, call_hook, check_tools
 from .leases import keeper
 from .report import HALTING, CompensationEntry, CompensationReport, CompensationStatus
 
+log = logging.getLogger(__name__)
 UNWOUND = (RecordStatus.SUCCEEDED, RecordStatus.FAILED, RecordStatus.RUNNING)
 _HOST = socket.gethostname()[:40]
 
@@ -92,7 +95,7 @@ def compensate_step(journal: Journal, run_id: str, record: ToolRecord, tools: Ma
 
     # 5./6. Claim, then call the hook under a lease kept alive while it runs.
     owner = owner or new_owner()
-    if lock is not None and not lock.acquire(key, owner, ttl):
+    if lock is not None and not _lock_op(lock.acquire, key, owner, ttl):
         return entry_for(record, CompensationStatus.BUSY, "another unwinder holds this step's lock", attempts)
     try:
         attempt = journal.claim_compensation(record.origin_run_id, record.suffix, via_run_id=run_id, owner=owner,
@@ -108,7 +111,17 @@ def compensate_step(journal: Journal, run_id: str, record: ToolRecord, tools: Ma
         return _run_hook(journal, run_id, record, tool, output, key, owner, ttl, lock, held.attempts)
     finally:
         if lock is not None:
-            lock.release(key, owner)
+            _lock_op(lock.release, key, owner)
+
+
+def _lock_op(op: Callable[..., Any], *args: Any) -> Any:
+    """A lock operation that cannot fail the unwind: with Redis down, the journal claim alone decides
+    (it is the truth anyway), so an unreachable lock reads as taken-by-us, not as busy."""
+    try:
+        return op(*args)
+    except Exception:
+        log.warning("step lock unavailable; relying on the journal claim alone", exc_info=True)
+        return True
 
 
 def _run_hook(journal: Journal, run_id: str, record: ToolRecord, tool: Tool, output: object, key: str,
@@ -117,7 +130,7 @@ def _run_hook(journal: Journal, run_id: str, record: ToolRecord, tool: Tool, out
 
     def renew() -> bool:
         if lock is not None:
-            lock.extend(key, owner, ttl)
+            _lock_op(lock.extend, key, owner, ttl)
         return journal.renew_claim(record.origin_run_id, record.suffix, owner, ttl)
 
     opts = CallOptions(key, record.tool_call_id, run_id)
