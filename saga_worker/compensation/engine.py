@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .. import faults
 from ..journal.base import Journal
 from ..journal.records import ClaimStatus, RecordStatus, ToolRecord, UnwindState
 from ..keys import check_run_id, compensate_key, execute_key
@@ -108,6 +109,7 @@ def compensate_step(journal: Journal, run_id: str, record: ToolRecord, tools: Ma
             return entry_for(record, CompensationStatus.BUSY, f"step is being compensated by {holder}",
                              held.attempts if held is not None else attempts)
         assert held is not None
+        faults.point("after_claim", key)
         return _run_hook(journal, run_id, record, tool, output, key, owner, ttl, lock, held.attempts)
     finally:
         if lock is not None:
@@ -136,15 +138,19 @@ def _run_hook(journal: Journal, run_id: str, record: ToolRecord, tool: Tool, out
     opts = CallOptions(key, record.tool_call_id, run_id)
     with keeper.keep(renew, ttl / 3):
         try:
+            faults.point("before_hook", key)
             call_hook(tool.compensate, record.input, output, opts)
+            faults.point("after_hook", key)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             journal.finish_claim(record.origin_run_id, record.suffix, owner, ClaimStatus.FAILED, error)
             return entry_for(record, CompensationStatus.FAILED, error, attempts)
     if not journal.finish_claim(record.origin_run_id, record.suffix, owner, ClaimStatus.COMPENSATED):
         # Our lease lapsed and another unwinder took the step: its outcome stands, ours is not written.
+        faults.point("after_outcome", key)
         return entry_for(record, CompensationStatus.COMPENSATED,
                          "lease expired before the outcome was written; another unwinder owns the step", attempts)
+    faults.point("after_outcome", key)
     return entry_for(record, CompensationStatus.COMPENSATED, attempts=attempts)
 
 

@@ -1,0 +1,160 @@
+"""Fault points a test can arm, inert otherwise (the fault-injection suite, tests/faults).
+
+The engine and the Celery tasks call ``point("after_claim", key)`` at the moments where a crash is
+most interesting: after the claim, before the hook, after the hook, after the outcome is written,
+and before the ack. Unarmed, a point is one global read and a return.
+
+Arming, read once when this module is imported (so a child process inherits it through its
+environment):
+
+- ``SAGA_FAULTS="before_hook=kill,after_hook=sleep:5@order-7"``: rules for this process. A rule is
+  ``point=action[:arg][@match][*times]``; ``match`` is a substring of the key, ``times`` how often it
+  fires in this process (default: every time).
+- ``SAGA_FAULTS_DIR=/some/folder``: each file in the folder holds one rule and fires **once** across
+  all processes (the first process to rename it to ``<name>.fired-<pid>`` owns it). A file whose name
+  starts with ``always.`` is never consumed. Every firing is appended to ``fired.log`` there.
+
+Actions: ``kill`` (SIGKILL this process), ``stop`` (SIGSTOP it, a test sends SIGCONT), ``exit``
+(``os._exit(70)``), ``raise`` (:class:`InjectedFault`), ``crash`` (:class:`InjectedCrash`, a
+``BaseException`` that unwinds like a dying process: no ``except Exception`` writes an outcome) and
+``sleep:SECONDS``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+
+POINTS = ("after_claim", "before_hook", "after_hook", "after_outcome", "before_ack")
+ACTIONS = ("kill", "stop", "exit", "raise", "crash", "sleep")
+
+
+class InjectedFault(Exception):
+    """Raised at an armed point with action ``raise``."""
+
+
+class InjectedCrash(BaseException):
+    """Raised at an armed point with action ``crash``: unwinds the stack like a process dying there."""
+
+
+@dataclass
+class Rule:
+    point: str
+    action: str
+    arg: float = 0.0
+    match: str = ""
+    times: int = -1  # -1: every time
+    fired: int = field(default=0, compare=False)
+
+    def applies(self, name: str, key: str) -> bool:
+        return self.point == name and self.match in key and (self.times < 0 or self.fired < self.times)
+
+
+def parse_rule(text: str) -> Rule:
+    """``point=action[:arg][@match][*times]`` → Rule; raises ValueError naming what is wrong."""
+    text = text.strip()
+    name, sep, rest = text.partition("=")
+    if not sep or name not in POINTS:
+        raise ValueError(f"fault rule {text!r}: expected point=action with point one of {', '.join(POINTS)}")
+    times = -1
+    if "*" in rest:
+        rest, _, count = rest.rpartition("*")
+        times = int(count)
+    match = ""
+    if "@" in rest:
+        rest, _, match = rest.partition("@")
+    action, _, arg = rest.partition(":")
+    if action not in ACTIONS:
+        raise ValueError(f"fault rule {text!r}: action must be one of {', '.join(ACTIONS)}")
+    return Rule(name, action, float(arg) if arg else 0.0, match, times)
+
+
+_rules: list[Rule] = []
+_dir = ""
+_armed = False
+
+
+def configure(spec: str = "", directory: str = "") -> None:
+    """(Re)arm this process: the same as setting ``SAGA_FAULTS`` / ``SAGA_FAULTS_DIR``; empty disarms."""
+    global _rules, _dir, _armed
+    _rules = [parse_rule(part) for part in spec.split(",") if part.strip()]
+    _dir = directory
+    _armed = bool(_rules or _dir)
+
+
+def point(name: str, key: str = "") -> None:
+    """A place where a test may inject a fault. Free unless armed."""
+    if not _armed:
+        return
+    _fire(name, key)
+
+
+def _fire(name: str, key: str) -> None:
+    for rule in _rules:
+        if rule.applies(name, key):
+            rule.fired += 1
+            _act(rule, name, key)
+    if _dir:
+        for rule in _claim_dir_rules(name, key):
+            _act(rule, name, key)
+
+
+def _claim_dir_rules(name: str, key: str) -> list[Rule]:
+    try:
+        entries = sorted(os.listdir(_dir))
+    except OSError:
+        return []
+    taken: list[Rule] = []
+    for entry in entries:
+        if ".fired-" in entry or entry == "fired.log" or entry.startswith("."):
+            continue
+        path = os.path.join(_dir, entry)
+        try:
+            with open(path, encoding="utf-8") as fh:
+                rule = parse_rule(fh.read())
+        except (OSError, ValueError):
+            continue
+        if not rule.applies(name, key):
+            continue
+        if not entry.startswith("always."):
+            try:  # the rename is the cross-process "first one wins"
+                os.rename(path, f"{path}.fired-{os.getpid()}")
+            except OSError:
+                continue
+        taken.append(rule)
+    return taken
+
+
+def _log(rule: Rule, name: str, key: str) -> None:
+    if not _dir:
+        return
+    line = f"{time.time():.6f} {os.getpid()} {name} {rule.action} {key}\n"
+    try:
+        fd = os.open(os.path.join(_dir, "fired.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def _act(rule: Rule, name: str, key: str) -> None:
+    _log(rule, name, key)
+    if rule.action == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif rule.action == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    elif rule.action == "exit":
+        os._exit(70)
+    elif rule.action == "raise":
+        raise InjectedFault(f"fault injected at {name} ({key})")
+    elif rule.action == "crash":
+        raise InjectedCrash(f"crash injected at {name} ({key})")
+    elif rule.action == "sleep":
+        time.sleep(rule.arg)
+
+
+configure(os.environ.get("SAGA_FAULTS", ""), os.environ.get("SAGA_FAULTS_DIR", ""))
