@@ -1,0 +1,120 @@
+"""Idempotency keys exactly as DESIGN.md §2 spells them, computed here independently of the library."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any
+
+import pytest
+
+from saga_worker import CallOptions, InvalidInputError, Journal, Tool, ToolCall, run_durable, scripted
+from saga_worker.keys import (
+    canonical_json,
+    check_call_id,
+    check_run_id,
+    check_tool_name,
+    compensate_key,
+    execute_key,
+    hash16,
+    record_suffix,
+)
+
+
+def expected_hash16(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def recording_tool(seen: list[CallOptions], *, idempotency: str = "call") -> Tool:
+    def execute(input: Any, opts: CallOptions) -> dict[str, str]:
+        seen.append(opts)
+        return {"key": opts.idempotency_key}
+
+    return Tool(execute, idempotency=idempotency)  # type: ignore[arg-type]
+
+
+def test_canonical_json_sorts_keys_and_drops_spaces_and_keeps_unicode() -> None:
+    assert canonical_json({"b": 1, "a": [1, {"d": "é", "c": None}]}) == '{"a":[1,{"c":null,"d":"é"}],"b":1}'
+
+
+def test_hash16_is_the_first_16_hex_digits_of_sha256_of_canonical_json() -> None:
+    value = {"amount": 10, "currency": "EUR", "items": ["b", "a"], "note": "crème"}
+    assert hash16(value) == expected_hash16(value)
+    assert len(hash16(value)) == 16
+    assert hash16({"x": 1, "y": 2}) == hash16({"y": 2, "x": 1})
+
+
+def test_key_helpers_have_the_documented_shapes() -> None:
+    h = expected_hash16({"amount": 10})
+    assert execute_key("order-7", "call", "charge", "call-1", {"amount": 10}) == "order-7:call-1"
+    assert execute_key("order-7", "args", "charge", "call-1", {"amount": 10}) == f"order-7:charge:{h}"
+    assert record_suffix("call", "charge", "call-1", {"amount": 10}) == "call-1"
+    assert record_suffix("args", "charge", "call-1", {"amount": 10}) == f"args-charge-{h}"
+    assert compensate_key("order-7", "call-1") == "order-7:comp:call-1"
+    assert compensate_key("order-7", f"args-charge-{h}") == f"order-7:comp:args-charge-{h}"
+
+
+def test_call_options_are_frozen() -> None:
+    opts = CallOptions(idempotency_key="r:call-1", tool_call_id="call-1", run_id="r")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.idempotency_key = "other"  # type: ignore[misc]
+
+
+def test_call_mode_execute_key_is_run_id_colon_tool_call_id(journal: Journal, run_id: str) -> None:
+    seen: list[CallOptions] = []
+    run_durable(run_id, journal=journal, tools={"charge": recording_tool(seen)},
+                planner=scripted(ToolCall("charge", {"amount": 10}), ToolCall("charge", {"amount": 5}, id="refund-x")))
+    assert [o.idempotency_key for o in seen] == [f"{run_id}:call-1", f"{run_id}:refund-x"]
+    assert [o.tool_call_id for o in seen] == ["call-1", "refund-x"]
+    assert {o.run_id for o in seen} == {run_id}
+    assert journal.get_record(run_id, "call-1").output == {"key": f"{run_id}:call-1"}  # type: ignore[union-attr]
+
+
+def test_args_mode_execute_key_is_run_id_tool_and_hash16_of_the_input(journal: Journal, run_id: str) -> None:
+    seen: list[CallOptions] = []
+    payload = {"to": "ana@example.com", "subject": "Bestätigung", "lines": [3, 1]}
+    run_durable(run_id, journal=journal, tools={"email": recording_tool(seen, idempotency="args")},
+                planner=scripted(ToolCall("email", payload)))
+    h = expected_hash16(payload)
+    assert [o.idempotency_key for o in seen] == [f"{run_id}:email:{h}"]
+    record = journal.get_record(run_id, f"args-email-{h}")
+    assert record is not None and record.tool_call_id == "call-1"
+
+
+def test_calls_without_ids_are_numbered_by_position_among_all_the_runs_calls(journal: Journal, run_id: str) -> None:
+    seen: list[CallOptions] = []
+    tools = {"a": recording_tool(seen), "b": recording_tool(seen)}
+    planner = scripted(
+        ToolCall("a", {"n": 1}),
+        [ToolCall("b", {"n": 2}), ToolCall("a", {"n": 3}, id="named"), ToolCall("b", {"n": 4})],
+        ToolCall("a", {"n": 5}),
+    )
+    assert run_durable(run_id, journal=journal, tools=tools, planner=planner).status == "finished"
+    assert [o.tool_call_id for o in seen] == ["call-1", "call-2", "named", "call-4", "call-5"]
+    assert [r.suffix for r in journal.list_records(run_id)] == ["call-1", "call-2", "named", "call-4", "call-5"]
+    assert [r.step for r in journal.list_records(run_id)] == [1, 2, 2, 2, 3]
+
+
+@pytest.mark.parametrize("bad", ["", "a:b", "-leading", "has space", "x" * 201, 7, None, "é"])
+def test_run_ids_the_key_scheme_cannot_hold_are_refused(bad: object) -> None:
+    with pytest.raises(InvalidInputError, match="run id"):
+        check_run_id(bad)
+
+
+@pytest.mark.parametrize("bad", ["", "a:b", "a-b", "1abc", "has space", "x" * 101, 3])
+def test_tool_names_the_key_scheme_cannot_hold_are_refused(bad: object) -> None:
+    with pytest.raises(InvalidInputError, match="tool name"):
+        check_tool_name(bad)
+
+
+@pytest.mark.parametrize("bad", ["", "a:b", "args-email-0123", "has space"])
+def test_tool_call_ids_the_key_scheme_cannot_hold_are_refused(bad: object) -> None:
+    with pytest.raises(InvalidInputError, match="tool call id"):
+        check_call_id(bad)
+
+
+@pytest.mark.parametrize("good", ["order-7", "A.b_c-9", "7"])
+def test_ordinary_run_ids_are_accepted(good: str) -> None:
+    assert check_run_id(good) == good
