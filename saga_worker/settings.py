@@ -26,6 +26,10 @@ class SagaSettings(BaseSettings):
     sweep_max_attempts: int = Field(8, ge=1, description="Re-drives before a run is flagged for a person.")
     sweep_backoff: float = Field(2.0, gt=0, description="First retry delay in seconds; doubles per attempt.")
     sweep_backoff_max: float = Field(300.0, gt=0, description="Longest retry delay in seconds.")
+    queue: str = Field("saga", min_length=1, description="Celery queue the saga tasks are sent to and consumed from.")
+    visibility_timeout: float = Field(
+        300.0, gt=0, description="Redis broker: seconds before an unacked message (its worker died) is delivered "
+        "again. Must exceed the longest step.")
 
     def resolved_journal_url(self) -> str:
         return self.journal_url or f"sqlite:///{(self.home / 'journal.db').resolve()}"

@@ -19,6 +19,7 @@ from .records import (
     RunInfo,
     RunStatus,
     ToolRecord,
+    UnwindInfo,
     UnwindState,
 )
 
@@ -124,6 +125,23 @@ class Journal(abc.ABC):
     @abc.abstractmethod
     def runs_to_sweep(self, now: float, *, limit: int = 100) -> list[RunInfo]:
         """Condemned runs whose unwind is pending or incomplete and due (``unwind_next_at <= now``)."""
+
+    # -- distributed unwinds (the Celery executor's bookkeeping, saga_worker.executor) ---------------
+    # Not abstract, so a journal without them still serves the in-process engine.
+    def record_unwind(self, unwind_id: str, run_id: str, *, dry_run: bool, suffixes: Sequence[str]) -> UnwindInfo:
+        """Insert the unwind if absent; return the stored one (a redelivered coordinator keeps the first)."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep distributed unwinds")
+
+    def get_unwind(self, unwind_id: str) -> UnwindInfo | None:
+        raise NotImplementedError(f"{type(self).__name__} does not keep distributed unwinds")
+
+    def record_unwind_entry(self, unwind_id: str, position: int, entry: dict[str, Any]) -> dict[str, Any]:
+        """Insert the entry of step ``position`` (0-based) if absent; return the stored one (first wins)."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep distributed unwinds")
+
+    def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
+        """The entries written so far, by position."""
+        raise NotImplementedError(f"{type(self).__name__} does not keep distributed unwinds")
 
     @abc.abstractmethod
     def now(self) -> float:

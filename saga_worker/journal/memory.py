@@ -21,6 +21,7 @@ from .records import (
     RunInfo,
     RunStatus,
     ToolRecord,
+    UnwindInfo,
     UnwindState,
 )
 
@@ -39,6 +40,8 @@ class MemoryJournal(Journal):
         self._records: dict[tuple[str, str], ToolRecord] = {}
         self._claims: dict[tuple[str, str], CompensationClaim] = {}
         self._seq = 0
+        self._unwinds: dict[str, UnwindInfo] = {}
+        self._unwind_entries: dict[str, dict[int, dict[str, Any]]] = {}
 
     def now(self) -> float:
         return time.time()
@@ -245,3 +248,27 @@ class MemoryJournal(Journal):
                    and r.unwind_state in (UnwindState.PENDING, UnwindState.INCOMPLETE)
                    and (r.unwind_next_at or 0.0) <= now]
         return sorted(due, key=lambda r: r.unwind_next_at or 0.0)[:limit]
+
+    # -- distributed unwinds ----------------------------------------------------------------------
+    def record_unwind(self, unwind_id: str, run_id: str, *, dry_run: bool, suffixes: Sequence[str]) -> UnwindInfo:
+        with self._lock:
+            stored = self._unwinds.get(unwind_id)
+            if stored is None:
+                stored = UnwindInfo(unwind_id, run_id, bool(dry_run), tuple(suffixes), self.now())
+                self._unwinds[unwind_id] = stored
+            return stored
+
+    def get_unwind(self, unwind_id: str) -> UnwindInfo | None:
+        with self._lock:
+            return self._unwinds.get(unwind_id)
+
+    def record_unwind_entry(self, unwind_id: str, position: int, entry: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            entries = self._unwind_entries.setdefault(unwind_id, {})
+            if position not in entries:
+                entries[position] = _copy(entry)
+            return _copy(entries[position])  # type: ignore[no-any-return]
+
+    def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
+        with self._lock:
+            return {p: _copy(e) for p, e in sorted(self._unwind_entries.get(unwind_id, {}).items())}

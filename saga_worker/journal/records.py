@@ -118,3 +118,16 @@ class NewRecord:
     mode: str
     input: Any
     origin_run_id: str
+
+
+@dataclass(frozen=True)
+class UnwindInfo:
+    """One distributed unwind of a run (the Celery executor): its worklist, fixed when it began.
+
+    ``suffixes`` are the steps in unwind order; entries written for it are keyed by position."""
+
+    unwind_id: str
+    run_id: str
+    dry_run: bool
+    suffixes: tuple[str, ...]
+    created_at: float

@@ -71,3 +71,24 @@ claims = sa.Table(
     sa.Column("started_at", sa.Double, nullable=False),
     sa.Column("finished_at", sa.Double),
 )
+
+# Migration 0002: the Celery executor's bookkeeping. One row per distributed unwind (its worklist,
+# fixed when it began) and one per step outcome, keyed by position: a redelivered step task finds
+# its outcome already written and goes straight on to the next step.
+unwinds = sa.Table(
+    "saga_unwinds", metadata,
+    sa.Column("unwind_id", sa.String(200), primary_key=True),
+    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("dry_run", sa.Boolean, nullable=False),
+    sa.Column("suffixes", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+)
+sa.Index("ix_saga_unwinds_run", unwinds.c.run_id)
+
+unwind_entries = sa.Table(
+    "saga_unwind_entries", metadata,
+    sa.Column("unwind_id", sa.String(200), primary_key=True),
+    sa.Column("position", sa.Integer, primary_key=True),
+    sa.Column("entry", sa.Text, nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+)

@@ -31,9 +31,10 @@ from .records import (
     RunInfo,
     RunStatus,
     ToolRecord,
+    UnwindInfo,
     UnwindState,
 )
-from .schema import claims, decisions, records, runs
+from .schema import claims, decisions, records, runs, unwind_entries, unwinds
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 
@@ -399,6 +400,44 @@ class SqlJournal(Journal):
         ).order_by(runs.c.unwind_next_at).limit(limit))
         with self._read() as conn:
             return [self._run(r) for r in conn.execute(query)]
+
+    # -- distributed unwinds ----------------------------------------------------------------------
+    @staticmethod
+    def _unwind(row: sa.Row[Any]) -> UnwindInfo:
+        m = row._mapping
+        suffixes = _load(m["suffixes"], m["run_id"], f"unwind {m['unwind_id']!r} worklist")
+        return UnwindInfo(unwind_id=m["unwind_id"], run_id=m["run_id"], dry_run=bool(m["dry_run"]),
+                          suffixes=tuple(suffixes), created_at=m["created_at"])
+
+    def record_unwind(self, unwind_id: str, run_id: str, *, dry_run: bool, suffixes: Sequence[str]) -> UnwindInfo:
+        with self._tx() as conn:
+            conn.execute(self._insert(unwinds).values(
+                unwind_id=unwind_id, run_id=run_id, dry_run=bool(dry_run), suffixes=_dump(list(suffixes)),
+                created_at=time.time(),
+            ).on_conflict_do_nothing(index_elements=["unwind_id"]))
+            row = conn.execute(sa.select(unwinds).where(unwinds.c.unwind_id == unwind_id)).one()
+        return self._unwind(row)
+
+    def get_unwind(self, unwind_id: str) -> UnwindInfo | None:
+        with self._read() as conn:
+            row = conn.execute(sa.select(unwinds).where(unwinds.c.unwind_id == unwind_id)).first()
+        return None if row is None else self._unwind(row)
+
+    def record_unwind_entry(self, unwind_id: str, position: int, entry: dict[str, Any]) -> dict[str, Any]:
+        where = (unwind_entries.c.unwind_id == unwind_id, unwind_entries.c.position == position)
+        with self._tx() as conn:
+            conn.execute(self._insert(unwind_entries).values(
+                unwind_id=unwind_id, position=position, entry=_dump(entry), created_at=time.time(),
+            ).on_conflict_do_nothing(index_elements=["unwind_id", "position"]))
+            stored = conn.execute(sa.select(unwind_entries.c.entry).where(*where)).scalar_one()
+        return _load(stored, unwind_id, f"unwind entry {position}")  # type: ignore[no-any-return]
+
+    def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
+        with self._read() as conn:
+            rows = conn.execute(sa.select(unwind_entries.c.position, unwind_entries.c.entry)
+                                .where(unwind_entries.c.unwind_id == unwind_id)
+                                .order_by(unwind_entries.c.position)).all()
+        return {int(p): _load(e, unwind_id, f"unwind entry {p}") for p, e in rows}
 
 
 def _safe(url: str) -> str:
