@@ -180,6 +180,9 @@ class _Driver:
         self.journal = journal
         self.planner = planner
         self.max_steps = max_steps
+        # Records this drive has already settled. An identical args-mode call met again shares that
+        # outcome, failed included: it is the same call, not a resumed one, so it must not run again.
+        self.settled: set[str] = set()
 
     def events(self, run: RunInfo | None, prompt: str) -> Iterator[RunEvent]:
         if run is not None and run.ended:
@@ -230,6 +233,15 @@ class _Driver:
         if tool is None:
             raise UnknownToolError(self.run_id, tool_name, sorted(self.tools))
         suffix = record_suffix(tool.idempotency, tool_name, call_id, input)
+        event = self._settle(step, tool, suffix, call_id, tool_name, input)
+        self.settled.add(suffix)
+        return event
+
+    def _settle(self, step: int, tool: Tool, suffix: str, call_id: str, tool_name: str, input: Any) -> RunEvent:
+        if suffix in self.settled:
+            settled = self.journal.get_record(self.run_id, suffix)
+            if settled is not None and settled.status is RecordStatus.FAILED:
+                return self._event(step, settled, "failed", error=settled.error)
         for _ in range(_MAX_RACE_RETRIES):
             record = self.journal.get_record(self.run_id, suffix)
             if record is None:
