@@ -1,0 +1,35 @@
+"""How big each measurement is: the full run (under ~10 minutes on 2 cores) or ``--quick``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Config:
+    quick: bool = False
+    only_backends: tuple[str, ...] = ()
+    rounds: int = 5
+    unwind_runs: int = 1000  # five-step runs unwound per backend (issue 6: 1,000)
+    record_runs: int = 500  # five-step runs recorded per backend
+    run_lengths: tuple[int, ...] = (1, 10, 100, 1000)
+    steps_per_length: int = 2000  # steps unwound at each run length
+    journal_sizes: tuple[int, ...] = (10**3, 10**4, 10**5, 10**6)
+    size_probe_runs: int = 200  # five-step runs unwound at each journal size
+    latency_samples: int = 200
+    noop_tasks: int = 2000
+    dist_runs: int = 400  # five-step runs unwound through the workers for throughput
+    rss_unwinds: int = 10_000
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def make(cls, quick: bool, backends: tuple[str, ...] = ()) -> Config:
+        if not quick:
+            return cls(only_backends=backends)
+        return cls(quick=True, only_backends=backends, rounds=3, unwind_runs=150, record_runs=60,
+                   run_lengths=(1, 10, 100, 1000), steps_per_length=300, journal_sizes=(10**3, 10**4, 10**5),
+                   size_probe_runs=60, latency_samples=40, noop_tasks=500, dist_runs=60, rss_unwinds=1000)
+
+    def backends(self, wanted: Iterable[str]) -> list[str]:
+        return [b for b in wanted if not self.only_backends or b in self.only_backends]

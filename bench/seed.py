@@ -1,0 +1,135 @@
+"""Fill a journal fast: the rows ``run_durable`` (and ``compensate_run``) would write, in bulk.
+
+Recording 10^6 tool calls through ``run_durable`` would take the whole bench budget, so runs are
+written straight into the tables with bulk inserts (``executemany`` on SQLite, ``COPY`` on
+PostgreSQL). The rows have exactly the shape the library writes; ``check_seed`` proves it by
+comparing a seeded run with a recorded one.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import sqlalchemy as sa
+
+from saga_worker import Journal, Tool, ToolCall, run_durable, scripted
+from saga_worker.journal.schema import claims, decisions, records, runs
+from saga_worker.keys import canonical_json
+
+
+def noop(*_args: object) -> dict[str, bool]:
+    return {"ok": True}
+
+
+def noop_tools(count: int = 5) -> dict[str, Tool]:
+    return {f"t{i}": Tool(execute=noop, compensate=noop) for i in range(count)}
+
+
+def tool_name(i: int, tools: int = 5) -> str:
+    return f"t{i % tools}"
+
+
+def record_run(journal: Journal, run_id: str, steps: int, tools: Mapping[str, Tool]) -> None:
+    """A run of ``steps`` one-call decisions, recorded by the library itself."""
+    calls = [ToolCall(tool_name(i, len(tools)), {"i": i}) for i in range(steps)]
+    run_durable(run_id, journal=journal, tools=tools, planner=scripted(*calls), max_steps=steps + 1)
+
+
+def _rows(run_id: str, steps: int, compensated: bool, now: float) -> tuple[tuple[Any, ...], list[tuple[Any, ...]],
+                                                                           list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    ok = canonical_json({"ok": True})
+    run = (run_id, "finished", "", "", None, now if compensated else None, steps, None,
+           "complete" if compensated else "none", 0, None, None, now, now)
+    decs = []
+    recs = []
+    comps = []
+    for i in range(steps):
+        call_id = f"call-{i + 1}"
+        name = tool_name(i)
+        payload = {"kind": "calls", "calls": [{"id": call_id, "tool": name, "input": {"i": i}}]}
+        decs.append((run_id, i + 1, canonical_json(payload), now))
+        recs.append((run_id, call_id, i + 1, i + 1, call_id, name, "call", canonical_json({"i": i}), "succeeded", ok,
+                     None, 1, run_id, now, now))
+        if compensated:
+            comps.append((run_id, call_id, "compensated", "seed", now + 30.0, 1, f"{run_id}:comp:{call_id}", run_id,
+                          None, now, now))
+    decs.append((run_id, steps + 1, canonical_json({"kind": "finish", "text": "", "error": None}), now))
+    return run, decs, recs, comps
+
+
+RUN_COLUMNS = ["run_id", "status", "prompt", "text", "error", "condemned_at", "next_seq", "source_run_id",
+               "unwind_state", "unwind_attempts", "unwind_next_at", "unwind_note", "created_at", "updated_at"]
+TABLES: list[tuple[sa.Table, list[str]]] = [
+    (runs, RUN_COLUMNS),
+    (decisions, ["run_id", "step", "payload", "created_at"]),
+    (records, [c.name for c in records.c]),
+    (claims, [c.name for c in claims.c]),
+]
+
+
+def _batches(run_ids: Iterable[str], steps: int, compensated: bool) -> Iterator[list[list[tuple[Any, ...]]]]:
+    now = time.time()
+    batch: list[list[tuple[Any, ...]]] = [[], [], [], []]
+    for n, run_id in enumerate(run_ids, start=1):
+        run, decs, recs, comps = _rows(run_id, steps, compensated, now)
+        batch[0].append(run)
+        batch[1].extend(decs)
+        batch[2].extend(recs)
+        batch[3].extend(comps)
+        if len(batch[2]) >= 20_000 or n % 5_000 == 0:
+            yield batch
+            batch = [[], [], [], []]
+    if batch[0]:
+        yield batch
+
+
+def seed(engine: sa.Engine, run_ids: Iterable[str], steps: int, *, compensated: bool = False) -> None:
+    """Write finished runs of ``steps`` succeeded no-op calls (already unwound if ``compensated``)."""
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        postgres = engine.dialect.name == "postgresql"
+        if not postgres:
+            cursor.execute("BEGIN IMMEDIATE")
+        for batch in _batches(run_ids, steps, compensated):
+            for (table, columns), rows in zip(TABLES, batch, strict=True):
+                if not rows:
+                    continue
+                names = ", ".join(columns)
+                if postgres:
+                    with cursor.copy(f"COPY {table.name} ({names}) FROM STDIN") as copy:
+                        for row in rows:
+                            copy.write_row(row)
+                else:
+                    marks = ", ".join("?" * len(columns))
+                    cursor.executemany(f"INSERT INTO {table.name} ({names}) VALUES ({marks})", rows)
+        if postgres:
+            raw.commit()
+            cursor.execute("ANALYZE")
+            raw.commit()
+        else:
+            cursor.execute("COMMIT")
+            cursor.execute("ANALYZE")
+        cursor.close()
+    finally:
+        raw.close()
+
+
+def check_seed(journal: Journal, engine: sa.Engine) -> None:
+    """Fail loudly if seeded rows differ from what the library writes (times and owners aside)."""
+    tools = noop_tools()
+    record_run(journal, "seedcheck-recorded", 3, tools)
+    seed(engine, ["seedcheck-seeded"], 3)
+    skip = {"run_id", "origin_run_id", "created_at", "updated_at"}
+    with engine.connect() as conn:
+        for table, _ in TABLES[:3]:
+            got = []
+            for rid in ("seedcheck-recorded", "seedcheck-seeded"):
+                key = table.c.run_id
+                order = [c for c in table.primary_key.columns]
+                rows = conn.execute(sa.select(table).where(key == rid).order_by(*order)).all()
+                got.append([{k: v for k, v in r._mapping.items() if k not in skip} for r in rows])
+            if got[0] != got[1]:
+                raise AssertionError(f"seeded {table.name} rows differ from recorded ones:\n{got[0]}\n{got[1]}")
