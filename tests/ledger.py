@@ -55,12 +55,19 @@ class Ledger:
     def close(self) -> None:
         pass
 
+    def __enter__(self) -> Ledger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # -- questions tests ask -----------------------------------------------------------------------
     def call_counts(self, what: str | None = None) -> Counter[str]:
-        return Counter(c.key for c in self.calls(what))
+        """Calls per key; ``what`` keeps those whose label starts with it (``"compensate"``)."""
+        return Counter(c.key for c in self.calls() if what is None or c.what.startswith(what))
 
-    def effect_counts(self) -> Counter[str]:
-        return Counter(c.key for c in self.effects())
+    def effect_counts(self, what: str | None = None) -> Counter[str]:
+        return Counter(c.key for c in self.effects() if what is None or c.what.startswith(what))
 
     def whats(self) -> list[str]:
         return [c.what for c in self.calls()]
