@@ -1,0 +1,1 @@
+"""Settings and Celery/beat configuration for the saga-worker executor (DESIGN.md §4)."""

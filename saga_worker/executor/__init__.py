@@ -1,0 +1,19 @@
+"""The library side of the distributed executor (DESIGN.md §4): everything the Celery tasks do,
+reachable by a unit test without a broker.
+
+An unwind over Celery is a chain of continuations: the coordinator writes the tombstone and records
+the worklist (``start_unwind``), each step task applies the engine's rules to one step and stores
+its entry (``run_step``), and the last task assembles the report from the journal
+(``finalize_unwind``). The beat sweeper (``sweep``) re-drives unwinds that were interrupted.
+"""
+
+from __future__ import annotations
+
+from .context import WorkerContext, current, load_tools, reset
+from .sweeper import SweepOutcome, backoff_delay, sweep
+from .unwind import Finalize, Next, Step, finalize_unwind, run_step, start_unwind, step_owner
+
+__all__ = [
+    "Finalize", "Next", "Step", "SweepOutcome", "WorkerContext", "backoff_delay", "current", "finalize_unwind",
+    "load_tools", "reset", "run_step", "start_unwind", "step_owner", "sweep",
+]

@@ -1,0 +1,117 @@
+"""What a worker process needs to unwind: settings, the journal, the tools and the step lock.
+
+Opened lazily, once per process. Celery's prefork pool forks children from a parent that may have
+opened the journal already; a child must not reuse the parent's pooled connections, so the pool's
+``worker_process_init`` calls :func:`reset` and each child opens its own.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..errors import InvalidInputError
+from ..journal import Journal, open_journal
+from ..locks import StepLock, open_lock
+from ..settings import SagaSettings, get_settings
+from ..tools import Tool, check_tools
+
+
+def load_tools(spec: str) -> dict[str, Tool]:
+    """Import ``"package.module:attribute"``: a mapping of tool name to Tool, or a callable returning one."""
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise InvalidInputError(f"SAGA_TOOLS must look like 'package.module:attribute', got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidInputError(f"SAGA_TOOLS={spec!r}: cannot import {module_name!r}: {exc}") from exc
+    value: Any = module
+    for part in attribute.split("."):
+        try:
+            value = getattr(value, part)
+        except AttributeError as exc:
+            raise InvalidInputError(f"SAGA_TOOLS={spec!r}: {module_name!r} has no attribute {attribute!r}") from exc
+    if callable(value) and not isinstance(value, Mapping):
+        value = value()
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(f"SAGA_TOOLS={spec!r} is a {type(value).__name__}, not a mapping of name to Tool")
+    return check_tools(value)
+
+
+class WorkerContext:
+    """One process's journal, tools and lock, each opened on first use."""
+
+    def __init__(self, settings: SagaSettings | None = None, *,
+                 tools_loader: Callable[[str], dict[str, Tool]] = load_tools) -> None:
+        self.settings = settings if settings is not None else get_settings()
+        self._tools_loader = tools_loader
+        self._lock = threading.Lock()
+        self._journal: Journal | None = None
+        self._tools: dict[str, Tool] | None = None
+        self._step_lock: StepLock | None = None
+        self._step_lock_opened = False
+
+    @property
+    def journal(self) -> Journal:
+        with self._lock:
+            if self._journal is None:
+                self._journal = open_journal(self.settings.resolved_journal_url())
+            return self._journal
+
+    @property
+    def tools(self) -> dict[str, Tool]:
+        with self._lock:
+            if self._tools is None:
+                self._tools = self._tools_loader(self.settings.tools)
+            return self._tools
+
+    @property
+    def lock(self) -> StepLock | None:
+        """Redis step locks when ``SAGA_REDIS_URL`` is set; otherwise the journal claim alone."""
+        with self._lock:
+            if not self._step_lock_opened:
+                self._step_lock = open_lock(self.settings.redis_url)
+                self._step_lock_opened = True
+            return self._step_lock
+
+    def close(self, *, after_fork: bool = False) -> None:
+        with self._lock:
+            journal, self._journal = self._journal, None
+        if journal is None:
+            return
+        engine = getattr(journal, "engine", None)
+        if after_fork and engine is not None:
+            # The parent's connections are not ours to close: just forget them.
+            engine.dispose(close=False)
+        else:
+            journal.close()
+
+
+_current: WorkerContext | None = None
+_current_pid = 0
+_guard = threading.Lock()
+
+
+def current() -> WorkerContext:
+    """This process's context (a forked child gets a fresh one)."""
+    global _current, _current_pid
+    with _guard:
+        if _current is None or _current_pid != os.getpid():
+            if _current is not None:
+                _current.close(after_fork=True)
+            _current, _current_pid = WorkerContext(), os.getpid()
+        return _current
+
+
+def reset(*, after_fork: bool = False) -> None:
+    """Drop this process's context; the next :func:`current` re-reads settings and reopens everything."""
+    global _current
+    with _guard:
+        ctx, _current = _current, None
+        get_settings.cache_clear()
+    if ctx is not None:
+        ctx.close(after_fork=after_fork)

@@ -1,0 +1,198 @@
+"""One unwind as a chain of continuations (DESIGN.md §4), on top of the engine's rules (§3).
+
+The coordinator writes the tombstone and records the worklist; each step task applies
+``compensate_step`` to one step and stores its entry keyed ``(unwind_id, position)``; the finalize
+task assembles the report from those entries. Every write is insert-if-absent, so a duplicated or
+redelivered message finds its work done and only passes the continuation on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from ..compensation.engine import begin_unwind, build_report, compensate_step, entry_for, finish_unwind
+from ..compensation.report import HALTING, CompensationEntry, CompensationReport, CompensationStatus
+from ..errors import InvalidInputError
+from ..journal.base import Journal
+from ..journal.records import ClaimStatus, ToolRecord, UnwindInfo, UnwindState
+from ..keys import check_run_id, compensate_key
+from ..locks.base import StepLock
+from ..tools import Tool
+
+# A fresh unwind owns its run for this many claim TTLs before the sweeper may re-drive it: condemn
+# makes the run due at once, and re-driving an unwind that is running right now would only say busy.
+SWEEP_GRACE_TTLS = 2.0
+_HALTING = frozenset(s.value for s in HALTING)
+
+
+@dataclass(frozen=True)
+class Step:
+    """Run step ``suffix`` (at ``position`` of ``total``) of unwind ``unwind_id`` next."""
+
+    run_id: str
+    unwind_id: str
+    suffix: str
+    dry_run: bool
+    position: int
+    total: int
+
+
+@dataclass(frozen=True)
+class Finalize:
+    """Assemble the report next: the unwind reached its end or halted."""
+
+    run_id: str
+    unwind_id: str
+
+
+Next = Step | Finalize
+
+
+def step_owner(unwind_id: str, suffix: str) -> str:
+    """The owner token of one step of one unwind: the same for every delivery of that step's message,
+    so a redelivered task re-takes its dead attempt's lock and claim instead of reading them as busy."""
+    digest = hashlib.sha256(f"{unwind_id}\n{suffix}".encode()).hexdigest()[:16]
+    return f"unwind:{unwind_id[:60]}:{digest}"
+
+
+def start_unwind(journal: Journal, run_id: str, unwind_id: str, *, dry_run: bool,
+                 claim_ttl: float) -> Next:
+    """The coordinator: tombstone first, then the worklist, recorded once per unwind."""
+    check_run_id(run_id)
+    worklist = begin_unwind(journal, run_id, dry_run=dry_run)
+    info = journal.record_unwind(unwind_id, run_id, dry_run=dry_run, suffixes=[r.suffix for r in worklist])
+    if info.run_id != run_id:
+        raise InvalidInputError(f"unwind {unwind_id!r} belongs to run {info.run_id!r}, not {run_id!r}")
+    if not info.dry_run:
+        _hold_off_sweeper(journal, run_id, unwind_id, SWEEP_GRACE_TTLS * claim_ttl)
+    return _next(info, 0)
+
+
+def _hold_off_sweeper(journal: Journal, run_id: str, unwind_id: str, grace: float) -> None:
+    run = journal.get_run(run_id)
+    due = journal.now() + grace
+    if run is not None and run.unwind_next_at is not None:
+        due = max(due, run.unwind_next_at)  # keep the sweeper's backoff when it is the one re-driving
+    journal.set_unwind_state(run_id, UnwindState.PENDING, note=f"unwind {unwind_id} in progress", next_at=due)
+
+
+def _next(info: UnwindInfo, position: int) -> Next:
+    if position < len(info.suffixes):
+        return Step(info.run_id, info.unwind_id, info.suffixes[position], info.dry_run, position, len(info.suffixes))
+    return Finalize(info.run_id, info.unwind_id)
+
+
+def _unwind(journal: Journal, run_id: str, unwind_id: str) -> UnwindInfo:
+    check_run_id(run_id)
+    info = journal.get_unwind(unwind_id)
+    if info is None:
+        raise InvalidInputError(f"unwind {unwind_id!r} of run {run_id!r} is not in the journal")
+    if info.run_id != run_id:
+        raise InvalidInputError(f"unwind {unwind_id!r} belongs to run {info.run_id!r}, not {run_id!r}")
+    return info
+
+
+def run_step(journal: Journal, tools: Mapping[str, Tool], run_id: str, unwind_id: str, suffix: str, *,
+             claim_ttl: float, lock: StepLock | None = None,
+             sleep: Callable[[float], None] = time.sleep) -> Next | None:
+    """One step task: apply the engine's rules to one step, store the entry, say what comes next.
+
+    Returns None when a live duplicate delivery of this very step holds it: that delivery carries
+    the chain on, and this one must end without writing anything."""
+    info = _unwind(journal, run_id, unwind_id)
+    try:
+        position = info.suffixes.index(suffix)
+    except ValueError:
+        raise InvalidInputError(f"step {suffix!r} is not in the worklist of unwind {unwind_id!r}") from None
+    stored = journal.list_unwind_entries(unwind_id).get(position)
+    if stored is None:
+        entry = _compensate(journal, tools, info, suffix, claim_ttl=claim_ttl, lock=lock, sleep=sleep)
+        if entry is None:
+            return None
+        stored = journal.record_unwind_entry(unwind_id, position, entry.model_dump(mode="json"))
+    if stored.get("status") in _HALTING:
+        return Finalize(run_id, unwind_id)
+    return _next(info, position + 1)
+
+
+def _compensate(journal: Journal, tools: Mapping[str, Tool], info: UnwindInfo, suffix: str, *, claim_ttl: float,
+                lock: StepLock | None, sleep: Callable[[float], None]) -> CompensationEntry | None:
+    record = journal.get_record(info.run_id, suffix)
+    if record is None:  # records are never deleted: say so honestly rather than crash the worker
+        return CompensationEntry(
+            suffix=suffix, tool_call_id="", tool_name="", status=CompensationStatus.UNCERTAIN,
+            error="the step's tool record is missing from the journal", record_status="missing",
+            idempotency_key=compensate_key(info.run_id, suffix), origin_run_id=info.run_id)
+    owner = step_owner(info.unwind_id, suffix)
+    if not info.dry_run and _live_twin(journal, record, owner, claim_ttl, sleep):
+        return None
+    entry = compensate_step(journal, info.run_id, record, tools, dry_run=info.dry_run, claim_ttl=claim_ttl,
+                            lock=lock, owner=owner)
+    if entry.status is CompensationStatus.ALREADY_COMPENSATED:
+        claim = journal.get_claim(record.origin_run_id, record.suffix)
+        if claim is not None and claim.owner == owner:
+            # Undone by this very unwind (an attempt that died after writing its outcome): it is
+            # this unwind's compensation, not an earlier one's.
+            entry = entry.model_copy(update={"status": CompensationStatus.COMPENSATED})
+    return entry
+
+
+def _live_twin(journal: Journal, record: ToolRecord, owner: str, ttl: float,
+               sleep: Callable[[float], None]) -> bool:
+    """Is another delivery of this same step alive and holding it right now?
+
+    Our owner token holding a live lease means either our own attempt died mid-hook (a redelivery:
+    re-take it) or a duplicate delivery is running it (a visibility timeout shorter than the hook, a
+    re-sent continuation: leave it alone). A live holder renews its lease every ttl/3, so watch the
+    lease for a little over one renewal period."""
+    first = journal.get_claim(record.origin_run_id, record.suffix)
+    if first is None or first.status is not ClaimStatus.CLAIMED or first.owner != owner:
+        return False
+    if first.lease_expires_at <= journal.now():
+        return False
+    waited, step = 0.0, ttl / 10
+    while waited < ttl * 0.6:
+        sleep(step)
+        waited += step
+        now = journal.get_claim(record.origin_run_id, record.suffix)
+        if now is None or now.owner != owner:
+            return False
+        if now.status is not ClaimStatus.CLAIMED or now.lease_expires_at > first.lease_expires_at:
+            return True  # renewed or finished by the twin
+        if now.lease_expires_at <= journal.now():
+            return False
+    return False
+
+
+def finalize_unwind(journal: Journal, run_id: str, unwind_id: str) -> CompensationReport:
+    """The report from the journal: stored entries up to the halt, ``not-attempted`` after it."""
+    info = _unwind(journal, run_id, unwind_id)
+    stored = journal.list_unwind_entries(unwind_id)
+    entries: list[CompensationEntry] = []
+    stopped = False
+    for position, suffix in enumerate(info.suffixes):
+        data = None if stopped else stored.get(position)
+        if data is not None:
+            entry = CompensationEntry.model_validate(data)
+            stopped = entry.status in HALTING
+        else:
+            stopped = True  # the chain never got here: nothing was probed
+            entry = _not_attempted(journal, run_id, suffix)
+        entries.append(entry)
+    report = build_report(journal, run_id, entries, dry_run=info.dry_run)
+    finish_unwind(journal, report)
+    return report
+
+
+def _not_attempted(journal: Journal, run_id: str, suffix: str) -> CompensationEntry:
+    record = journal.get_record(run_id, suffix)
+    if record is None:
+        return CompensationEntry(suffix=suffix, tool_call_id="", tool_name="", status=CompensationStatus.NOT_ATTEMPTED,
+                                 record_status="missing", idempotency_key=compensate_key(run_id, suffix),
+                                 origin_run_id=run_id)
+    return entry_for(record, CompensationStatus.NOT_ATTEMPTED)
+
+
