@@ -1,0 +1,233 @@
+"""Claims and leases (DESIGN.md §3 rule 4, §6): a dead holder's step is re-driven with the same key once
+its lease expires, a live holder's lease is renewed while its hook runs, and a holder that lost its
+lease never overwrites the new owner's outcome."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from typing import Any
+
+import pytest
+
+from saga_worker import (
+    CallOptions,
+    CompensationReport,
+    Journal,
+    compensate_run,
+    open_journal,
+    run_durable,
+    scripted,
+)
+from saga_worker.compensation import engine
+from saga_worker.journal.records import ClaimStatus, CompensationClaim
+from tests.ledger import open_ledger, order_script, order_tools
+from tests.procs.unwind_child import EXIT_CODE, spawn
+
+RESERVE = "call-2"
+
+
+@pytest.fixture
+def stack() -> Iterator[ExitStack]:
+    with ExitStack() as stack:
+        yield stack
+
+
+def statuses(report: CompensationReport) -> list[str]:
+    return [e.status.value for e in report.entries]
+
+
+def wait_until(predicate: Any, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def wait_for_expiry(journal: Journal, claim: CompensationClaim) -> None:
+    wait_until(lambda: journal.now() > claim.lease_expires_at, "the lease to expire")
+
+
+# -- a holder killed inside its hook ------------------------------------------------------------------
+
+@pytest.mark.parametrize("death", ["os._exit", "SIGKILL"])
+def test_unwinder_killed_inside_a_hook_leaves_its_step_claimed_until_the_lease_expires_then_it_is_redriven(
+        shared_journal_url: str, run_id: str, death: str, stack: ExitStack) -> None:
+    journal = stack.enter_context(open_journal(shared_journal_url, migrate=True))
+    ledger = stack.enter_context(open_ledger(shared_journal_url))
+    tools = order_tools(ledger)
+    run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order_script()))
+    key = f"{run_id}:comp:{RESERVE}"
+
+    child = spawn(shared_journal_url, ledger.scope, run_id, mode="exit" if death == "os._exit" else "hang",
+                  step="reserve", ttl=3)
+    stack.callback(lambda: child.poll() is None and child.kill())
+    if death == "os._exit":
+        child.communicate(timeout=60)
+        assert child.returncode == EXIT_CODE
+    else:
+        wait_until(lambda: ledger.calls("entered:reserve") != [], "the child to enter the reserve hook")
+        # While the holder lives, its lease is renewed: a rival reads busy however long the hook takes.
+        assert statuses(compensate_run(run_id, journal=journal, tools=tools, claim_ttl=3)) == [
+            "already-compensated", "busy", "not-attempted"]
+        child.send_signal(signal.SIGKILL)
+        child.communicate(timeout=60)
+        assert child.returncode == -signal.SIGKILL
+
+    claim = journal.get_claim(run_id, RESERVE)
+    assert claim is not None and claim.status is ClaimStatus.CLAIMED
+    assert f":{child.pid}:" in claim.owner
+    assert [c.key for c in ledger.calls("entered:reserve")] == [key]
+
+    early = compensate_run(run_id, journal=journal, tools=tools, claim_ttl=3)
+    lease_still_live = journal.now() < claim.lease_expires_at
+    if lease_still_live:  # (always, unless this machine stalled for seconds after the kill)
+        assert statuses(early) == ["already-compensated", "busy", "not-attempted"]
+        assert journal.get_claim(run_id, RESERVE) == claim
+        assert ledger.effect_counts("compensate") == {f"{run_id}:comp:call-3": 1}
+
+    wait_for_expiry(journal, claim)
+    late = compensate_run(run_id, journal=journal, tools=tools, claim_ttl=3)
+
+    assert statuses(late)[1:] == ["compensated", "compensated"]
+    assert late.entries[1].idempotency_key == key
+    after = journal.get_claim(run_id, RESERVE)
+    assert after is not None and after.status is ClaimStatus.COMPENSATED and after.attempts == 2
+    assert after.idempotency_key == key
+    assert ledger.effect_counts("compensate") == {f"{run_id}:comp:call-{n}": 1 for n in (1, 2, 3)}
+    reserve_calls = [c for c in ledger.calls() if c.key == key]
+    assert [(c.what, c.pid == child.pid) for c in reserve_calls] == [("entered:reserve", True),
+                                                                      ("compensate:reserve", False)]
+
+
+# -- a live holder keeps its lease ----------------------------------------------------------------------
+
+def test_lease_is_renewed_while_a_slow_hook_runs_so_a_rival_never_steals_the_step(journal: Journal, run_id: str,
+                                                                                  stack: ExitStack) -> None:
+    ttl = 1.0
+    ledger = stack.enter_context(open_ledger(journal.url))
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_reserve(name: str, input: Any, output: Any, opts: CallOptions) -> None:
+        if name == "reserve" and not entered.is_set():
+            entered.set()
+            release.wait(timeout=60)
+
+    tools = order_tools(ledger, before_compensate=slow_reserve)
+    run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order_script()))
+    holder_reports: list[CompensationReport] = []
+    holder = threading.Thread(target=lambda: holder_reports.append(
+        compensate_run(run_id, journal=journal, tools=tools, claim_ttl=ttl)))
+    holder.start()
+    stack.callback(holder.join, 60)
+    stack.callback(release.set)
+    assert entered.wait(timeout=30)
+    claim = journal.get_claim(run_id, RESERVE)
+    assert claim is not None
+
+    rival_tries = 0
+    while journal.now() < claim.started_at + 3 * ttl:  # the hook outlives three whole leases
+        rival = compensate_run(run_id, journal=journal, tools=tools, claim_ttl=ttl)
+        assert statuses(rival) == ["already-compensated", "busy", "not-attempted"]
+        rival_tries += 1
+        time.sleep(ttl / 4)
+    held = journal.get_claim(run_id, RESERVE)
+    assert held is not None and held.owner == claim.owner and held.attempts == 1
+    assert held.lease_expires_at > claim.lease_expires_at  # renewed, not merely long
+
+    release.set()
+    holder.join(timeout=60)
+
+    assert rival_tries >= 3
+    assert statuses(holder_reports[0]) == ["compensated"] * 3
+    assert ledger.call_counts("compensate") == {f"{run_id}:comp:call-{n}": 1 for n in (1, 2, 3)}
+
+
+# -- a holder that lost its lease ---------------------------------------------------------------------------
+
+def test_holder_whose_lease_was_taken_over_cannot_renew_or_write_an_outcome(journal: Journal, run_id: str) -> None:
+    key = f"{run_id}:comp:{RESERVE}"
+    first = journal.claim_compensation(run_id, RESERVE, via_run_id=run_id, owner="old", ttl=0.2,
+                                       idempotency_key=key)
+    assert first.acquired and first.claim is not None
+    busy = journal.claim_compensation(run_id, RESERVE, via_run_id=run_id, owner="rival", ttl=60,
+                                      idempotency_key=key)
+    assert not busy.acquired and busy.claim == journal.get_claim(run_id, RESERVE) == first.claim
+    wait_for_expiry(journal, first.claim)
+
+    second = journal.claim_compensation(run_id, RESERVE, via_run_id=run_id, owner="new", ttl=60,
+                                        idempotency_key=key)
+    assert second.acquired and second.claim is not None
+    assert (second.claim.owner, second.claim.attempts, second.claim.idempotency_key) == ("new", 2, key)
+
+    assert not journal.renew_claim(run_id, RESERVE, "old", 60)
+    assert not journal.finish_claim(run_id, RESERVE, "old", ClaimStatus.COMPENSATED)
+    assert journal.get_claim(run_id, RESERVE) == second.claim
+    assert journal.finish_claim(run_id, RESERVE, "new", ClaimStatus.FAILED, "provider said no")
+    assert not journal.finish_claim(run_id, RESERVE, "old", ClaimStatus.COMPENSATED)
+    final = journal.get_claim(run_id, RESERVE)
+    assert final is not None
+    assert (final.status, final.owner, final.error) == (ClaimStatus.FAILED, "new", "provider said no")
+
+
+def test_compensated_step_cannot_be_claimed_again_even_after_its_lease_time(journal: Journal, run_id: str) -> None:
+    key = f"{run_id}:comp:{RESERVE}"
+    taken = journal.claim_compensation(run_id, RESERVE, via_run_id=run_id, owner="a", ttl=0.1, idempotency_key=key)
+    assert taken.claim is not None and journal.finish_claim(run_id, RESERVE, "a", ClaimStatus.COMPENSATED)
+    wait_for_expiry(journal, taken.claim)
+
+    again = journal.claim_compensation(run_id, RESERVE, via_run_id=run_id, owner="b", ttl=60, idempotency_key=key)
+
+    assert not again.acquired and again.claim is not None
+    assert (again.claim.status, again.claim.owner) == (ClaimStatus.COMPENSATED, "a")
+
+
+def test_unwinder_that_lost_its_lease_mid_hook_leaves_the_new_owners_outcome_standing(
+        journal: Journal, run_id: str, stack: ExitStack, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first holder's renewals stall (a frozen VM, a long GC pause): its lease lapses mid-hook.
+    monkeypatch.setattr(engine.keeper, "keep", lambda renew, interval: contextlib.nullcontext())
+    ledger = stack.enter_context(open_ledger(journal.url))
+    entered, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def reserve_hook(name: str, input: Any, output: Any, opts: CallOptions) -> None:
+        if name != "reserve":
+            return
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:
+            entered.set()
+            release.wait(timeout=60)
+        else:
+            raise RuntimeError("provider said no")
+
+    tools = order_tools(ledger, before_compensate=reserve_hook)
+    run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order_script()))
+    stale: list[CompensationReport] = []
+    holder = threading.Thread(name="stale", target=lambda: stale.append(
+        compensate_run(run_id, journal=journal, tools=tools, claim_ttl=0.3)))
+    holder.start()
+    stack.callback(holder.join, 60)
+    stack.callback(release.set)
+    assert entered.wait(timeout=30)
+    claim = journal.get_claim(run_id, RESERVE)
+    assert claim is not None
+    wait_for_expiry(journal, claim)
+
+    takeover = compensate_run(run_id, journal=journal, tools=tools, claim_ttl=60)
+    assert statuses(takeover) == ["already-compensated", "failed", "not-attempted"]
+    owned = journal.get_claim(run_id, RESERVE)
+    assert owned is not None and owned.status is ClaimStatus.FAILED and owned.owner != claim.owner
+
+    release.set()
+    holder.join(timeout=60)
+
+    assert journal.get_claim(run_id, RESERVE) == owned  # the stale holder's success was not written over it
+    entry = stale[0].entries[1]
+    assert entry.status.value == "compensated"
+    assert entry.error is not None and "lease expired" in entry.error
+    assert len(calls) == 2
