@@ -23,17 +23,19 @@ def open_journal(url: str, *, migrate: bool | None = None) -> Journal:
     ``migrate=True`` (production runs ``saga-worker db upgrade`` once, before the workers).
     """
     if not isinstance(url, str) or not url.strip():
-        raise JournalError(f"journal URL must be a non-empty string, got {url!r}")
+        raise JournalError(f"journal URL must be a non-empty string, got {url!r}", url=url)
     if url.startswith("memory:"):
         return MemoryJournal(url)
-    from .sql import SqlJournal  # SQLAlchemy is only imported for SQL journals
+    from .sql import SqlJournal, _safe  # SQLAlchemy is only imported for SQL journals
 
     try:
         return SqlJournal(url, migrate_schema=migrate)
     except JournalError:
         raise
     except Exception as exc:  # sqlalchemy.exc.ArgumentError and friends for a URL that does not parse
-        raise JournalError(f"cannot open journal {url!r}: {exc}") from exc
+        shown = _safe(url)  # never a password in a message
+        shown = url if shown == "<unparseable URL>" else shown
+        raise JournalError(f"cannot open journal {shown!r}: {exc}", url=shown) from exc
 
 
 __all__ = [

@@ -441,9 +441,10 @@ class SqlJournal(Journal):
 
 
 def _safe(url: str) -> str:
-    """The URL with any password hidden, for messages."""
+    """The URL with any password hidden, for messages; otherwise as written (rendering escapes ':')."""
     try:
-        return sa.engine.make_url(url).render_as_string(hide_password=True)
+        parsed = sa.engine.make_url(url)
+        return url if parsed.password is None else parsed.render_as_string(hide_password=True)
     except Exception:
         return "<unparseable URL>"
 
@@ -460,7 +461,7 @@ def _create_engine(url: str) -> sa.Engine:
     parsed = sa.engine.make_url(normalize_url(url))
     backend = parsed.get_backend_name()
     if backend == "sqlite":
-        return _sqlite_engine(parsed)
+        return _sqlite_engine(parsed, _safe(url))
     if backend == "postgresql":
         if parsed.get_driver_name() != "psycopg":
             raise JournalError(f"PostgreSQL journals use psycopg 3: write the URL as postgresql+psycopg://… "
@@ -468,21 +469,24 @@ def _create_engine(url: str) -> sa.Engine:
         try:
             import psycopg  # noqa: F401
         except ImportError as exc:
-            raise JournalError("PostgreSQL journals need psycopg 3: pip install 'saga-worker[postgres]'") from exc
+            raise JournalError(f"PostgreSQL journal {_safe(url)} needs psycopg 3: pip install "
+                               "'saga-worker[postgres]'", url=_safe(url)) from exc
         return sa.create_engine(parsed, pool_pre_ping=True, pool_size=5, max_overflow=10)
     raise JournalError(f"no journal backend for {_safe(url)}: use memory://, sqlite:///path.db or "
                        "postgresql+psycopg://…", url=_safe(url))
 
 
-def _sqlite_engine(parsed: sa.URL) -> sa.Engine:
+def _sqlite_engine(parsed: sa.URL, url: str) -> sa.Engine:
     database = parsed.database
     if not database or database == ":memory:":
-        raise JournalError("a SQLite journal needs a file (sqlite:///path.db); use memory:// for an in-process one")
+        # An in-memory SQLite database lives and dies with one connection: no other process could share it.
+        raise JournalError(f"SQLite journal {url} is in memory: a SQLite journal needs a file "
+                           "(sqlite:///path.db); use memory:// for an in-process one", url=url)
     path = Path(database)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise JournalError(f"cannot create the folder of SQLite journal {database}: {exc}") from exc
+        raise JournalError(f"cannot create the folder of SQLite journal {url}: {exc}", url=url) from exc
     engine = sa.create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False})
 
     @sa.event.listens_for(engine, "connect")

@@ -1,0 +1,140 @@
+"""open_journal: URLs that cannot be opened are named in a JournalError; schemas come from migrations."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+
+from saga_worker import JournalError, MemoryJournal, SqlJournal, Tool, ToolCall, open_journal, run_durable, scripted
+from saga_worker.journal import migrate
+from saga_worker.journal.schema import metadata
+from tests.services import PG_ADMIN_URL, require
+
+TABLES = {"saga_runs", "saga_decisions", "saga_tool_records", "saga_compensations"}
+
+
+@pytest.fixture
+def empty_pg_url() -> Iterator[str]:
+    """A PostgreSQL database of its own with no schema at all, dropped afterwards."""
+    require("postgres")
+    name = f"saga_empty_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    yield sa.engine.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as conn:
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def tables(url: str) -> set[str]:
+    engine = sa.create_engine(url)
+    try:
+        return set(sa.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
+
+
+def schema_drift(engine: sa.Engine) -> list[object]:
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts={"version_table": migrate.VERSION_TABLE})
+        return list(compare_metadata(context, metadata))
+
+
+# -- bad URLs -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("url, named", [
+    ("mysql://user@127.0.0.1/saga", "mysql://user@127.0.0.1/saga"),
+    ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+    ("not a url at all", "not a url at all"),
+    ("sqlite://", "sqlite://"),
+    ("sqlite:///:memory:", "sqlite:///:memory:"),
+    ("postgresql+psycopg2://postgres@127.0.0.1:5432/test", "postgresql+psycopg2://postgres@127.0.0.1:5432/test"),
+])
+def test_a_url_that_cannot_be_a_journal_gives_a_journal_error_naming_it(url: str, named: str) -> None:
+    with pytest.raises(JournalError) as info:
+        open_journal(url)
+    assert named in str(info.value) and info.value.detail["url"] == named
+
+
+@pytest.mark.parametrize("url", ["", "   ", None, 5])
+def test_an_empty_or_non_string_url_gives_a_journal_error(url: object) -> None:
+    with pytest.raises(JournalError, match="journal URL"):
+        open_journal(url)  # type: ignore[arg-type]
+
+
+def test_an_unreachable_postgres_gives_a_journal_error_naming_the_url_without_its_password() -> None:
+    url = "postgresql+psycopg://postgres:s3cret@127.0.0.1:1/test"  # nothing listens on loopback port 1
+    with pytest.raises(JournalError) as info:
+        open_journal(url, migrate=True)
+    assert "postgresql+psycopg://postgres:***@127.0.0.1:1/test" in str(info.value)
+    assert "s3cret" not in str(info.value)
+
+
+def test_a_sqlite_file_in_a_folder_that_cannot_be_made_gives_a_journal_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(JournalError, match="cannot"):
+        open_journal(f"sqlite:///{blocker}/sub/journal.db")
+
+
+def test_each_url_picks_its_backend(sqlite_url: str) -> None:
+    assert isinstance(open_journal("memory://"), MemoryJournal)
+    with open_journal(sqlite_url) as journal:
+        assert isinstance(journal, SqlJournal) and journal.url == sqlite_url
+
+
+def test_plain_postgresql_urls_mean_psycopg_3(empty_pg_url: str) -> None:
+    plain = empty_pg_url.replace("postgresql+psycopg://", "postgresql://")
+    with open_journal(plain, migrate=True) as journal:
+        assert isinstance(journal, SqlJournal) and journal.engine.dialect.driver == "psycopg"
+
+
+# -- migrations -----------------------------------------------------------------------------------
+
+def test_a_fresh_sqlite_file_is_migrated_on_open(sqlite_url: str) -> None:
+    with open_journal(sqlite_url) as journal:
+        assert isinstance(journal, SqlJournal)
+        assert migrate.current_revision(journal.engine) == migrate.head_revision()
+        assert schema_drift(journal.engine) == []
+    assert TABLES <= tables(sqlite_url)
+
+
+def test_a_sqlite_journal_opened_with_migrate_false_refuses_an_unmigrated_file(sqlite_url: str) -> None:
+    with pytest.raises(JournalError, match="saga-worker db upgrade"):
+        open_journal(sqlite_url, migrate=False)
+
+
+def test_an_unmigrated_postgres_refuses_to_open_and_names_the_upgrade_command(empty_pg_url: str) -> None:
+    with pytest.raises(JournalError, match="saga-worker db upgrade") as info:
+        open_journal(empty_pg_url)
+    assert "revision none" in str(info.value)
+    assert not TABLES & tables(empty_pg_url)  # refusing wrote no schema
+    with open_journal(empty_pg_url, migrate=True) as journal:
+        assert isinstance(journal, SqlJournal) and schema_drift(journal.engine) == []
+    open_journal(empty_pg_url).close()  # migrated once, it opens without being asked to migrate
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_downgrade_to_base_then_upgrade_round_trips_the_schema(backend: str, request: pytest.FixtureRequest) -> None:
+    url = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "empty_pg_url")
+    with open_journal(url, migrate=True) as journal:
+        assert isinstance(journal, SqlJournal)
+        run_durable("before-downgrade", journal=journal, tools={"t": Tool(lambda i, o: 1)},
+                    planner=scripted(ToolCall("t", {})))
+        migrate.downgrade(journal.engine, "base")
+        assert migrate.current_revision(journal.engine) is None
+        assert not TABLES & set(sa.inspect(journal.engine).get_table_names())
+        migrate.upgrade(journal.engine)
+        assert migrate.current_revision(journal.engine) == migrate.head_revision()
+        assert schema_drift(journal.engine) == []
+        assert journal.get_run("before-downgrade") is None  # the tables are new and empty
+        result = run_durable("after-upgrade", journal=journal, tools={"t": Tool(lambda i, o: 2)},
+                             planner=scripted(ToolCall("t", {})))
+        assert result.status == "finished"
