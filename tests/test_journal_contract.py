@@ -1,0 +1,177 @@
+"""The journal interface on every backend: each write is idempotent by construction (insert-if-absent,
+compare-and-set), so a retried or duplicated write cannot corrupt state, and racing writers get one winner."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from saga_worker import CompensatedRunError, Journal, RunExistsError, UnknownRunError
+from saga_worker.journal.records import NewRecord, RecordStatus, RunStatus, UnwindState
+
+
+def new(suffix: str = "call-1", step: int = 1, run_id: str = "r") -> NewRecord:
+    return NewRecord(suffix, step, suffix, "charge", "call", {"amount": 1}, run_id)
+
+
+def race(n: int, work: Callable[[int], Any]) -> list[Any]:
+    """Run ``work(i)`` on ``n`` threads released together; return their results in thread order."""
+    barrier = threading.Barrier(n)
+    results: list[Any] = [None] * n
+    errors: list[BaseException] = []
+
+    def go(i: int) -> None:
+        barrier.wait()
+        try:
+            results[i] = work(i)
+        except BaseException as exc:  # reported below, in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    return results
+
+
+def test_start_run_creates_once_and_keeps_the_first_prompt(journal: Journal, run_id: str) -> None:
+    run, created = journal.start_run(run_id, "first")
+    again, created_again = journal.start_run(run_id, "second")
+    assert (created, created_again) == (True, False)
+    assert again.prompt == "first" and again.status is RunStatus.RUNNING and again == run
+
+
+def test_start_run_refuses_a_condemned_run(journal: Journal, run_id: str) -> None:
+    journal.condemn(run_id)
+    with pytest.raises(CompensatedRunError):
+        journal.start_run(run_id, "")
+
+
+def test_condemn_is_idempotent_and_also_stamps_a_run_never_seen(journal: Journal, run_id: str) -> None:
+    first = journal.condemn(run_id)
+    assert journal.condemn(run_id) == first
+    run = journal.get_run(run_id)
+    assert run is not None and run.condemned_at == first and run.status is RunStatus.UNKNOWN
+    assert run.unwind_state is UnwindState.PENDING
+
+
+def test_end_run_records_the_first_end_only(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "")
+    first = journal.end_run(run_id, RunStatus.FINISHED, "done", None)
+    second = journal.end_run(run_id, RunStatus.FAILED, "other", "boom")
+    assert second == first and second.status is RunStatus.FINISHED and second.text == "done"
+    with pytest.raises(UnknownRunError):
+        journal.end_run("never-was", RunStatus.FINISHED, "", None)
+
+
+def test_record_decision_keeps_the_first_writer(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "")
+    assert journal.record_decision(run_id, 1, {"kind": "finish", "text": "a"}) == {"kind": "finish", "text": "a"}
+    assert journal.record_decision(run_id, 1, {"kind": "finish", "text": "b"}) == {"kind": "finish", "text": "a"}
+    assert journal.list_decisions(run_id) == [{"kind": "finish", "text": "a"}]
+
+
+def test_claim_record_inserts_if_absent_with_increasing_sequence(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "")
+    first = journal.claim_record(run_id, new("call-1"), gated=True)
+    assert first is not None and first.status is RecordStatus.RUNNING and first.attempts == 1
+    assert journal.claim_record(run_id, new("call-1"), gated=True) is None
+    second = journal.claim_record(run_id, new("call-2"), gated=True)
+    assert second is not None and second.seq > first.seq
+    assert [r.suffix for r in journal.list_records(run_id)] == ["call-1", "call-2"]
+
+
+def test_a_gated_claim_on_a_condemned_run_raises_and_writes_nothing(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "")
+    journal.condemn(run_id)
+    with pytest.raises(CompensatedRunError):
+        journal.claim_record(run_id, new("call-1"), gated=True)
+    assert journal.list_records(run_id) == []
+    # A read-only tool (side_effect=False) is not gated.
+    assert journal.claim_record(run_id, new("call-2"), gated=False) is not None
+
+
+def test_a_claim_for_a_run_never_started_raises_unknown_run(journal: Journal) -> None:
+    with pytest.raises(UnknownRunError):
+        journal.claim_record("never-started", new("call-1"), gated=True)
+
+
+def test_record_transitions_are_compare_and_set(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "")
+    journal.claim_record(run_id, new(), gated=True)
+    failed = journal.complete_record(run_id, "call-1", RecordStatus.FAILED, error="boom")
+    assert failed is not None and failed.status is RecordStatus.FAILED and failed.error == "boom"
+    # Completing again (a duplicated message) changes nothing: the record is no longer running.
+    assert journal.complete_record(run_id, "call-1", RecordStatus.SUCCEEDED, output={"x": 1}) is None
+    assert journal.reclaim_record(run_id, "call-1", RecordStatus.RUNNING, gated=True) is None
+    retried = journal.reclaim_record(run_id, "call-1", RecordStatus.FAILED, gated=True)
+    assert retried is not None and retried.status is RecordStatus.RUNNING and retried.attempts == 2
+    assert retried.error is None and retried.seq == failed.seq
+    assert journal.resolve_record(run_id, "call-1", RecordStatus.FAILED, {"x": 1}) is None
+    resolved = journal.resolve_record(run_id, "call-1", RecordStatus.RUNNING, {"x": 1})
+    assert resolved is not None and resolved.status is RecordStatus.SUCCEEDED and resolved.output == {"x": 1}
+    assert journal.get_record(run_id, "call-1") == resolved
+
+
+def test_values_read_back_are_copies_not_aliases(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "")
+    payload = {"kind": "calls", "calls": [{"id": "call-1", "tool": "t", "input": {"n": [1]}}]}
+    journal.record_decision(run_id, 1, payload)
+    payload["calls"][0]["input"]["n"].append(2)  # type: ignore[index]
+    assert journal.list_decisions(run_id)[0]["calls"][0]["input"] == {"n": [1]}
+
+
+def test_racing_claims_of_one_record_have_exactly_one_winner(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "")
+    won = race(6, lambda i: journal.claim_record(run_id, new("call-1"), gated=True))
+    assert sum(r is not None for r in won) == 1
+    assert len(journal.list_records(run_id)) == 1
+
+
+def test_racing_claims_of_different_records_get_distinct_sequence_numbers(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "")
+    claimed = race(6, lambda i: journal.claim_record(run_id, new(f"call-{i}"), gated=True))
+    assert len({r.seq for r in claimed}) == 6
+
+
+def test_racing_decisions_for_one_step_store_the_first_writers(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "")
+    stored = race(6, lambda i: journal.record_decision(run_id, 1, {"kind": "finish", "text": str(i)}))
+    assert len({s["text"] for s in stored}) == 1
+    assert journal.list_decisions(run_id) == [stored[0]]
+
+
+def test_racing_reclaims_of_a_failed_record_have_exactly_one_winner(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "")
+    journal.claim_record(run_id, new(), gated=True)
+    journal.complete_record(run_id, "call-1", RecordStatus.FAILED, error="boom")
+    won = race(6, lambda i: journal.reclaim_record(run_id, "call-1", RecordStatus.FAILED, gated=True))
+    assert sum(r is not None for r in won) == 1
+    record = journal.get_record(run_id, "call-1")
+    assert record is not None and record.attempts == 2
+
+
+def test_fork_refuses_an_existing_target_without_touching_it(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "p")
+    journal.record_decision(run_id, 1, {"kind": "finish", "text": ""})
+    journal.start_run("target", "mine")
+    with pytest.raises(RunExistsError):
+        journal.fork(run_id, 1, "target")
+    assert journal.list_decisions("target") == []
+    target = journal.get_run("target")
+    assert target is not None and target.prompt == "mine" and target.source_run_id is None
+
+
+def test_list_runs_lists_most_recently_updated_first(journal: Journal) -> None:
+    for name in ("a", "b", "c"):
+        journal.start_run(name, "")
+    journal.end_run("a", RunStatus.FINISHED, "", None)
+    journal.condemn("b")
+    assert [r.run_id for r in journal.list_runs()][0] == "b"
+    assert [r.run_id for r in journal.list_runs(condemned_only=True)] == ["b"]
+    assert len(journal.list_runs(limit=2)) == 2
