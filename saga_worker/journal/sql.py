@@ -190,17 +190,26 @@ class SqlJournal(Journal):
     def condemn(self, run_id: str) -> float:
         now = self._now_sql()
         with self._tx() as conn:
-            stamped = conn.execute(
-                sa.update(runs).where(runs.c.run_id == run_id, runs.c.condemned_at.is_(None))
-                .values(condemned_at=now, updated_at=now, unwind_state=UnwindState.PENDING.value, unwind_next_at=now)
-                .returning(runs.c.condemned_at)).scalar()
-            if stamped is not None:
-                return float(stamped)
-            conn.execute(self._insert(runs).values(
-                run_id=run_id, status=RunStatus.UNKNOWN.value, prompt="", text="", condemned_at=now,
-                unwind_state=UnwindState.PENDING.value, unwind_next_at=now, created_at=now, updated_at=now,
-            ).on_conflict_do_nothing(index_elements=["run_id"]))
-            return float(conn.execute(sa.select(runs.c.condemned_at).where(runs.c.run_id == run_id)).scalar_one())
+            # Three tries: on PostgreSQL a run started concurrently is invisible to the UPDATE, then makes
+            # the INSERT a no-op once it commits; the next UPDATE (a fresh snapshot) sees it and stamps it.
+            for _ in range(3):
+                stamped = conn.execute(
+                    sa.update(runs).where(runs.c.run_id == run_id, runs.c.condemned_at.is_(None))
+                    .values(condemned_at=now, updated_at=now, unwind_state=UnwindState.PENDING.value,
+                            unwind_next_at=now)
+                    .returning(runs.c.condemned_at)).scalar()
+                if stamped is not None:
+                    return float(stamped)
+                made = conn.execute(self._insert(runs).values(
+                    run_id=run_id, status=RunStatus.UNKNOWN.value, prompt="", text="", condemned_at=now,
+                    unwind_state=UnwindState.PENDING.value, unwind_next_at=now, created_at=now, updated_at=now,
+                ).on_conflict_do_nothing(index_elements=["run_id"]).returning(runs.c.condemned_at)).scalar()
+                if made is not None:
+                    return float(made)
+                kept = conn.execute(sa.select(runs.c.condemned_at).where(runs.c.run_id == run_id)).scalar()
+                if kept is not None:
+                    return float(kept)
+        raise JournalError(f"run {run_id!r}: could not write its tombstone (its row kept changing)", run_id=run_id)
 
     # -- decisions --------------------------------------------------------------------------------
     def record_decision(self, run_id: str, step: int, payload: Any) -> Any:
