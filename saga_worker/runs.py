@@ -80,7 +80,8 @@ def stream_durable(run_id: str, *, journal: Journal, tools: Mapping[str, Tool], 
     run = journal.get_run(run_id)
     if run is not None and run.condemned:
         raise CompensatedRunError(run_id)
-    return driver.events(run, prompt)
+    # A run already started keeps its journaled prompt: the planner must see what it saw before.
+    return driver.events(run, prompt if run is None else run.prompt)
 
 
 def resume_run(run_id: str, *, journal: Journal, tools: Mapping[str, Tool], planner: Planner,

@@ -329,3 +329,20 @@ def test_args_mode_identical_calls_after_a_failure_share_the_failure_and_execute
     [record] = journal.list_records(run_id)
     assert record.status is RecordStatus.FAILED and record.attempts == 1
     assert events[-1].result is not None and events[-1].result.status == "failed"
+
+
+def test_a_continued_run_keeps_the_prompt_it_was_started_with(journal: Journal, run_id: str) -> None:
+    prompts: list[str] = []
+
+    def planner(state: RunState) -> Any:
+        prompts.append(state.prompt)
+        if state.step == 1 and len(prompts) == 2:
+            raise Crash  # the first process dies before its second decision
+        return [ToolCall("charge", {})] if state.step == 0 else Finish(text="ok")
+
+    with pytest.raises(Crash):
+        run_durable(run_id, journal=journal, tools={"charge": Counting().tool}, planner=planner, prompt="original")
+    run_durable(run_id, journal=journal, tools={"charge": Counting().tool}, planner=planner, prompt="other")
+    assert prompts == ["original", "original", "original"]
+    run = journal.get_run(run_id)
+    assert run is not None and run.prompt == "original"
