@@ -1,0 +1,218 @@
+"""The continuation logic behind the Celery tasks (saga_worker.executor), driven in-process on the
+memory journal: a chain of start → step … → finalize gives the library's report, halts like it,
+and survives duplicated and redelivered messages."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from saga_worker import (
+    CallOptions,
+    InvalidInputError,
+    MemoryJournal,
+    Tool,
+    ToolCall,
+    compensate_run,
+    run_durable,
+)
+from saga_worker import executor as ex
+from saga_worker.compensation.report import CompensationReport
+from saga_worker.executor import Finalize, Step
+from saga_worker.journal.records import ClaimStatus, UnwindState
+from saga_worker.keys import compensate_key
+from saga_worker.planning import scripted
+from saga_worker.settings import SagaSettings
+
+TTL = 5.0
+
+
+class Provider:
+    """Counts compensate calls per key; a tool named in ``fail`` raises."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.fail: set[str] = set()
+
+    def tools(self) -> dict[str, Tool]:
+        def make(name: str) -> Tool:
+            def compensate(input: Any, output: Any, opts: CallOptions) -> None:
+                self.calls.append(opts.idempotency_key)
+                if name in self.fail:
+                    raise RuntimeError(f"{name} refund refused")
+
+            return Tool(lambda input, opts: {"ok": name}, compensate)
+
+        return {name: make(name) for name in ("charge", "reserve", "notify")}
+
+
+def order(journal: MemoryJournal, provider: Provider, run_id: str) -> None:
+    run_durable(run_id, journal=journal, tools=provider.tools(),
+                planner=scripted(ToolCall("charge", {"a": 1}), ToolCall("reserve", {"b": 2}),
+                                 ToolCall("notify", {"c": 3})))
+
+
+def drive(journal: MemoryJournal, tools: dict[str, Tool], run_id: str, unwind_id: str, *,
+          dry_run: bool = False) -> CompensationReport:
+    """What the Celery tasks do, one message at a time."""
+    nxt = ex.start_unwind(journal, run_id, unwind_id, dry_run=dry_run, claim_ttl=TTL)
+    while isinstance(nxt, Step):
+        got = ex.run_step(journal, tools, nxt.run_id, nxt.unwind_id, nxt.suffix, claim_ttl=TTL)
+        assert got is not None
+        nxt = got
+    return ex.finalize_unwind(journal, nxt.run_id, nxt.unwind_id)
+
+
+def same_but_run(report: CompensationReport, old: str, new: str) -> dict[str, Any]:
+    return json.loads(json.dumps(report.model_dump(mode="json")).replace(old, new))  # type: ignore[no-any-return]
+
+
+def test_chain_of_continuations_reports_exactly_what_the_library_reports_for_an_identical_run(run_id: str) -> None:
+    journal, provider = MemoryJournal(), Provider()
+    order(journal, provider, run_id)
+    order(journal, provider, run_id + "-twin")
+    library = compensate_run(run_id + "-twin", journal=journal, tools=provider.tools())
+    chained = drive(journal, provider.tools(), run_id, "unwind-1")
+    assert chained.model_dump(mode="json") == same_but_run(library, run_id + "-twin", run_id)
+    assert [e.status.value for e in chained.entries] == ["compensated"] * 3
+    assert journal.get_run(run_id).unwind_state is UnwindState.COMPLETE  # type: ignore[union-attr]
+
+
+def test_coordinator_writes_the_tombstone_before_returning_the_first_step(run_id: str) -> None:
+    journal, provider = MemoryJournal(), Provider()
+    order(journal, provider, run_id)
+    first = ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
+    assert journal.get_run(run_id).condemned  # type: ignore[union-attr]
+    assert first == Step(run_id, "u", "call-3", False, 0, 3)
+    assert provider.calls == []
+
+
+def test_failing_step_halts_the_chain_and_later_steps_read_not_attempted(run_id: str) -> None:
+    journal, provider = MemoryJournal(), Provider()
+    order(journal, provider, run_id)
+    provider.fail.add("reserve")
+    ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
+    assert isinstance(ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL), Step)
+    assert ex.run_step(journal, provider.tools(), run_id, "u", "call-2", claim_ttl=TTL) == Finalize(run_id, "u")
+    report = ex.finalize_unwind(journal, run_id, "u")
+    assert [e.status.value for e in report.entries] == ["compensated", "failed", "not-attempted"]
+    assert "refund refused" in (report.entries[1].error or "")
+    assert journal.get_run(run_id).unwind_state is UnwindState.INCOMPLETE  # type: ignore[union-attr]
+
+
+def test_dry_run_chain_writes_no_tombstone_and_calls_no_hook(run_id: str) -> None:
+    journal, provider = MemoryJournal(), Provider()
+    order(journal, provider, run_id)
+    report = drive(journal, provider.tools(), run_id, "plan", dry_run=True)
+    assert [e.status.value for e in report.entries] == ["would-compensate"] * 3
+    assert report.dry_run and not report.condemned
+    assert provider.calls == []
+    assert journal.get_run(run_id).unwind_state is UnwindState.NONE  # type: ignore[union-attr]
+
+
+def test_duplicate_delivery_of_a_finished_step_passes_the_continuation_on_without_calling_the_hook(
+        run_id: str) -> None:
+    journal, provider = MemoryJournal(), Provider()
+    order(journal, provider, run_id)
+    ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
+    first = ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL)
+    again = ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL)
+    assert first == again == Step(run_id, "u", "call-2", False, 1, 3)
+    assert provider.calls == [compensate_key(run_id, "call-3")]
+
+
+def test_redelivered_step_whose_attempt_died_mid_hook_retakes_its_own_claim_with_the_same_key(run_id: str) -> None:
+    journal, provider = MemoryJournal(), Provider()
+    order(journal, provider, run_id)
+    ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
+    key = compensate_key(run_id, "call-3")
+    # The dead attempt: claimed under this step's owner token, lease still live, never renewed again.
+    journal.claim_compensation(run_id, "call-3", via_run_id=run_id, owner=ex.step_owner("u", "call-3"), ttl=TTL,
+                               idempotency_key=key)
+    naps: list[float] = []
+    nxt = ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL, sleep=naps.append)
+    assert nxt == Step(run_id, "u", "call-2", False, 1, 3)
+    assert provider.calls == [key]
+    assert journal.get_claim(run_id, "call-3").status is ClaimStatus.COMPENSATED  # type: ignore[union-attr]
+    assert 0 < sum(naps) <= TTL  # it watched the lease for about one renewal period, not for the whole TTL
+
+
+def test_duplicate_delivery_drops_itself_while_a_live_twin_renews_the_lease(run_id: str) -> None:
+    journal, provider = MemoryJournal(), Provider()
+    order(journal, provider, run_id)
+    ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
+    owner = ex.step_owner("u", "call-3")
+    journal.claim_compensation(run_id, "call-3", via_run_id=run_id, owner=owner, ttl=TTL,
+                               idempotency_key=compensate_key(run_id, "call-3"))
+
+    def twin_renews(_: float) -> None:
+        journal.renew_claim(run_id, "call-3", owner, TTL + 1.0)
+
+    assert ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL, sleep=twin_renews) is None
+    assert provider.calls == []
+    assert journal.list_unwind_entries("u") == {}
+
+
+def test_step_held_by_another_unwind_reads_busy_and_halts_the_chain(run_id: str) -> None:
+    journal, provider = MemoryJournal(), Provider()
+    order(journal, provider, run_id)
+    ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
+    journal.claim_compensation(run_id, "call-3", via_run_id=run_id, owner=ex.step_owner("other", "call-3"),
+                               ttl=TTL, idempotency_key=compensate_key(run_id, "call-3"))
+    assert ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL) == Finalize(run_id, "u")
+    report = ex.finalize_unwind(journal, run_id, "u")
+    assert [e.status.value for e in report.entries] == ["busy", "not-attempted", "not-attempted"]
+    assert provider.calls == []
+
+
+def test_step_whose_attempt_died_after_writing_its_outcome_reports_compensated_not_already(run_id: str) -> None:
+    journal, provider = MemoryJournal(), Provider()
+    order(journal, provider, run_id)
+    ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
+    owner = ex.step_owner("u", "call-3")
+    journal.claim_compensation(run_id, "call-3", via_run_id=run_id, owner=owner, ttl=TTL,
+                               idempotency_key=compensate_key(run_id, "call-3"))
+    journal.finish_claim(run_id, "call-3", owner, ClaimStatus.COMPENSATED)
+    ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL)
+    assert journal.list_unwind_entries("u")[0]["status"] == "compensated"
+    assert provider.calls == []
+
+
+def test_coordinator_gives_a_fresh_unwind_a_grace_before_the_sweeper_may_redrive_it(run_id: str) -> None:
+    journal, provider = MemoryJournal(), Provider()
+    order(journal, provider, run_id)
+    ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
+    run = journal.get_run(run_id)
+    assert run is not None and run.unwind_state is UnwindState.PENDING
+    assert run.unwind_next_at is not None and run.unwind_next_at >= journal.now() + 1.5 * TTL
+    enqueued: list[str] = []
+    ex.sweep(journal, enqueue=enqueued.append, settings=SagaSettings())
+    assert enqueued == []
+
+
+def test_redelivered_coordinator_keeps_the_first_worklist(run_id: str) -> None:
+    journal, provider = MemoryJournal(), Provider()
+    order(journal, provider, run_id)
+    ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
+    assert ex.start_unwind(journal, run_id, "u", dry_run=True, claim_ttl=TTL) == Step(run_id, "u", "call-3", False,
+                                                                                     0, 3)
+
+
+def test_unwind_of_a_run_the_journal_never_saw_is_condemned_with_an_empty_report(run_id: str) -> None:
+    journal = MemoryJournal()
+    assert ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL) == Finalize(run_id, "u")
+    report = ex.finalize_unwind(journal, run_id, "u")
+    assert report.condemned and report.entries == []
+
+
+@pytest.mark.parametrize("bad", [("run-x", "missing", "call-1"), ("other-run", "u", "call-3"), ("RUN", "u", "nope")])
+def test_step_messages_naming_an_unknown_unwind_run_or_step_get_a_clear_error(run_id: str,
+                                                                              bad: tuple[str, str, str]) -> None:
+    journal, provider = MemoryJournal(), Provider()
+    order(journal, provider, run_id)
+    ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
+    rid, unwind_id, suffix = bad
+    with pytest.raises(InvalidInputError):
+        ex.run_step(journal, provider.tools(), run_id if rid == "RUN" else rid, unwind_id, suffix, claim_ttl=TTL)
