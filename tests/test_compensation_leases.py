@@ -5,11 +5,14 @@ lease never overwrites the new owner's outcome."""
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,6 +27,7 @@ from saga_worker import (
     scripted,
 )
 from saga_worker.compensation import engine
+from saga_worker.compensation.leases import LeaseKeeper
 from saga_worker.journal.records import ClaimStatus, CompensationClaim
 from tests.ledger import open_ledger, order_script, order_tools
 from tests.procs.unwind_child import EXIT_CODE, spawn
@@ -231,3 +235,37 @@ def test_unwinder_that_lost_its_lease_mid_hook_leaves_the_new_owners_outcome_sta
     assert entry.status.value == "compensated"
     assert entry.error is not None and "lease expired" in entry.error
     assert len(calls) == 2
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_forked_child_never_renews_the_leases_of_its_parents_hooks(tmp_path: Path) -> None:
+    # Celery's prefork pool forks workers: a child renewing its parent's leases would keep the claims
+    # of a dead parent alive forever, and its step would never be re-driven.
+    keeper = LeaseKeeper()
+    renewals = tmp_path / "renewals"
+
+    def parent_renew() -> bool:
+        with renewals.open("a") as f:
+            f.write(f"{os.getpid()}\n")
+        return True
+
+    with keeper.keep(parent_renew, 0.02):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # "fork() in a multi-threaded process"
+            pid = os.fork()
+        if pid == 0:  # the child: keep a lease of its own for a while, then leave without pytest's teardown
+            code = 3
+            try:
+                renewed = threading.Event()
+                with keeper.keep(lambda: renewed.set() or True, 0.02):
+                    code = 0 if renewed.wait(timeout=10) else 2
+                    time.sleep(0.2)
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        time.sleep(0.1)
+
+    assert os.waitstatus_to_exitcode(status) == 0
+    renewers = set(renewals.read_text().split())
+    assert str(os.getpid()) in renewers
+    assert str(pid) not in renewers

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,6 +26,16 @@ class LeaseKeeper:
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
         self._pid = 0
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=self._forget_after_fork)
+
+    def _forget_after_fork(self) -> None:
+        # A forked child runs none of its parent's hooks: renewing their leases from the child would keep
+        # a dead parent's claims alive forever. And the parent's lock may have been held at the fork.
+        self._cond = threading.Condition()
+        self._leases = {}
+        self._thread = None
+        self._pid = os.getpid()
 
     @contextmanager
     def keep(self, renew: Renew, interval: float) -> Iterator[None]:
@@ -42,8 +53,6 @@ class LeaseKeeper:
 
     def _ensure_thread(self) -> None:
         # A forked child (Celery prefork) inherits the object but not the thread: start its own.
-        import os
-
         if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
             self._pid = os.getpid()
             self._thread = threading.Thread(target=self._loop, name="saga-lease-keeper", daemon=True)
