@@ -175,3 +175,15 @@ def test_list_runs_lists_most_recently_updated_first(journal: Journal) -> None:
     assert [r.run_id for r in journal.list_runs()][0] == "b"
     assert [r.run_id for r in journal.list_runs(condemned_only=True)] == ["b"]
     assert len(journal.list_runs(limit=2)) == 2
+
+
+def test_a_record_read_back_is_a_copy_a_caller_cannot_change(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "")
+    claimed = journal.claim_record(run_id, new(), gated=True)
+    assert claimed is not None
+    claimed.input["amount"] = 999
+    journal.complete_record(run_id, "call-1", RecordStatus.SUCCEEDED, output={"ids": [1]})
+    read = journal.get_record(run_id, "call-1")
+    assert read is not None and read.input == {"amount": 1}
+    read.output["ids"].append(2)
+    assert journal.list_records(run_id)[0].output == {"ids": [1]}

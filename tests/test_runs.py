@@ -346,3 +346,14 @@ def test_a_continued_run_keeps_the_prompt_it_was_started_with(journal: Journal, 
     assert prompts == ["original", "original", "original"]
     run = journal.get_run(run_id)
     assert run is not None and run.prompt == "original"
+
+
+def test_a_tool_that_mutates_its_input_does_not_change_the_journaled_input(journal: Journal, run_id: str) -> None:
+    def execute(input: Any, opts: CallOptions) -> Any:
+        input["card"] = "redacted"
+        return {"ok": True}
+
+    run_durable(run_id, journal=journal, tools={"charge": Tool(execute)},
+                planner=scripted(ToolCall("charge", {"card": "4242"})))
+    record = journal.get_record(run_id, "call-1")
+    assert record is not None and record.input == {"card": "4242"}

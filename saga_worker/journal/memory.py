@@ -31,6 +31,11 @@ def _copy(value: Any) -> Any:
     return None if value is None else json.loads(canonical_json(value))
 
 
+def _out(record: ToolRecord) -> ToolRecord:
+    """A record as handed out: its input and output are copies, as a SQL row's would be."""
+    return replace(record, input=_copy(record.input), output=_copy(record.output))
+
+
 class MemoryJournal(Journal):
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
@@ -109,14 +114,15 @@ class MemoryJournal(Journal):
     # -- records ----------------------------------------------------------------------------------
     def get_record(self, run_id: str, suffix: str) -> ToolRecord | None:
         with self._lock:
-            return self._records.get((run_id, suffix))
+            record = self._records.get((run_id, suffix))
+            return None if record is None else _out(record)
 
     def list_records(self, run_id: str, statuses: Sequence[RecordStatus] | None = None) -> list[ToolRecord]:
         with self._lock:
             rows = [r for (rid, _), r in self._records.items() if rid == run_id]
         if statuses is not None:
             rows = [r for r in rows if r.status in statuses]
-        return sorted(rows, key=lambda r: r.seq)
+        return [_out(r) for r in sorted(rows, key=lambda r: r.seq)]
 
     def _gate(self, run_id: str, gated: bool) -> None:
         run = self._runs.get(run_id)
@@ -135,7 +141,7 @@ class MemoryJournal(Journal):
             record = ToolRecord(run_id, new.suffix, self._seq, new.step, new.tool_call_id, new.tool_name, new.mode,
                                 _copy(new.input), RecordStatus.RUNNING, None, None, 1, new.origin_run_id, now, now)
             self._records[(run_id, new.suffix)] = record
-            return record
+            return _out(record)
 
     def _cas(self, run_id: str, suffix: str, expected: RecordStatus, **changes: Any) -> ToolRecord | None:
         record = self._records.get((run_id, suffix))
@@ -143,7 +149,7 @@ class MemoryJournal(Journal):
             return None
         record = replace(record, updated_at=self.now(), **changes)
         self._records[(run_id, suffix)] = record
-        return record
+        return _out(record)
 
     def reclaim_record(self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool) -> ToolRecord | None:
         with self._lock:
