@@ -349,6 +349,20 @@ def test_tool_missing_from_tools_counts_as_a_tool_without_hooks(journal: Journal
     assert statuses(report) == ["compensated", "skipped-no-hook", "compensated"]
 
 
+def test_failed_call_of_a_tool_missing_from_tools_is_uncertain_and_says_why(journal: Journal, run_id: str) -> None:
+    hooks = Hooks()
+    tools = hooks.tools()
+    hooks.execute_error["reserve"] = RuntimeError("stock service 503")
+    run_durable(run_id, journal=journal, tools=tools, planner=keep_going(*order()))
+    del tools["reserve"]
+
+    report = compensate_run(run_id, journal=journal, tools=tools)
+
+    assert statuses(report) == ["compensated", "uncertain", "compensated"]
+    assert report.entries[1].error == ("call is failed and tool 'reserve' is not in tools: cannot tell whether "
+                                       "its side effect happened")
+
+
 def test_no_tools_at_all_skips_every_step_without_raising(journal: Journal, run_id: str) -> None:
     hooks = Hooks()
     run_durable(run_id, journal=journal, tools=hooks.tools(), planner=scripted(*order()))

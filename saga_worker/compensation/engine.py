@@ -70,8 +70,9 @@ def compensate_step(journal: Journal, run_id: str, record: ToolRecord, tools: Ma
     output = record.output
     if record.status is not RecordStatus.SUCCEEDED:
         if tool is None or tool.recover is None:
-            return entry_for(record, CompensationStatus.UNCERTAIN, f"call is {record.status.value} and the tool "
-                             "has no recover hook: cannot tell whether its side effect happened", attempts)
+            why = f"tool {record.tool_name!r} is not in tools" if tool is None else "the tool has no recover hook"
+            return entry_for(record, CompensationStatus.UNCERTAIN, f"call is {record.status.value} and {why}: "
+                             "cannot tell whether its side effect happened", attempts)
         opts = CallOptions(execute_key(record.origin_run_id, record.mode, record.tool_name,  # type: ignore[arg-type]
                                        record.tool_call_id, record.input), record.tool_call_id, run_id)
         try:
