@@ -1,0 +1,78 @@
+"""A saga worker for the distributed figures: ``celery -A tasks worker`` on a journal we seed.
+
+Two setups: ``redis+postgres`` (Redis broker, result backend and step locks in the bench's own Redis
+database; a fresh PostgreSQL journal) and ``embedded`` (the default with nothing set: SQLite broker,
+results and journal, in a temporary SAGA_HOME). The worker also loads ``bench.noop_tasks``, so
+Celery's own no-op task runs on the very same worker, with the very same settings, as the floor.
+The bench process sends tasks by name from a client app built from the same settings.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from typing import Any
+
+from bench.common import QUEUE_PREFIX, REDIS_URL, PgDatabase
+from bench.workers import Worker
+from saga_worker import open_journal
+
+SETUPS = ("redis+postgres", "embedded")
+POLL = 0.01  # result polling for database result backends (Redis answers by pub/sub and ignores it)
+
+
+class Cluster:
+    def __init__(self, setup: str, *, concurrency: int = 2) -> None:
+        from config.celery import make_app
+        from saga_worker.settings import SagaSettings
+
+        self.setup = setup
+        self._tmp = tempfile.TemporaryDirectory(prefix="saga-bench-home-")
+        self._pg: PgDatabase | None = None
+        self.queue = f"{QUEUE_PREFIX}-{uuid.uuid4().hex[:6]}"
+        env = {"SAGA_HOME": self._tmp.name, "SAGA_QUEUE": self.queue, "SAGA_TOOLS": "bench.seed:noop_tools"}
+        if setup == "redis+postgres":
+            self._pg = PgDatabase()
+            env.update(SAGA_JOURNAL_URL=self._pg.url, SAGA_BROKER_URL=REDIS_URL, SAGA_RESULT_BACKEND=REDIS_URL,
+                       SAGA_REDIS_URL=REDIS_URL)
+        elif setup != "embedded":
+            raise ValueError(setup)
+        settings = SagaSettings(**{k[len("SAGA_"):].lower(): v for k, v in env.items()})
+        self.journal_url = settings.resolved_journal_url()
+        self.journal = open_journal(self.journal_url, migrate=True)
+        self.engine = getattr(self.journal, "engine", None)
+        self.app = make_app(settings, main="saga_bench_client")
+        self.worker = Worker("tasks", [self.queue], concurrency=concurrency, env=env, include="bench.noop_tasks")
+        try:
+            self.worker.wait_ready(lambda: self.noop().get(timeout=5, interval=POLL), timeout=90)
+        except Exception:
+            self.close()
+            raise
+
+    def noop(self) -> Any:
+        return self.app.send_task("bench.noop", queue=self.queue)
+
+    def unwind(self, run_id: str) -> Any:
+        return self.app.send_task("saga.compensate_run", args=[run_id], queue=self.queue)
+
+    def noop_chain(self, length: int) -> Any:
+        from celery import chain
+
+        return chain(*[self.app.signature("bench.noop", queue=self.queue, immutable=True)
+                       for _ in range(length)]).apply_async()
+
+    def close(self) -> None:
+        self.worker.stop()
+        self.journal.close()
+        if self._pg is not None:
+            self._pg.drop()
+        self._tmp.cleanup()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["POLL", "SETUPS", "Cluster"]
