@@ -1,0 +1,54 @@
+"""Fixtures of the fault suite: the ledger beside a PostgreSQL journal, and the environment a worker
+process needs. The soak tier only runs when asked (``make soak``: ``-m soak``, or ``SAGA_SOAK=1``)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from saga_worker import Journal, open_journal
+
+from . import toolkit
+from .harness import REPO
+from .ledger import Ledger
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    markexpr = config.getoption("markexpr", "") or ""
+    wanted = os.environ.get("SAGA_SOAK") == "1" or ("soak" in markexpr and "not soak" not in markexpr)
+    if wanted:
+        return
+    skip = pytest.mark.skip(reason="soak tier: run it with `make soak` (or SAGA_SOAK=1)")
+    for item in items:
+        if "soak" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def ledger(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ledger]:
+    """The ledger, emptied; the toolkit's tools in this process report to it too."""
+    led = Ledger(pg_url)
+    led.setup()
+    led.reset()
+    monkeypatch.setenv("FAULT_LEDGER_URL", pg_url)
+    monkeypatch.setattr(toolkit, "_ledger", led)
+    yield led
+    led.close()
+
+
+@pytest.fixture
+def pg_journal(pg_url: str) -> Iterator[Journal]:
+    j = open_journal(pg_url)
+    yield j
+    j.close()
+
+
+@pytest.fixture
+def worker_env(pg_url: str, ledger: Ledger) -> dict[str, str]:
+    """What a worker process is started with: the journal, the ledger, a short claim TTL, no faults."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGA_FAULTS", "FAULT_"))}
+    env.update(SAGA_JOURNAL_URL=pg_url, FAULT_LEDGER_URL=pg_url, SAGA_CLAIM_TTL="2",
+               PYTHONPATH=str(REPO), SAGA_TOOLS="tests.faults.toolkit:TOOLS")
+    return env

@@ -1,0 +1,204 @@
+"""The fault suite's harness: runs to unwind, worker processes in their own process groups, and
+servers of the suite's own (a Redis and a PostgreSQL on spare loopback ports) it may restart at will.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from saga_worker import CompensatedRunError, Journal, ToolCall, run_durable, scripted
+from saga_worker.errors import SagaError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def start_run(journal: Journal, run_id: str, steps: int, *, last_sleep: float = 0.0, comp_sleep: float = 0.0,
+              comp_fail: int = 0) -> str:
+    """Run ``steps`` calls of ``pay`` (the last one slow if asked); the outcome as a word."""
+    from .toolkit import TOOLS
+
+    calls = [ToolCall("pay", {"n": i, "comp_sleep": comp_sleep, "comp_fail": comp_fail,
+                              "sleep": last_sleep if i == steps else 0}) for i in range(1, steps + 1)]
+    try:
+        return run_durable(run_id, journal=journal, tools=TOOLS, planner=scripted(*calls)).status
+    except CompensatedRunError:
+        return "condemned"
+    except SagaError as exc:
+        return f"error: {exc}"
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Proc:
+    """A child process in its own process group (so a kill reaches its whole tree)."""
+
+    def __init__(self, args: list[str], env: Mapping[str, str], *, cwd: Path = REPO, log: Path | None = None) -> None:
+        self.args = args
+        self.log = log
+        out = open(log, "ab") if log else subprocess.PIPE  # noqa: SIM115
+        self.popen = subprocess.Popen(args, env=dict(env), cwd=cwd, stdout=out, stderr=subprocess.STDOUT
+                                      if log else subprocess.PIPE, start_new_session=True)
+        self.pid = self.popen.pid
+        self.stderr = ""
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        self.popen.wait(timeout=30)
+
+    def wait(self, timeout: float = 60) -> int:
+        return self.popen.wait(timeout=timeout)
+
+    def output(self, timeout: float = 60) -> str:
+        """Its stdout once it exits (stderr is kept in ``self.stderr``)."""
+        out, err = self.popen.communicate(timeout=timeout)
+        self.stderr = (err or b"").decode()
+        return (out or b"").decode()
+
+    def last_json(self, timeout: float = 60) -> Any:
+        import json
+
+        lines = self.output(timeout).strip().splitlines()
+        assert lines, f"no output from {self.args}: {self.stderr[-2000:]}"
+        return json.loads(lines[-1])
+
+    def stopped(self) -> bool:
+        try:
+            return Path(f"/proc/{self.pid}/stat").read_text().split(")")[-1].split()[0] == "T"
+        except OSError:
+            return False
+
+    def __enter__(self) -> Proc:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.popen.poll() is None:
+            self.signal(signal.SIGCONT)
+            self.kill()
+
+
+def child(command: str, *run_ids: str, env: Mapping[str, str], extra: list[str] | None = None) -> Proc:
+    return Proc([sys.executable, "-m", "tests.faults.child", command, *run_ids, *(extra or [])], env)
+
+
+class OwnRedis:
+    """A redis-server of the suite's own on a spare loopback port; restartable, with or without persistence."""
+
+    def __init__(self, *, persistent: bool, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="fault-redis-"))
+        self.persistent = persistent
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        persist = ["--appendonly", "yes", "--appendfsync", "always"] if self.persistent else ["--appendonly", "no"]
+        self.proc = subprocess.Popen(
+            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
+             "--save", "", "--protected-mode", "yes", *persist],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        wait_for(self._up, 20, f"redis on {self.port}")
+
+    def _up(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # SIGTERM: redis flushes its AOF when persistent
+            self.proc.wait(timeout=30)
+        self.proc = None
+
+    def restart(self, down_for: float = 0.0) -> None:
+        self.stop()
+        time.sleep(down_for)
+        self.start()
+        self.restarts += 1
+
+    def close(self) -> None:
+        self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class OwnPostgres:
+    """A throwaway PostgreSQL cluster (initdb + pg_ctl as the ``postgres`` user) on a spare loopback port.
+
+    The shared server on 5432 is never restarted: other suites use it."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="fault-pg-"))
+        self.data = self.dir / "data"
+        self.restarts = 0
+        shutil.chown(self.dir, "postgres", "postgres")
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _as_postgres(self, *cmd: str, timeout: float = 120) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run([*prefix, *cmd], check=True, timeout=timeout, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+
+    def init(self) -> None:
+        self._as_postgres("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+        with open(self.data / "postgresql.conf", "a") as fh:
+            fh.write(f"listen_addresses = '127.0.0.1'\nport = {self.port}\nunix_socket_directories = '{self.dir}'\n"
+                     "fsync = off\nsynchronous_commit = off\nfull_page_writes = off\nshared_buffers = 32MB\n"
+                     "max_connections = 200\n")
+        self.start()
+
+    def start(self) -> None:
+        self._as_postgres("pg_ctl", "-D", str(self.data), "-l", str(self.dir / "log"), "-w", "-t", "60", "start")
+
+    def stop(self, mode: str = "fast") -> None:
+        self._as_postgres("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+
+    def restart(self, down_for: float = 0.0, mode: str = "immediate") -> None:
+        self.stop(mode)
+        time.sleep(down_for)
+        self.start()
+        self.restarts += 1
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.stop("immediate")
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,136 @@
+"""Smoke tier, library level: real worker processes against a real PostgreSQL journal, a fault at
+each point, and the checker's verdict from the ledger (DESIGN.md §3, §6)."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from saga_worker import Journal
+
+from .harness import child, start_run, wait_for
+from .ledger import Ledger
+from .proxy import TcpProxy
+from .util import assert_clean, claim_status, judged, settle, unwind
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+KILL_POINTS = ["after_claim", "before_hook", "mid_hook", "after_hook", "after_outcome"]
+
+
+@pytest.mark.parametrize("point", KILL_POINTS)
+def test_sigkill_at_each_point_loses_no_compensation_and_redrives_with_the_same_key(
+        point: str, pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str) -> None:
+    assert start_run(pg_journal, run_id, 3) == "finished"
+    key = f"{run_id}:comp:call-2"
+    with child("compensate", run_id, env={**worker_env, "SAGA_FAULTS": f"{point}=kill@{key}"}) as proc:
+        assert proc.wait() == -signal.SIGKILL
+    killed_at = time.monotonic()
+    assert claim_status(pg_journal, run_id, "call-3") is not None  # the first step was done before the kill
+
+    waited = settle(pg_journal, ledger, [run_id])
+
+    verdict = judged(ledger, pg_journal, [run_id], excused_pids=[proc.pid])
+    assert_clean(verdict)
+    assert time.monotonic() - killed_at < 30 and waited < 30
+    calls = [c for c in ledger.calls("compensate") if c.step == f"{run_id}:call-2"]
+    assert {c.key for c in calls} == {key}, "the re-drive must use the same idempotency key"
+    # Killed once the hook had run (or mid-hook): the re-drive calls again and the provider deduplicates.
+    assert len(calls) == (2 if point in ("mid_hook", "after_hook") else 1)
+
+
+def test_a_stopped_holder_past_its_lease_cannot_overwrite_the_new_owners_outcome(
+        pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str) -> None:
+    start_run(pg_journal, run_id, 1)
+    # The holder stops right after its claim, then, once resumed, fails: its late "failed" must not land.
+    env = {**worker_env, "SAGA_FAULTS": "before_hook=stop*1,after_hook=raise"}
+    with child("compensate", run_id, env=env) as holder:
+        wait_for(holder.stopped, 30, "the holder to stop inside its claim")
+        claim = pg_journal.get_claim(run_id, "call-1")
+        assert claim is not None and str(holder.pid) in claim.owner
+        wait_for(lambda: pg_journal.now() > claim.lease_expires_at, 30, "the stopped holder's lease to lapse")
+
+        settle(pg_journal, ledger, [run_id])
+        taken = pg_journal.get_claim(run_id, "call-1")
+        assert taken is not None and taken.status.value == "compensated" and str(holder.pid) not in taken.owner
+
+        holder.signal(signal.SIGCONT)
+        late = holder.last_json()
+    assert late["entries"][0]["status"] == "failed"  # its own attempt, honestly
+    after = pg_journal.get_claim(run_id, "call-1")
+    assert after == taken, "the late holder overwrote the new owner's outcome"
+    assert_clean(judged(ledger, pg_journal, [run_id], excused_pids=[holder.pid]))
+
+
+def test_a_cut_database_connection_mid_hook_is_redriven_and_loses_nothing(
+        pg_url: str, pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str) -> None:
+    start_run(pg_journal, run_id, 3, comp_sleep=1.0)
+    port = int(pg_url.split("@127.0.0.1:")[1].split("/")[0])
+    with TcpProxy(port) as proxy:
+        proxied = pg_url.replace(f"127.0.0.1:{port}", f"127.0.0.1:{proxy.port}")
+        with child("compensate", run_id, env={**worker_env, "SAGA_JOURNAL_URL": proxied}) as proc:
+            wait_for(lambda: any(c.step == f"{run_id}:call-2" for c in ledger.calls("compensate")), 30,
+                     "the second step's hook to start")
+            proxy.pause()
+            assert proxy.open_connections == 0
+            time.sleep(1.5)  # the hook returns while the journal is unreachable
+            proxy.resume()
+            proc.output()
+            assert proc.popen.returncode != 0, "the outcome could not be written: the call must not claim success"
+            assert "OperationalError" in proc.stderr or "connection" in proc.stderr.lower()
+    cleared = time.monotonic()
+    settle(pg_journal, ledger, [run_id])
+    assert time.monotonic() - cleared < 30
+    assert_clean(judged(ledger, pg_journal, [run_id]))
+
+
+def test_eight_concurrent_unwinds_of_one_run_call_each_hook_once(
+        pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str, tmp_path: Path) -> None:
+    start_run(pg_journal, run_id, 5, comp_sleep=0.2)
+    go = tmp_path / "go"
+    procs = [child("compensate", run_id, env=worker_env, extra=["--go", str(go)]) for _ in range(8)]
+    try:
+        go.touch()
+        reports = [p.last_json() for p in procs]
+    finally:
+        for p in procs:
+            p.__exit__()
+    statuses = [e["status"] for r in reports for e in r["entries"]]
+    assert statuses.count("compensated") == 5, statuses
+    settle(pg_journal, ledger, [run_id])
+    verdict = judged(ledger, pg_journal, [run_id])
+    assert_clean(verdict)
+    assert verdict.calls_per_step == [1] * 5
+
+
+def test_a_worker_whose_clock_is_minutes_ahead_cannot_steal_a_live_lease(
+        pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str) -> None:
+    start_run(pg_journal, run_id, 1, comp_sleep=5.0)  # the hook outlives the 2 s lease: renewals keep it
+    with child("compensate", run_id, env=worker_env) as holder:
+        wait_for(lambda: ledger.calls("compensate"), 30, "the holder's hook to start")
+        time.sleep(2.5)  # past one whole lease: only renewals keep it alive now
+        for skew in ("600", "-600"):
+            with child("compensate", run_id, env=worker_env, extra=["--skew", skew]) as thief:
+                report = thief.last_json()
+            assert report["entries"][0]["status"] == "busy", (skew, report)
+        assert holder.wait() == 0
+    assert len(ledger.calls("compensate")) == 1
+    assert_clean(judged(ledger, pg_journal, [run_id]))
+
+
+def test_a_run_live_when_condemned_starts_no_side_effect_after_the_tombstone(
+        pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str) -> None:
+    live = run_id
+    env = {**worker_env, "SAGA_FAULTS": f"mid_execute=sleep:2@{live}:call-2"}
+    with child("run", live, env=env, extra=["--steps", "4"]) as runner:
+        wait_for(lambda: any(c.step == f"{live}:call-2" for c in ledger.calls("execute")), 30,
+                 "the live run's second call to start")
+        unwind(pg_journal, ledger, live)  # condemned while its second call executes
+        out = runner.last_json()
+    assert out["status"] == "condemned"
+    settle(pg_journal, ledger, [live])  # the sweeper, for as long as the journal says work is left
+    assert not any(c.step in (f"{live}:call-3", f"{live}:call-4") for c in ledger.calls("execute"))
+    assert_clean(judged(ledger, pg_journal, [live]))
