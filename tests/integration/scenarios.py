@@ -1,0 +1,126 @@
+"""What every Celery setup must show (issue 4), written once and run on each broker and journal."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from celery import Celery
+
+from saga_worker import Journal, compensate_run, run_durable, scripted
+from saga_worker.keys import compensate_key
+from tests.ledger import Ledger, order_script, order_tools
+
+from .conftest import Setup
+
+SUFFIXES = ["call-3", "call-2", "call-1"]  # unwind order: notify, reserve, charge
+GET_TIMEOUT_S = 60.0
+
+
+def place_order(journal: Journal, ledger: Ledger, run_id: str) -> None:
+    result = run_durable(run_id, journal=journal, tools=order_tools(ledger), planner=scripted(*order_script()))
+    assert result.status == "finished"
+
+
+def unwind(client: Celery, run_id: str, *, dry_run: bool = False, timeout: float = GET_TIMEOUT_S) -> dict[str, Any]:
+    """``compensate_run.delay(run_id, dry_run=...).get()``, through a client of the same deployment."""
+    result = client.signature("saga.compensate_run").delay(run_id, dry_run=dry_run)
+    return dict(result.get(timeout=timeout, interval=0.05))
+
+
+def as_run(report: dict[str, Any], old: str, new: str) -> dict[str, Any]:
+    return json.loads(json.dumps(report).replace(old, new))  # type: ignore[no-any-return]
+
+
+def statuses(report: dict[str, Any]) -> list[str]:
+    return [e["status"] for e in report["entries"]]
+
+
+def compensations(ledger: Ledger, run_id: str) -> dict[str, int]:
+    """Effects the provider applied per compensation key of this run (a key applied twice shows 2)."""
+    counts = ledger.call_counts("compensate:")
+    return {s: counts[compensate_key(run_id, s)] for s in SUFFIXES}
+
+
+def report_equals_the_library_report(setup: Setup, client: Celery, journal: Journal, ledger: Ledger,
+                                     run_id: str) -> None:
+    twin = run_id + "-lib"
+    place_order(journal, ledger, run_id)
+    place_order(journal, ledger, twin)
+    plan = compensate_run(run_id, journal=journal, tools=order_tools(ledger), dry_run=True)
+    assert unwind(client, run_id, dry_run=True) == plan.model_dump(mode="json")
+    library = compensate_run(twin, journal=journal, tools=order_tools(ledger))
+    over_celery = unwind(client, run_id)
+    assert over_celery == as_run(library.model_dump(mode="json"), twin, run_id)
+    assert statuses(over_celery) == ["compensated"] * 3
+    assert compensations(ledger, run_id) == {s: 1 for s in SUFFIXES}
+
+
+def dry_run_plans_without_condemning(setup: Setup, client: Celery, journal: Journal, ledger: Ledger,
+                                     run_id: str) -> None:
+    place_order(journal, ledger, run_id)
+    plan = unwind(client, run_id, dry_run=True)
+    assert plan["dry_run"] is True and plan["condemned"] is False
+    assert statuses(plan) == ["would-compensate"] * 3
+    run = journal.get_run(run_id)
+    assert run is not None and not run.condemned
+    assert [c for c in ledger.calls() if c.key.startswith(f"{run_id}:comp:")] == []
+
+
+def failing_step_halts_with_a_report(setup: Setup, client: Celery, journal: Journal, ledger: Ledger,
+                                     run_id: str) -> None:
+    twin = run_id + "-lib"
+    place_order(journal, ledger, run_id)
+    place_order(journal, ledger, twin)
+    setup.control_file(run_id, "fail", "reserve")
+    setup.control_file(twin, "fail", "reserve")
+    from .worker_tools import before_compensate  # the same failing hook, in this process
+
+    def failing(name: str, input: Any, output: Any, opts: Any) -> None:
+        before_compensate(ledger, name, opts, setup.control)
+
+    library = compensate_run(twin, journal=journal, tools=order_tools(ledger, before_compensate=failing))
+    report = unwind(client, run_id)  # a report, not an exception
+    assert statuses(report) == ["compensated", "failed", "not-attempted"]
+    assert "refused" in report["entries"][1]["error"]
+    assert report == as_run(library.model_dump(mode="json"), twin, run_id)
+    assert compensations(ledger, run_id) == {"call-3": 1, "call-2": 0, "call-1": 0}
+    assert ledger.call_counts("start:")[compensate_key(run_id, "call-1")] == 0  # nothing probed after the halt
+
+
+def task_sent_by_name_returns_the_report(setup: Setup, client: Celery, journal: Journal, ledger: Ledger,
+                                         run_id: str) -> None:
+    place_order(journal, ledger, run_id)
+    result = client.send_task("saga.compensate_run", args=[run_id], kwargs={"dry_run": False})
+    report = result.get(timeout=GET_TIMEOUT_S, interval=0.05)
+    assert report["run_id"] == run_id and report["condemned"] is True
+    assert statuses(report) == ["compensated"] * 3
+
+
+def two_unwinds_at_once_compensate_each_step_once(setup: Setup, client: Celery, journal: Journal, ledger: Ledger,
+                                                  run_id: str) -> None:
+    place_order(journal, ledger, run_id)
+    setup.control_file(run_id, "slow", "notify", "1")  # keep the first step held while the other arrives
+    reports: list[dict[str, Any]] = []
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            reports.append(unwind(client, run_id))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and len(reports) == 2
+    assert compensations(ledger, run_id) == {s: 1 for s in SUFFIXES}
+    allowed = {"compensated", "already-compensated", "busy", "not-attempted"}
+    for report in reports:
+        assert set(statuses(report)) <= allowed
+    for position in range(3):
+        done = [r["entries"][position]["status"] for r in reports]
+        assert done.count("compensated") == 1, done

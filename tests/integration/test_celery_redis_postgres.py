@@ -1,0 +1,106 @@
+"""The distributed executor on Redis (broker, results, step locks) with a PostgreSQL journal: real
+workers, real redelivery when a pool child or a whole worker dies mid-hook."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from celery import Celery
+
+from saga_worker import Journal
+from saga_worker.keys import compensate_key
+from tests.ledger import Ledger
+from tests.services import REDIS_URL, require
+
+from . import scenarios
+from .conftest import Setup, Workers, make_setup, redis_db, wait_for
+
+pytestmark = [pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
+
+
+def redis_setup(tmp: Path, journal_url: str) -> Setup:
+    require("redis")
+    url = REDIS_URL.rsplit("/", 1)[0] + f"/{redis_db()}"
+    return make_setup(tmp, broker_url=url, result_backend=url, redis_url=url, journal_url=journal_url)
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory, pg_database_url: str) -> Setup:
+    return redis_setup(tmp_path_factory.mktemp("redis"), pg_database_url)
+
+
+@pytest.fixture(scope="module")
+def running(setup: Setup, module_workers: Workers) -> Setup:
+    module_workers.start(setup, concurrency=2)
+    return setup
+
+
+@pytest.fixture
+def parts(setup: Setup) -> Iterator[tuple[Celery, Journal, Ledger]]:
+    client, journal, ledger = setup.client(), setup.journal(), setup.ledger()
+    yield client, journal, ledger
+    ledger.close()
+    journal.close()
+    client.close()
+
+
+def test_report_over_celery_equals_the_library_report_for_the_same_journal_state(
+        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    scenarios.report_equals_the_library_report(running, *parts, run_id)
+
+
+def test_dry_run_over_celery_plans_without_condemning_or_calling_a_hook(
+        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    scenarios.dry_run_plans_without_condemning(running, *parts, run_id)
+
+
+def test_failing_step_halts_the_chain_and_the_caller_gets_a_report_not_an_exception(
+        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    scenarios.failing_step_halts_with_a_report(running, *parts, run_id)
+
+
+def test_task_sent_by_name_unwinds_the_run_and_returns_the_report(
+        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    scenarios.task_sent_by_name_returns_the_report(running, *parts, run_id)
+
+
+def test_two_delay_calls_for_one_run_at_once_compensate_every_step_exactly_once(
+        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    scenarios.two_unwinds_at_once_compensate_each_step_once(running, *parts, run_id)
+
+
+def test_pool_child_killed_mid_hook_is_redelivered_and_every_step_is_compensated_once_with_the_same_key(
+        tmp_path: Path, pg_database_url: str, workers: Workers, run_id: str) -> None:
+    setup = redis_setup(tmp_path, pg_database_url)
+    workers.start(setup, concurrency=1)
+    client, journal, ledger = setup.client(), setup.journal(), setup.ledger()
+    scenarios.place_order(journal, ledger, run_id)
+    setup.control_file(run_id, "kill", "reserve")
+    report = scenarios.unwind(client, run_id)
+    assert scenarios.statuses(report) == ["compensated"] * 3
+    assert scenarios.compensations(ledger, run_id) == {s: 1 for s in scenarios.SUFFIXES}
+    key = compensate_key(run_id, "call-2")
+    assert ledger.call_counts("start:reserve")[key] == 2  # killed once, re-driven with the same key
+    assert {c.key for c in ledger.calls("start:reserve")} == {key}
+    assert report["entries"][1]["attempts"] == 2
+
+
+def test_whole_worker_killed_mid_hook_is_redelivered_to_another_worker_and_every_step_compensated_once(
+        tmp_path: Path, pg_database_url: str, workers: Workers, run_id: str) -> None:
+    setup = redis_setup(tmp_path, pg_database_url)
+    first = workers.start(setup, concurrency=1)
+    client, journal, ledger = setup.client(), setup.journal(), setup.ledger()
+    scenarios.place_order(journal, ledger, run_id)
+    setup.control_file(run_id, "hang", "reserve")
+    pending = client.signature("saga.compensate_run").delay(run_id)
+    wait_for(lambda: (setup.control / f"{run_id}.hanging-reserve").exists(), 60, "the reserve hook to start")
+    first.kill()
+    workers.start(setup, concurrency=1)  # the message comes back after the visibility timeout
+    report = pending.get(timeout=90, interval=0.1)
+    assert scenarios.statuses(report) == ["compensated"] * 3
+    assert scenarios.compensations(ledger, run_id) == {s: 1 for s in scenarios.SUFFIXES}
+    key = compensate_key(run_id, "call-2")
+    assert ledger.call_counts("start:reserve")[key] == 2
+    assert {c.key for c in ledger.calls("start:reserve")} == {key}

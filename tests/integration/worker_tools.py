@@ -1,0 +1,61 @@
+"""The tools test workers load (``SAGA_TOOLS=tests.integration.worker_tools:tools``).
+
+The sample order's tools from tests/ledger.py, whose compensate hooks note every call and apply
+their effect once per idempotency key in a ledger the test reads. A test steers one run's hooks
+with files in ``SAGA_TEST_CONTROL`` named ``{run_id}.{action}-{tool}``:
+
+- ``fail``: the hook raises (every time, while the file exists);
+- ``slow``: the hook sleeps the seconds written in the file first;
+- ``kill``: the process running the hook SIGKILLs itself (once: the file is consumed);
+- ``hang``: the hook writes ``{run_id}.hanging-{tool}`` (its pid) and blocks, for the test to kill
+  the whole worker (once).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from saga_worker import CallOptions, Tool
+from saga_worker.settings import get_settings
+from tests.ledger import Ledger, open_ledger, order_tools
+
+
+def control_dir() -> Path:
+    return Path(os.environ["SAGA_TEST_CONTROL"])
+
+
+def _take(path: Path) -> bool:
+    """Consume a once-only control file; exactly one process wins the rename."""
+    try:
+        path.rename(path.with_name(path.name + f".taken-{os.getpid()}"))
+    except FileNotFoundError:
+        return False
+    return True
+
+
+def before_compensate(ledger: Ledger, name: str, opts: CallOptions, control: Path | None = None) -> None:
+    ledger.call(opts.idempotency_key, f"start:{name}")
+    base = (control or control_dir()) / f"{opts.run_id}."
+    slow = Path(f"{base}slow-{name}")
+    if slow.exists():
+        time.sleep(float(slow.read_text() or "1"))
+    if Path(f"{base}fail-{name}").exists():
+        raise RuntimeError(f"{name}: the provider refused the compensation")
+    if _take(Path(f"{base}kill-{name}")):
+        os.kill(os.getpid(), signal.SIGKILL)
+    if _take(Path(f"{base}hang-{name}")):
+        Path(f"{base}hanging-{name}").write_text(str(os.getpid()))
+        time.sleep(600)
+
+
+def tools() -> dict[str, Tool]:
+    ledger = open_ledger(get_settings().resolved_journal_url(), scope=os.environ["SAGA_TEST_SCOPE"])
+
+    def hook(name: str, input: Any, output: Any, opts: CallOptions) -> None:
+        before_compensate(ledger, name, opts)
+
+    return order_tools(ledger, before_compensate=hook)
