@@ -97,3 +97,14 @@ def make_app(settings: SagaSettings | None = None, *, main: str = "tasks") -> Ce
     app = Celery(main)
     app.config_from_object(celery_config(s))
     return app
+
+
+def prepare_stores(app: Celery) -> None:
+    """Create the broker's and the result store's tables now (SQL transports and backends create them
+    on first use), so a client and a starting worker never race to create the same SQLite tables."""
+    if str(app.conf.broker_url).startswith("sqla+"):
+        with app.connection_for_write() as conn:
+            conn.default_channel  # noqa: B018 - opening the channel creates kombu's tables
+    session_factory = getattr(app.backend, "ResultSession", None)
+    if session_factory is not None:
+        session_factory().close()

@@ -6,6 +6,7 @@ Errors print one line and exit non-zero.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import signal
@@ -266,8 +267,6 @@ def _unwind_entries(journal: Journal, unwind_id: str) -> list[dict[str, Any]]:
 
 def _tasks() -> Any:
     """The Celery app module (imported by name: it configures Celery from the settings on import)."""
-    import importlib
-
     return importlib.import_module("tasks")
 
 
@@ -371,7 +370,7 @@ def demo(run_id: str | None, as_json: bool) -> None:
 
     out.rule("[bold]2. unwinding it on an embedded Celery worker[/]")
     tasks = _tasks()
-    _prepare_embedded(tasks.app)
+    importlib.import_module("config.celery").prepare_stores(tasks.app)
     log_path = str(settings.home.resolve() / "demo-worker.log")
     with embedded_worker(settings, log_path=log_path) as proc:
         out.print(f"worker started (pid {proc.pid}, log {log_path}); compensate_run.delay({run_id!r}).get()")
@@ -391,16 +390,6 @@ def demo(run_id: str | None, as_json: bool) -> None:
     out.print(table)
     if as_json:
         _dump(data)
-
-
-def _prepare_embedded(app: Any) -> None:
-    """Create the broker's and result store's tables before the worker starts, so two processes
-    never race to create the same SQLite tables."""
-    with app.connection_for_write() as conn:
-        conn.default_channel  # noqa: B018 - opening the channel creates kombu's tables
-    session_factory = getattr(app.backend, "ResultSession", None)
-    if session_factory is not None:
-        session_factory().close()
 
 
 if __name__ == "__main__":  # pragma: no cover
