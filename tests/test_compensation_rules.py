@@ -99,15 +99,25 @@ def names(report: CompensationReport) -> list[str]:
     return [e.tool_name for e in report.entries]
 
 
-def force_status(journal: Journal, run_id: str, suffix: str, status: RecordStatus) -> None:
-    """Stand in for approvals (a later part of the contract), which make denied and suspended records."""
+def _rewrite_record(journal: Journal, run_id: str, suffix: str, **values: Any) -> None:
     if isinstance(journal, MemoryJournal):
         key = (run_id, suffix)
-        journal._records[key] = replace(journal._records[key], status=status)
+        journal._records[key] = replace(journal._records[key], **values)
         return
+    values = {k: v.value if isinstance(v, RecordStatus) else v for k, v in values.items()}
     with journal.engine.begin() as conn:  # type: ignore[attr-defined]
         conn.execute(sa.update(records_table).where(records_table.c.run_id == run_id,
-                                                    records_table.c.suffix == suffix).values(status=status.value))
+                                                    records_table.c.suffix == suffix).values(**values))
+
+
+def force_status(journal: Journal, run_id: str, suffix: str, status: RecordStatus) -> None:
+    """Stand in for approvals (a later part of the contract), which make denied and suspended records."""
+    _rewrite_record(journal, run_id, suffix, status=status)
+
+
+def left_long_ago(journal: Journal, run_id: str, suffix: str) -> None:
+    """Date a ``running`` record an hour back: its process died long ago, it is not executing right now."""
+    _rewrite_record(journal, run_id, suffix, updated_at=journal.now() - 3600, created_at=journal.now() - 3600)
 
 
 # -- the order scenario ---------------------------------------------------------------------------------
@@ -299,6 +309,7 @@ def test_failed_or_running_record_asks_recover_and_never_stops_the_unwind(
         hooks.execute_error["reserve"] = Crash()  # the process dies mid-execute: reserve stays running
         with pytest.raises(Crash):
             run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order()))
+        left_long_ago(journal, run_id, "call-2")
         expected_names = ["reserve", "charge"]
     assert journal.get_record(run_id, "call-2").status.value == record_status  # type: ignore[union-attr]
 
