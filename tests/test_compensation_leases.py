@@ -9,6 +9,7 @@ import os
 import signal
 import threading
 import time
+import uuid
 import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -29,6 +30,8 @@ from saga_worker import (
 from saga_worker.compensation import engine
 from saga_worker.compensation.leases import LeaseKeeper
 from saga_worker.journal.records import ClaimStatus, CompensationClaim
+from saga_worker.locks import MemoryStepLock, StepLock
+from saga_worker.locks.redis import RedisStepLock
 from tests.ledger import open_ledger, order_script, order_tools
 from tests.procs.unwind_child import EXIT_CODE, spawn
 
@@ -269,3 +272,46 @@ def test_forked_child_never_renews_the_leases_of_its_parents_hooks(tmp_path: Pat
     renewers = set(renewals.read_text().split())
     assert str(os.getpid()) in renewers
     assert str(pid) not in renewers
+
+
+# -- the Redis lock is the fast path, the journal claim the truth ----------------------------------------
+
+@pytest.fixture(params=["memory", "redis"])
+def step_lock(request: pytest.FixtureRequest) -> Iterator[StepLock]:
+    if request.param == "memory":
+        yield MemoryStepLock()
+        return
+    lock = RedisStepLock.from_url(request.getfixturevalue("redis_url"), prefix=f"saga:test:{uuid.uuid4().hex}:")
+    yield lock
+    lock.client.close()
+
+
+def test_step_whose_lock_another_unwinder_holds_reads_busy_without_touching_the_journal(
+        journal: Journal, run_id: str, step_lock: StepLock, stack: ExitStack) -> None:
+    ledger = stack.enter_context(open_ledger(journal.url))
+    tools = order_tools(ledger)
+    run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order_script()))
+    assert step_lock.acquire(f"{run_id}:comp:{RESERVE}", "elsewhere:1:abc", 60)
+
+    report = compensate_run(run_id, journal=journal, tools=tools, lock=step_lock)
+
+    assert statuses(report) == ["compensated", "busy", "not-attempted"]
+    assert journal.get_claim(run_id, RESERVE) is None
+    assert ledger.call_counts("compensate") == {f"{run_id}:comp:call-3": 1}
+
+
+def test_free_lock_does_not_override_a_live_journal_claim(journal: Journal, run_id: str, step_lock: StepLock,
+                                                          stack: ExitStack) -> None:
+    # The lock of a live holder expired (or Redis lost it): the journal's claim still says busy.
+    ledger = stack.enter_context(open_ledger(journal.url))
+    tools = order_tools(ledger)
+    run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order_script()))
+    held = journal.claim_compensation(run_id, RESERVE, via_run_id=run_id, owner="elsewhere:1:abc", ttl=600,
+                                      idempotency_key=f"{run_id}:comp:{RESERVE}")
+
+    report = compensate_run(run_id, journal=journal, tools=tools, lock=step_lock)
+
+    assert statuses(report) == ["compensated", "busy", "not-attempted"]
+    assert journal.get_claim(run_id, RESERVE) == held.claim
+    assert step_lock.acquire(f"{run_id}:comp:{RESERVE}", "someone-else", 1)  # the busy caller released it
+    assert ledger.call_counts("compensate") == {f"{run_id}:comp:call-3": 1}
