@@ -30,7 +30,6 @@ from .keys import compensate_key
 from .settings import SagaSettings, get_settings
 
 out = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
 
 STATUS_STYLE = {
     CompensationStatus.COMPENSATED.value: "green", CompensationStatus.ALREADY_COMPENSATED.value: "green",
@@ -42,7 +41,8 @@ STATUS_STYLE = {
 
 
 def fail(message: str) -> NoReturn:
-    err.print(f"[bold red]error:[/] {message}", markup=True)
+    # One line, never wrapped, whatever the terminal's width: scripts grep it.
+    click.echo(click.style("error:", fg="red", bold=True) + " " + " ".join(message.split()), err=True)
     sys.exit(1)
 
 

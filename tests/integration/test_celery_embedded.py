@@ -114,3 +114,18 @@ def test_demo_places_the_sample_order_and_unwinds_it_on_a_real_embedded_worker(t
     assert [(e["tool_name"], e["status"]) for e in report["entries"]] == [
         ("send_email", "skipped-no-hook"), ("reserve_stock", "compensated"), ("charge", "compensated")]
     assert "refund" in done.stdout and "order-demo:comp:charge" in done.stdout
+
+
+def test_cli_compensate_enqueues_waits_and_prints_the_report_from_the_worker(
+        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    _, journal, ledger = parts
+    scenarios.place_order(journal, ledger, run_id)
+    env = dict(running.env(), COLUMNS="200")
+    shown = subprocess.run([sys.executable, "-m", "saga_worker.cli", "compensate", run_id], cwd=REPO, env=env,
+                           capture_output=True, text=True, timeout=100)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "step call-3 (notify): compensated" in shown.stdout  # progress, as the steps land
+    as_json = subprocess.run([sys.executable, "-m", "saga_worker.cli", "compensate", run_id, "--json"], cwd=REPO,
+                             env=env, capture_output=True, text=True, timeout=100)
+    assert as_json.returncode == 0, as_json.stderr[-2000:]
+    assert scenarios.statuses(json.loads(as_json.stdout)) == ["already-compensated"] * 3

@@ -1,0 +1,125 @@
+"""The `saga-worker` commands that need no worker: runs, report, compensate --local, db upgrade, and
+one-line errors. (The demo and `compensate` through a worker run in tests/integration.)"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from saga_worker import open_journal, run_durable
+from saga_worker.cli import main
+from saga_worker.demo import TOOLS, order_planner
+from saga_worker.journal.records import UnwindState
+from saga_worker.settings import get_settings
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    for name in ("SAGA_JOURNAL_URL", "SAGA_BROKER_URL", "SAGA_RESULT_BACKEND", "SAGA_REDIS_URL", "SAGA_TOOLS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SAGA_HOME", str(tmp_path / ".saga"))
+    get_settings.cache_clear()
+    yield tmp_path / ".saga"
+    get_settings.cache_clear()
+
+
+def place(run_id: str) -> None:
+    with open_journal(get_settings().resolved_journal_url()) as journal:
+        run_durable(run_id, journal=journal, tools=TOOLS, planner=order_planner())
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False, env={"COLUMNS": "200"})
+    return result.exit_code, result.output
+
+
+def test_compensate_local_unwinds_in_process_and_prints_the_report_as_json(home: Path) -> None:
+    place("order-1")
+    code, output = invoke("compensate", "order-1", "--local", "--json")
+    assert code == 0, output
+    report = json.loads(output)
+    assert [e["status"] for e in report["entries"]] == ["skipped-no-hook", "compensated", "compensated"]
+    assert report["condemned"] is True
+
+
+def test_compensate_local_dry_run_prints_a_plan_and_condemns_nothing(home: Path) -> None:
+    place("order-2")
+    code, output = invoke("compensate", "order-2", "--local", "--dry-run")
+    assert code == 0, output
+    assert "would-compensate" in output and "plan (dry run)" in output
+    with open_journal(get_settings().resolved_journal_url()) as journal:
+        assert not journal.get_run("order-2").condemned  # type: ignore[union-attr]
+
+
+def test_report_shows_each_step_with_its_compensation_state_from_the_journal(home: Path) -> None:
+    place("order-3")
+    invoke("compensate", "order-3", "--local")
+    code, output = invoke("report", "order-3", "--json")
+    assert code == 0, output
+    data = json.loads(output)
+    assert data["run"]["condemned"] is True and data["run"]["unwind_state"] == "complete"
+    assert [(s["tool_name"], (s["compensation"] or {}).get("status")) for s in data["steps"]] == [
+        ("charge", "compensated"), ("reserve_stock", "compensated"), ("send_email", None)]
+    code, table = invoke("report", "order-3")
+    assert code == 0 and "reserve_stock" in table and "compensated" in table
+
+
+def test_runs_lists_status_tombstone_and_a_run_flagged_for_a_person(home: Path) -> None:
+    place("order-4")
+    place("order-5")
+    with open_journal(get_settings().resolved_journal_url()) as journal:
+        journal.condemn("order-5")
+        journal.set_unwind_state("order-5", UnwindState.ATTENTION, note="gave up after 8 re-drives")
+    code, output = invoke("runs", "--json")
+    assert code == 0, output
+    runs = {r["run_id"]: r for r in json.loads(output)}
+    assert runs["order-4"]["status"] == "finished" and runs["order-4"]["condemned"] is False
+    assert runs["order-5"]["unwind_state"] == "attention" and runs["order-5"]["condemned"] is True
+    code, table = invoke("runs")
+    assert code == 0 and "attention" in table and "gave up after 8 re-drives" in table
+
+
+def test_report_of_a_run_the_journal_never_saw_prints_one_line_and_exits_non_zero(home: Path) -> None:
+    result = CliRunner().invoke(main, ["report", "no-such-run"])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == ["error: run 'no-such-run' is not in the journal"]
+
+
+def test_a_bad_journal_url_prints_one_clear_line_and_exits_non_zero(home: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAGA_JOURNAL_URL", "mysql://nowhere/db")
+    get_settings.cache_clear()
+    result = CliRunner().invoke(main, ["runs"])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "mysql" in lines[0]
+
+
+def test_compensate_local_with_a_bad_tools_setting_names_it_and_exits_non_zero(home: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAGA_TOOLS", "no_such_module:TOOLS")
+    get_settings.cache_clear()
+    place("order-6")
+    result = CliRunner().invoke(main, ["compensate", "order-6", "--local"])
+    assert result.exit_code == 1
+    assert "SAGA_TOOLS" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_db_upgrade_migrates_the_journal_to_the_newest_revision(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from saga_worker.journal import migrate
+
+    url = f"sqlite:///{home.parent / 'fresh.db'}"
+    monkeypatch.setenv("SAGA_JOURNAL_URL", url)
+    get_settings.cache_clear()
+    code, output = invoke("db", "upgrade")
+    assert code == 0, output
+    assert migrate.head_revision() in output
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    assert migrate.current_revision(engine) == migrate.head_revision()
+    engine.dispose()
