@@ -25,6 +25,8 @@ from .planning import CallResult, Finish, Planner, RunState, ToolCall
 from .tools import CallOptions, RecoverResult, Tool, call_hook, check_tools
 
 _MAX_RACE_RETRIES = 5
+# How long a call waits for another process that is executing the same record before giving up.
+_GUARD_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -245,21 +247,34 @@ class _Driver:
                 return self._event(step, settled, "failed", error=settled.error)
         for _ in range(_MAX_RACE_RETRIES):
             record = self.journal.get_record(self.run_id, suffix)
-            if record is None:
-                new = NewRecord(suffix, step, call_id, tool_name, tool.idempotency, input, self.run_id)
-                claimed = self.journal.claim_record(self.run_id, new, gated=tool.side_effect)
-                if claimed is not None:
-                    return self._execute(step, tool, claimed)
-                continue  # another process claimed it first: handle its record
-            if record.status is RecordStatus.SUCCEEDED:
-                return self._event(step, record, "replayed")
-            if record.status in (RecordStatus.DENIED, RecordStatus.SUSPENDED):
-                return self._event(step, record, "denied")
-            event = self._recover_or_retry(step, tool, record)
-            if event is not None:
-                return event
+            settled = None if record is None else self._settled_event(step, record)
+            if settled is not None:
+                return settled
+            # Claim, probe and execute under the record's execution guard: a `running` record whose
+            # guard is free was left by a process that died, never by one still executing it.
+            with self.journal.execution_guard(self.run_id, suffix, wait=_GUARD_WAIT_S) as held:
+                if not held:
+                    raise SideEffectRetryBlockedError(self.run_id, call_id, tool_name,
+                                                      "another process is executing it right now")
+                record = self.journal.get_record(self.run_id, suffix)
+                if record is None:
+                    new = NewRecord(suffix, step, call_id, tool_name, tool.idempotency, input, self.run_id)
+                    claimed = self.journal.claim_record(self.run_id, new, gated=tool.side_effect)
+                    if claimed is not None:
+                        return self._execute(step, tool, claimed)
+                    continue  # another writer claimed it first: handle its record
+                event = self._settled_event(step, record) or self._recover_or_retry(step, tool, record)
+                if event is not None:
+                    return event
         raise SideEffectRetryBlockedError(self.run_id, call_id, tool_name,
                                           "its record kept changing under concurrent writers")
+
+    def _settled_event(self, step: int, record: ToolRecord) -> RunEvent | None:
+        if record.status is RecordStatus.SUCCEEDED:
+            return self._event(step, record, "replayed")
+        if record.status in (RecordStatus.DENIED, RecordStatus.SUSPENDED):
+            return self._event(step, record, "denied")
+        return None
 
     def _recover_or_retry(self, step: int, tool: Tool, record: ToolRecord) -> RunEvent | None:
         """A failed or running record: the side effect may or may not have happened (DESIGN.md §2)."""

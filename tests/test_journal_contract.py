@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from saga_worker import CompensatedRunError, Journal, RunExistsError, UnknownRunError
+from saga_worker import CompensatedRunError, Journal, RunExistsError, UnknownRunError, open_journal
 from saga_worker.journal.records import NewRecord, RecordStatus, RunStatus, UnwindState
 
 
@@ -187,3 +187,34 @@ def test_a_record_read_back_is_a_copy_a_caller_cannot_change(journal: Journal, r
     assert read is not None and read.input == {"amount": 1}
     read.output["ids"].append(2)
     assert journal.list_records(run_id)[0].output == {"ids": [1]}
+
+
+def test_an_execution_guard_has_one_holder_at_a_time_across_journal_objects(journal: Journal, run_id: str) -> None:
+    # Two objects on one SQL URL stand for two processes; memory:// is one object by nature.
+    other = journal if journal.url.startswith("memory:") else open_journal(journal.url)
+    try:
+        with journal.execution_guard(run_id, "call-1") as first:
+            with other.execution_guard(run_id, "call-1") as second:
+                assert first and not second
+            with other.execution_guard(run_id, "call-2") as neighbour:
+                assert neighbour  # one guard per record, not per run
+        with other.execution_guard(run_id, "call-1") as after:
+            assert after
+    finally:
+        if other is not journal:
+            other.close()
+
+
+def test_racing_threads_get_one_execution_guard(journal: Journal, run_id: str) -> None:
+    n = 4
+    refused = threading.Semaphore(0)
+
+    def take(i: int) -> bool:
+        with journal.execution_guard(run_id, "call-1") as held:
+            if held:  # keep it until every rival has been refused
+                assert all(refused.acquire(timeout=10) for _ in range(n - 1))
+            else:
+                refused.release()
+            return held
+
+    assert sum(race(n, take)) == 1

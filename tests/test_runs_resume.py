@@ -7,6 +7,7 @@ does the same with a real process killed by ``os._exit``.)
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -27,6 +28,7 @@ from saga_worker import (
     scripted,
     stream_durable,
 )
+from saga_worker import runs as runs_module
 from saga_worker.journal.records import RecordStatus, RunStatus, ToolRecord
 
 
@@ -201,3 +203,39 @@ def test_a_condemned_run_refuses_resume_before_recover_or_execute(journal: Journ
         with pytest.raises(CompensatedRunError):
             go(run_id, journal=journal, tools=tools, planner=PLANNER)
     assert probe.executed == probe.recovered == []
+
+
+def test_a_call_still_executing_in_another_thread_is_neither_probed_nor_executed_again(
+        journal: Journal, run_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runs_module, "_GUARD_WAIT_S", 0.1)
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(input: Any, opts: CallOptions) -> Any:
+        entered.set()
+        release.wait(60)
+        return {"charged": input["amount"]}
+
+    first = threading.Thread(target=run_durable, args=(run_id,),
+                             kwargs={"journal": journal, "tools": {"charge": Tool(slow)}, "planner": PLANNER})
+    first.start()
+    try:
+        assert entered.wait(60)
+        before = journal.get_record(run_id, "call-1")
+        assert before is not None and before.status is RecordStatus.RUNNING
+        probe = Probe(lambda: RecoverResult(done=False))
+        tools = {"charge": Tool(probe.execute, recover=probe.recover, idempotent=True)}
+        with pytest.raises(SideEffectRetryBlockedError, match="executing it right now"):
+            resume_run(run_id, journal=journal, tools=tools, planner=PLANNER)
+        assert probe.recovered == probe.executed == []
+        assert journal.get_record(run_id, "call-1") == before
+    finally:
+        release.set()
+        first.join()
+    assert resume_run(run_id, journal=journal, tools=tools, planner=PLANNER).status == "finished"
+    assert probe.recovered == probe.executed == []
+
+
+def test_the_execution_guard_is_free_again_once_a_call_has_settled(journal: Journal, run_id: str) -> None:
+    run_durable(run_id, journal=journal, tools={"charge": Tool(fail)}, planner=PLANNER)
+    with journal.execution_guard(run_id, "call-1") as held:
+        assert held

@@ -7,7 +7,10 @@ compare-and-set on the state they expect, so a retried or duplicated message can
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from .records import (
@@ -22,6 +25,8 @@ from .records import (
     UnwindInfo,
     UnwindState,
 )
+
+_GUARDS_LOCK = threading.Lock()
 
 
 class Journal(abc.ABC):
@@ -146,6 +151,44 @@ class Journal(abc.ABC):
     @abc.abstractmethod
     def now(self) -> float:
         """The journal's clock (the database's for PostgreSQL), so leases do not depend on a worker's clock."""
+
+    # -- execution guards -----------------------------------------------------------------------------
+    @contextmanager
+    def execution_guard(self, run_id: str, suffix: str, *, wait: float = 0.0) -> Iterator[bool]:
+        """Hold the right to claim, probe or execute one tool record; yields False if a live holder has it.
+
+        A ``running`` record alone cannot tell a call still executing in another process from one whose
+        process died. The guard can: it is held while ``execute`` runs and its holder's death releases
+        it at once (a PostgreSQL session advisory lock, an open-file lock next to a SQLite file, a
+        thread lock in memory). So a resumer that gets the guard knows nobody is executing the call.
+        ``wait`` is how long to keep trying while another holder has it."""
+        deadline = time.monotonic() + wait
+        token = self._try_guard(run_id, suffix)
+        while token is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+            token = self._try_guard(run_id, suffix)
+        if token is None:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            self._release_guard(token)
+
+    def _try_guard(self, run_id: str, suffix: str) -> object | None:
+        """Take the guard without waiting: a token for ``_release_guard``, or None if it is held.
+
+        This default is in-process only (threads of one process sharing this journal object)."""
+        with _GUARDS_LOCK:
+            held: set[tuple[str, str]] = self.__dict__.setdefault("_execution_guards", set())
+            if (run_id, suffix) in held:
+                return None
+            held.add((run_id, suffix))
+            return (run_id, suffix)
+
+    def _release_guard(self, token: object) -> None:
+        with _GUARDS_LOCK:
+            self.__dict__.setdefault("_execution_guards", set()).discard(token)
 
     def close(self) -> None:  # noqa: B027 - optional: journals without connections need nothing
         """Release connections. The journal is unusable afterwards."""

@@ -20,7 +20,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from ..errors import CompensatedRunError, JournalError, MalformedRecordError, RunExistsError, UnknownRunError
 from ..keys import canonical_json
-from . import migrate
+from . import guards, migrate
 from .base import Journal
 from .records import (
     ClaimAttempt,
@@ -90,6 +90,23 @@ class SqlJournal(Journal):
 
     def __repr__(self) -> str:
         return f"SqlJournal({_safe(self.url)!r})"
+
+    # -- execution guards (see Journal.execution_guard) -------------------------------------------
+    def _try_guard(self, run_id: str, suffix: str) -> object | None:
+        if self.dialect == "postgresql":
+            return guards.pg_try(self.engine, run_id, suffix)
+        database = self.engine.url.database
+        if self.dialect == "sqlite" and database and guards.file_guards_supported():
+            return guards.file_try(f"{database}.exec-guards", run_id, suffix)
+        return super()._try_guard(run_id, suffix)  # in-process only, where the OS offers no such lock
+
+    def _release_guard(self, token: object) -> None:
+        if isinstance(token, guards.PgGuard):
+            guards.pg_release(token)
+        elif isinstance(token, int):
+            guards.file_release(token)
+        else:
+            super()._release_guard(token)
 
     # -- plumbing ---------------------------------------------------------------------------------
     @contextmanager

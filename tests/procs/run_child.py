@@ -2,6 +2,7 @@
 
     python -m tests.procs.run_child --journal URL --scope S --run RUN_ID [--mode run|crash|show]
         [--crash-at reserve] [--crash-when before|after] [--pause 0.05] [--start-file PATH]
+        [--flavour plain|recover|idempotent]
 
 Prints one JSON line. Modes:
 - ``run``: ``run_durable`` of charge, reserve, notify; prints ``{"pid", "status"}`` where status is the
@@ -10,6 +11,7 @@ Prints one JSON line. Modes:
 - ``crash``: as ``run``, but inside the execute of ``--crash-at`` the process dies with ``os._exit(17)``,
   ``before`` or ``after`` the tool's effect reached the ledger (the provider).
 - ``show``: prints ``{"pid", "run", "decisions", "records"}`` as this process reads the journal.
+``--flavour`` gives every tool a ``recover`` hook (asking the ledger) or ``idempotent=True``.
 With ``--start-file``, the process waits for that file to exist, so several processes start together.
 """
 
@@ -68,11 +70,12 @@ def run_tools(ledger: Ledger, *, pause: float = 0.0, crash_at: str | None = None
 
 
 def spawn(journal_url: str, scope: str, run_id: str, *, mode: str = "run", crash_at: str = "reserve",
-          crash_when: str = "before", pause: float = 0.0, start_file: Path | None = None) -> subprocess.Popen[str]:
+          crash_when: str = "before", pause: float = 0.0, start_file: Path | None = None,
+          flavour: str = "plain") -> subprocess.Popen[str]:
     """Start this module as a child process (from the test's side)."""
     argv = [sys.executable, "-m", "tests.procs.run_child", "--journal", journal_url, "--scope", scope,
             "--run", run_id, "--mode", mode, "--crash-at", crash_at, "--crash-when", crash_when,
-            "--pause", str(pause)]
+            "--pause", str(pause), "--flavour", flavour]
     if start_file is not None:
         argv += ["--start-file", str(start_file)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAGA_FAULTS")}
@@ -109,6 +112,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--crash-when", choices=["before", "after"], default="before")
     parser.add_argument("--pause", type=float, default=0.0)
     parser.add_argument("--start-file", default=None)
+    parser.add_argument("--flavour", choices=["plain", "recover", "idempotent"], default="plain")
     args = parser.parse_args(argv)
 
     journal = open_journal(args.journal)
@@ -123,7 +127,8 @@ def main(argv: list[str]) -> int:
         return 0
     ledger = open_ledger(args.journal, args.scope)
     tools = run_tools(ledger, pause=args.pause, crash_at=args.crash_at if args.mode == "crash" else None,
-                      crash_when=args.crash_when)
+                      crash_when=args.crash_when, recover=args.flavour == "recover",
+                      idempotent=args.flavour == "idempotent")
     try:
         status = run_durable(args.run, journal=journal, tools=tools, planner=scripted(*order_script(), final="ok"),
                              prompt="sample order").status
