@@ -73,7 +73,7 @@ def celery_config(settings: SagaSettings | None = None) -> dict[str, Any]:
         # One scheduler however many beat processes run: RedBeat holds a lock in Redis.
         conf["beat_scheduler"] = "redbeat.RedBeatScheduler"
         conf["redbeat_redis_url"] = s.redis_url
-        conf["redbeat_key_prefix"] = f"saga:redbeat:{s.queue}:"
+        conf["redbeat_key_prefix"] = f"saga:redbeat:{s.queue}"
         conf["redbeat_lock_timeout"] = max(30, int(5 * s.sweep_interval))
     else:
         conf["beat_schedule_filename"] = str((s.home / "beat-schedule").resolve())
