@@ -8,6 +8,8 @@ import json
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from saga_worker import CallOptions, InvalidInputError, Journal, Tool, ToolCall, run_durable, scripted
 from saga_worker.keys import (
@@ -118,3 +120,23 @@ def test_tool_call_ids_the_key_scheme_cannot_hold_are_refused(bad: object) -> No
 @pytest.mark.parametrize("good", ["order-7", "A.b_c-9", "7"])
 def test_ordinary_run_ids_are_accepted(good: str) -> None:
     assert check_run_id(good) == good
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=JSON)
+def test_hash16_matches_an_independent_sha256_of_canonical_json_for_any_json_value(value: Any) -> None:
+    assert hash16(value) == expected_hash16(value)
+    assert execute_key("r", "args", "t", "call-1", value) == f"r:t:{expected_hash16(value)}"
+
+
+@settings(max_examples=100, deadline=None)
+@given(value=st.dictionaries(st.text(), st.integers(), min_size=2, max_size=6))
+def test_hash16_does_not_depend_on_key_order(value: dict[str, int]) -> None:
+    assert hash16(dict(reversed(list(value.items())))) == hash16(value)

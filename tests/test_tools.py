@@ -113,17 +113,20 @@ def test_async_execute_and_compensate_hooks_work_in_a_run_and_its_unwind(journal
     assert log[1] == f"compensate {run_id}:comp:call-1 {{'charged': 3}}"
 
 
-def test_async_hooks_work_when_the_run_is_driven_from_inside_an_event_loop(journal: Journal, run_id: str) -> None:
+def test_async_hooks_work_when_a_run_and_its_unwind_are_driven_from_inside_an_event_loop(journal: Journal, run_id: str) -> None:
     log: list[str] = []
     tools = async_tools(log)
 
-    async def app() -> str:
-        return run_durable(run_id, journal=journal, tools=tools,
-                           planner=scripted(ToolCall("charge", {"amount": 5}))).status
+    async def app() -> tuple[str, list[str]]:
+        status = run_durable(run_id, journal=journal, tools=tools,
+                             planner=scripted(ToolCall("charge", {"amount": 5}))).status
+        report = compensate_run(run_id, journal=journal, tools=tools)
+        return status, [e.status.value for e in report.entries]
 
-    assert asyncio.run(app()) == "finished"
+    assert asyncio.run(app()) == ("finished", ["compensated"])
     assert journal.get_record(run_id, "call-1").output == {"charged": 5}  # type: ignore[union-attr]
     assert log[0].endswith("on saga-async-hook")  # driven on the private thread, not the blocked loop
+    assert log[1] == f"compensate {run_id}:comp:call-1 {{'charged': 5}}"
 
 
 def test_an_async_recover_hook_decides_a_resumed_interrupted_call(journal: Journal, run_id: str) -> None:
