@@ -76,12 +76,14 @@ def report_table(report: CompensationReport | dict[str, Any], title: str | None 
     data = report.model_dump(mode="json") if isinstance(report, CompensationReport) else report
     kind = "plan (dry run)" if data["dry_run"] else "unwind"
     table = Table(title=title or f"{kind} of run {data['run_id']} — condemned: {'yes' if data['condemned'] else 'no'}")
-    for col in ("#", "step", "tool", "status", "attempts", "idempotency key", "error"):
-        table.add_column(col, overflow="fold")
+    errors = any(e.get("error") for e in data["entries"])
+    for col in ("#", "step", "tool", "status", "attempts", "idempotency key") + (("error",) if errors else ()):
+        table.add_column(col, overflow="fold", no_wrap=col in ("status", "tool"))
     for i, e in enumerate(data["entries"], 1):
         style = STATUS_STYLE.get(e["status"], "")
-        table.add_row(str(i), e["suffix"], e["tool_name"], f"[{style}]{e['status']}[/]" if style else e["status"],
-                      str(e.get("attempts", 0)), e["idempotency_key"], e.get("error") or "")
+        row = [str(i), e["suffix"], e["tool_name"], f"[{style}]{e['status']}[/]" if style else e["status"],
+               str(e.get("attempts", 0)), e["idempotency_key"]]
+        table.add_row(*row, *([e.get("error") or ""] if errors else []))
     return table
 
 
