@@ -23,6 +23,7 @@ from saga_worker import (
 )
 from saga_worker.journal import migrate
 from saga_worker.journal.schema import metadata
+from tests.procs.run_child import finish, spawn
 from tests.services import PG_ADMIN_URL, require
 
 TABLES = {"saga_runs", "saga_decisions", "saga_tool_records", "saga_compensations"}
@@ -147,3 +148,18 @@ def test_downgrade_to_base_then_upgrade_round_trips_the_schema(backend: str, req
         result = run_durable("after-upgrade", journal=journal, tools={"t": Tool(lambda i, o: 2)},
                              planner=scripted(ToolCall("t", {})))
         assert result.status == "finished"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_processes_migrating_a_fresh_journal_at_once_all_open_it(backend: str, request: pytest.FixtureRequest,
+                                                                  tmp_path: Path) -> None:
+    url = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "empty_pg_url")
+    start = tmp_path / "go"
+    children = [spawn(url, "s", "r", mode="show", migrate=True, start_file=start) for _ in range(4)]
+    start.touch()
+    assert [finish(child)["run"] for child in children] == [None] * 4
+    engine = sa.create_engine(url)
+    try:
+        assert migrate.current_revision(engine) == migrate.head_revision() and schema_drift(engine) == []
+    finally:
+        engine.dispose()

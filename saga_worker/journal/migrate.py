@@ -33,11 +33,25 @@ def current_revision(engine: sa.Engine) -> str | None:
         return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
 
 
+# Any fixed number: the PostgreSQL advisory lock that lets one process at a time migrate a database.
+_MIGRATION_LOCK = 0x5A6A_0001
+
+
+def _serialise(conn: sa.Connection) -> None:
+    """Make concurrent migrations (several workers opening with migrate=True) take turns: the next one
+    then reads the revision the first wrote and has nothing to do. SQLite's BEGIN IMMEDIATE does this
+    already; PostgreSQL needs a transaction-scoped advisory lock."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_MIGRATION_LOCK)))
+
+
 def upgrade(engine: sa.Engine, revision: str = "head") -> None:
     with engine.begin() as conn:
+        _serialise(conn)
         command.upgrade(_config(conn), revision)
 
 
 def downgrade(engine: sa.Engine, revision: str) -> None:
     with engine.begin() as conn:
+        _serialise(conn)
         command.downgrade(_config(conn), revision)

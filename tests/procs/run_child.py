@@ -12,7 +12,8 @@ Prints one JSON line. Modes:
   ``before`` or ``after`` the tool's effect reached the ledger (the provider).
 - ``show``: prints ``{"pid", "run", "decisions", "records"}`` as this process reads the journal.
 ``--flavour`` gives every tool a ``recover`` hook (asking the ledger) or ``idempotent=True``.
-With ``--start-file``, the process waits for that file to exist, so several processes start together.
+With ``--start-file``, the process waits for that file to exist (before it opens the journal), so
+several processes start together. ``--migrate`` opens the journal with ``migrate=True``.
 """
 
 from __future__ import annotations
@@ -71,11 +72,11 @@ def run_tools(ledger: Ledger, *, pause: float = 0.0, crash_at: str | None = None
 
 def spawn(journal_url: str, scope: str, run_id: str, *, mode: str = "run", crash_at: str = "reserve",
           crash_when: str = "before", pause: float = 0.0, start_file: Path | None = None,
-          flavour: str = "plain") -> subprocess.Popen[str]:
+          flavour: str = "plain", migrate: bool = False) -> subprocess.Popen[str]:
     """Start this module as a child process (from the test's side)."""
     argv = [sys.executable, "-m", "tests.procs.run_child", "--journal", journal_url, "--scope", scope,
             "--run", run_id, "--mode", mode, "--crash-at", crash_at, "--crash-when", crash_when,
-            "--pause", str(pause), "--flavour", flavour]
+            "--pause", str(pause), "--flavour", flavour] + (["--migrate"] if migrate else [])
     if start_file is not None:
         argv += ["--start-file", str(start_file)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAGA_FAULTS")}
@@ -113,14 +114,15 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--pause", type=float, default=0.0)
     parser.add_argument("--start-file", default=None)
     parser.add_argument("--flavour", choices=["plain", "recover", "idempotent"], default="plain")
+    parser.add_argument("--migrate", action="store_true")
     args = parser.parse_args(argv)
 
-    journal = open_journal(args.journal)
     if args.start_file:
         start = Path(args.start_file)
         deadline = time.monotonic() + 60
         while not start.exists() and time.monotonic() < deadline:
             time.sleep(0.005)
+    journal = open_journal(args.journal, migrate=True if args.migrate else None)
     if args.mode == "show":
         print(json.dumps(show(journal, args.run)), flush=True)
         journal.close()
