@@ -247,9 +247,9 @@ class _Driver:
                 return self._event(step, settled, "failed", error=settled.error)
         for _ in range(_MAX_RACE_RETRIES):
             record = self.journal.get_record(self.run_id, suffix)
-            settled = None if record is None else self._settled_event(step, record)
-            if settled is not None:
-                return settled
+            known = None if record is None else self._settled_event(step, record)
+            if known is not None:
+                return known
             # Claim, probe and execute under the record's execution guard: a `running` record whose
             # guard is free was left by a process that died, never by one still executing it.
             with self.journal.execution_guard(self.run_id, suffix, wait=_GUARD_WAIT_S) as held:
