@@ -1,9 +1,9 @@
 """``python -m bench`` (``make bench``): saga-worker's costs, each next to the floor it is bounded by.
 
-    python -m bench                      # the full run (under ~10 minutes on 2 cores)
-    python -m bench --quick              # a fast pass with smaller counts
-    python -m bench --only floors,inprocess --backends sqlite
-    python -m bench --markdown out.md    # also write the tables as Markdown (for bench/README.md)
+python -m bench                      # the full run (under ~10 minutes on 2 cores)
+python -m bench --quick              # a fast pass with smaller counts
+python -m bench --only floors,inprocess --backends sqlite
+python -m bench --markdown out.md    # also write the tables as Markdown (for bench/README.md)
 """
 
 from __future__ import annotations
@@ -39,8 +39,14 @@ def _cells(row: Row) -> list[str]:
     verdict = "" if row.ok is None else ("met" if row.ok else "MISSED")
     target = f"{row.target} {verdict}".strip()
     floor = f"{_num(row.floor)} ({row.floor_name})" if row.floor is not None else row.floor_name or "—"
-    return [row.name, f"{_num(row.value)} {row.unit}" if row.value is not None else "pending", floor, ratio,
-            target, row.note]
+    return [
+        row.name,
+        f"{_num(row.value)} {row.unit}" if row.value is not None else "pending",
+        floor,
+        ratio,
+        target,
+        row.note,
+    ]
 
 
 HEADERS = ["measure", "value", "floor (same run)", "cost vs floor", "target", "note"]
@@ -71,11 +77,17 @@ def markdown(tables: list[Table]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--quick", action="store_true", help="smaller counts, for a fast pass")
-    parser.add_argument("--only", default=",".join(GROUPS), help=f"comma-separated groups of {', '.join(GROUPS)}")
+    parser.add_argument(
+        "--only", default=",".join(GROUPS), help=f"comma-separated groups of {', '.join(GROUPS)}"
+    )
     parser.add_argument("--backends", default="", help="comma-separated journals: memory, sqlite, postgres")
+    parser.add_argument(
+        "--rss-unwinds", type=int, metavar="N", help="unwinds in the memory group (issue 6: 10000)"
+    )
     parser.add_argument("--markdown", metavar="FILE", help="also write the tables as Markdown to FILE")
     args = parser.parse_args(argv)
     groups = [g.strip() for g in args.only.split(",") if g.strip()]
@@ -84,12 +96,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown group(s) {', '.join(unknown)}; choose from {', '.join(GROUPS)}")
     backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
     cfg = Config.make(args.quick, backends)
+    if args.rss_unwinds:
+        cfg.rss_unwinds = args.rss_unwinds
 
     console = Console(width=None if sys.stdout.isatty() else 200)
     started = time.perf_counter()
     command = "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])
-    console.print(f"[bold]saga-worker bench[/] ({'quick' if cfg.quick else 'full'}) on {platform.node()}: "
-                  f"Python {platform.python_version()}, {_cpus()} CPUs; `{command.strip()}`")
+    console.print(
+        f"[bold]saga-worker bench[/] ({'quick' if cfg.quick else 'full'}) on {platform.node()}: "
+        f"Python {platform.python_version()}, {_cpus()} CPUs; `{command.strip()}`"
+    )
     tables: list[Table] = []
     failed = False
     for group in groups:
@@ -109,8 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     console.print(f"[dim]total {time.perf_counter() - started:.0f} s[/]")
     if args.markdown:
         with open(args.markdown, "w", encoding="utf-8") as fh:
-            fh.write(f"`{command.strip()}` — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-                     f"{_cpus()} CPUs, {time.perf_counter() - started:.0f} s\n\n")
+            fh.write(
+                f"`{command.strip()}` — {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+                f"{_cpus()} CPUs, {time.perf_counter() - started:.0f} s\n\n"
+            )
             fh.write(markdown(tables))
     return 1 if failed else 0
 

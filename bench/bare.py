@@ -43,18 +43,36 @@ class BareWriter:
 
     def unwind(self, run_id: str, steps: int) -> None:
         now = time.time()
-        self._commit(("UPDATE saga_runs SET condemned_at=?, unwind_state='pending', unwind_next_at=?, updated_at=? "
-                      "WHERE run_id=? AND condemned_at IS NULL", (now, now, now, run_id)))
+        self._commit(
+            (
+                "UPDATE saga_runs SET condemned_at=?, unwind_state='pending', unwind_next_at=?, updated_at=? "
+                "WHERE run_id=? AND condemned_at IS NULL",
+                (now, now, now, run_id),
+            )
+        )
         for i in range(steps, 0, -1):
             suffix = f"call-{i}"
-            self._commit(("INSERT INTO saga_compensations (origin_run_id, suffix, status, owner, lease_expires_at, "
-                          "attempts, idempotency_key, via_run_id, started_at) VALUES (?, ?, 'claimed', 'bare', ?, 1, "
-                          "?, ?, ?) ON CONFLICT (origin_run_id, suffix) DO NOTHING",
-                          (run_id, suffix, now + 30.0, f"{run_id}:comp:{suffix}", run_id, now)))
-            self._commit(("UPDATE saga_compensations SET status='compensated', finished_at=? WHERE origin_run_id=? "
-                          "AND suffix=? AND owner='bare' AND status='claimed'", (time.time(), run_id, suffix)))
-        self._commit(("UPDATE saga_runs SET unwind_state='complete', updated_at=? WHERE run_id=?",
-                      (time.time(), run_id)))
+            self._commit(
+                (
+                    "INSERT INTO saga_compensations (origin_run_id, suffix, status, owner, lease_expires_at, "
+                    "attempts, idempotency_key, via_run_id, started_at) VALUES (?, ?, 'claimed', 'bare', ?, 1, "
+                    "?, ?, ?) ON CONFLICT (origin_run_id, suffix) DO NOTHING",
+                    (run_id, suffix, now + 30.0, f"{run_id}:comp:{suffix}", run_id, now),
+                )
+            )
+            self._commit(
+                (
+                    "UPDATE saga_compensations SET status='compensated', finished_at=? WHERE origin_run_id=? "
+                    "AND suffix=? AND owner='bare' AND status='claimed'",
+                    (time.time(), run_id, suffix),
+                )
+            )
+        self._commit(
+            (
+                "UPDATE saga_runs SET unwind_state='complete', updated_at=? WHERE run_id=?",
+                (time.time(), run_id),
+            )
+        )
 
     def plan(self, run_id: str) -> None:
         """The reads a dry run cannot do without: the run's records and their compensation claims."""
@@ -62,8 +80,11 @@ class BareWriter:
         p = "%s" if self.postgres else "?"
         if not self.postgres:
             cur.execute("BEGIN")
-        cur.execute(f"SELECT * FROM saga_tool_records WHERE run_id={p} AND status IN ('succeeded', 'failed', "
-                    f"'running') ORDER BY seq", (run_id,))
+        cur.execute(
+            f"SELECT * FROM saga_tool_records WHERE run_id={p} AND status IN ('succeeded', 'failed', "
+            f"'running') ORDER BY seq",
+            (run_id,),
+        )
         cur.fetchall()
         cur.execute(f"SELECT * FROM saga_compensations WHERE origin_run_id={p}", (run_id,))
         cur.fetchall()
@@ -74,24 +95,55 @@ class BareWriter:
 
     def record(self, run_id: str, steps: int) -> None:
         now = time.time()
-        self._commit(("INSERT INTO saga_runs (run_id, status, prompt, text, created_at, updated_at) "
-                      "VALUES (?, 'running', '', '', ?, ?) ON CONFLICT (run_id) DO NOTHING", (run_id, now, now)))
+        self._commit(
+            (
+                "INSERT INTO saga_runs (run_id, status, prompt, text, created_at, updated_at) "
+                "VALUES (?, 'running', '', '', ?, ?) ON CONFLICT (run_id) DO NOTHING",
+                (run_id, now, now),
+            )
+        )
         ok = canonical_json({"ok": True})
         for i in range(steps):
             call_id = f"call-{i + 1}"
-            payload = canonical_json({"kind": "calls", "calls": [{"id": call_id, "tool": "t0", "input": {"i": i}}]})
-            self._commit(("INSERT INTO saga_decisions (run_id, step, payload, created_at) VALUES (?, ?, ?, ?) "
-                          "ON CONFLICT (run_id, step) DO NOTHING", (run_id, i + 1, payload, now)))
+            payload = canonical_json(
+                {"kind": "calls", "calls": [{"id": call_id, "tool": "t0", "input": {"i": i}}]}
+            )
             self._commit(
-                ("UPDATE saga_runs SET next_seq = next_seq + 1 WHERE run_id=? AND condemned_at IS NULL", (run_id,)),
-                ("INSERT INTO saga_tool_records (run_id, suffix, seq, step, tool_call_id, tool_name, mode, input, "
-                 "status, attempts, origin_run_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 't0', 'call', ?, "
-                 "'running', 1, ?, ?, ?) ON CONFLICT (run_id, suffix) DO NOTHING",
-                 (run_id, call_id, i + 1, i + 1, call_id, canonical_json({"i": i}), run_id, now, now)))
-            self._commit(("UPDATE saga_tool_records SET status='succeeded', output=?, updated_at=? WHERE run_id=? "
-                          "AND suffix=? AND status='running'", (ok, time.time(), run_id, call_id)))
-        self._commit(("INSERT INTO saga_decisions (run_id, step, payload, created_at) VALUES (?, ?, ?, ?) "
-                      "ON CONFLICT (run_id, step) DO NOTHING",
-                      (run_id, steps + 1, canonical_json({"kind": "finish", "text": "", "error": None}), now)))
-        self._commit(("UPDATE saga_runs SET status='finished', updated_at=? WHERE run_id=? AND status='running'",
-                      (time.time(), run_id)))
+                (
+                    "INSERT INTO saga_decisions (run_id, step, payload, created_at) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (run_id, step) DO NOTHING",
+                    (run_id, i + 1, payload, now),
+                )
+            )
+            self._commit(
+                (
+                    "UPDATE saga_runs SET next_seq = next_seq + 1 WHERE run_id=? AND condemned_at IS NULL",
+                    (run_id,),
+                ),
+                (
+                    "INSERT INTO saga_tool_records (run_id, suffix, seq, step, tool_call_id, tool_name, mode, input, "
+                    "status, attempts, origin_run_id, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 't0', 'call', ?, "
+                    "'running', 1, ?, ?, ?) ON CONFLICT (run_id, suffix) DO NOTHING",
+                    (run_id, call_id, i + 1, i + 1, call_id, canonical_json({"i": i}), run_id, now, now),
+                ),
+            )
+            self._commit(
+                (
+                    "UPDATE saga_tool_records SET status='succeeded', output=?, updated_at=? WHERE run_id=? "
+                    "AND suffix=? AND status='running'",
+                    (ok, time.time(), run_id, call_id),
+                )
+            )
+        self._commit(
+            (
+                "INSERT INTO saga_decisions (run_id, step, payload, created_at) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (run_id, step) DO NOTHING",
+                (run_id, steps + 1, canonical_json({"kind": "finish", "text": "", "error": None}), now),
+            )
+        )
+        self._commit(
+            (
+                "UPDATE saga_runs SET status='finished', updated_at=? WHERE run_id=? AND status='running'",
+                (time.time(), run_id),
+            )
+        )

@@ -33,16 +33,22 @@ class Cluster:
         env = {"SAGA_HOME": self._tmp.name, "SAGA_QUEUE": self.queue, "SAGA_TOOLS": "bench.seed:noop_tools"}
         if setup == "redis+postgres":
             self._pg = PgDatabase()
-            env.update(SAGA_JOURNAL_URL=self._pg.url, SAGA_BROKER_URL=REDIS_URL, SAGA_RESULT_BACKEND=REDIS_URL,
-                       SAGA_REDIS_URL=REDIS_URL)
+            env.update(
+                SAGA_JOURNAL_URL=self._pg.url,
+                SAGA_BROKER_URL=REDIS_URL,
+                SAGA_RESULT_BACKEND=REDIS_URL,
+                SAGA_REDIS_URL=REDIS_URL,
+            )
         elif setup != "embedded":
             raise ValueError(setup)
-        settings = SagaSettings(**{k[len("SAGA_"):].lower(): v for k, v in env.items()})
+        settings = SagaSettings(**{k[len("SAGA_") :].lower(): v for k, v in env.items()})
         self.journal_url = settings.resolved_journal_url()
         self.journal = open_journal(self.journal_url, migrate=True)
         self.engine = getattr(self.journal, "engine", None)
         self.app = make_app(settings, main="saga_bench_client")
-        self.worker = Worker("tasks", [self.queue], concurrency=concurrency, env=env, include="bench.noop_tasks")
+        self.worker = Worker(
+            "tasks", [self.queue], concurrency=concurrency, env=env, include="bench.noop_tasks"
+        )
         try:
             self.worker.wait_ready(lambda: self.noop().get(timeout=5, interval=POLL), timeout=90)
         except Exception:
@@ -58,8 +64,9 @@ class Cluster:
     def noop_chain(self, length: int) -> Any:
         from celery import chain
 
-        return chain(*[self.app.signature("bench.noop", queue=self.queue, immutable=True)
-                       for _ in range(length)]).apply_async()
+        return chain(
+            *[self.app.signature("bench.noop", queue=self.queue, immutable=True) for _ in range(length)]
+        ).apply_async()
 
     def close(self) -> None:
         self.worker.stop()

@@ -118,7 +118,9 @@ class PgDatabase:
         self._admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
         with self._admin.connect() as conn:
             conn.execute(sa.text(f'CREATE DATABASE "{self.name}"'))
-        self.url = sa.engine.make_url(PG_ADMIN_URL).set(database=self.name).render_as_string(hide_password=False)
+        self.url = (
+            sa.engine.make_url(PG_ADMIN_URL).set(database=self.name).render_as_string(hide_password=False)
+        )
 
     def drop(self) -> None:
         with self._admin.connect() as conn:

@@ -29,8 +29,12 @@ def _latencies(fn: object, samples: int) -> list[float]:
 def _lat_row(name: str, lat: list[float], note: str = "") -> Row:
     p50, p99 = statistics.median(lat), percentile(lat, 99)
     scale, unit = (1e6, "µs") if p50 < 1e-3 else (1e3, "ms")
-    return Row(name, p50 * scale, f"{unit} p50", note=f"p99 {p99 * scale:.1f} {unit}; {len(lat)} samples"
-               + (f"; {note}" if note else ""))
+    return Row(
+        name,
+        p50 * scale,
+        f"{unit} p50",
+        note=f"p99 {p99 * scale:.1f} {unit}; {len(lat)} samples" + (f"; {note}" if note else ""),
+    )
 
 
 def storage_rows(cfg: Config) -> list[Row]:
@@ -81,8 +85,13 @@ def storage_rows(cfg: Config) -> list[Row]:
                 raw.commit()
 
             setting = cur.execute("SHOW synchronous_commit").fetchone()[0]
-            rows.append(_lat_row("PostgreSQL commit (1-row insert)", _latencies(pg_commit, n // 5),
-                                 f"synchronous_commit={setting}"))
+            rows.append(
+                _lat_row(
+                    "PostgreSQL commit (1-row insert)",
+                    _latencies(pg_commit, n // 5),
+                    f"synchronous_commit={setting}",
+                )
+            )
             cur.close()
             raw.close()
     return rows
@@ -99,11 +108,18 @@ def celery_rows(cfg: Config) -> list[Row]:
             noop.apply_async(queue=queue).get(timeout=30)
         lat = _latencies(lambda: noop.apply_async(queue=queue).get(timeout=30), cfg.latency_samples)
         rows.append(_lat_row("Celery no-op task round trip (.delay().get())", lat))
-        lat = _latencies(lambda: noop_chain(noop, queue, 10).apply_async().get(timeout=60), cfg.latency_samples)
+        lat = _latencies(
+            lambda: noop_chain(noop, queue, 10).apply_async().get(timeout=60), cfg.latency_samples
+        )
         rows.append(_lat_row("Celery chain of 10 no-op tasks", lat))
-        rows.append(Row(f"Celery {cfg.noop_tasks:,} no-op tasks, 2-process prefork worker",
-                        noop_throughput(noop, queue, cfg.noop_tasks), "tasks/s",
-                        note="all sent, then all results awaited"))
+        rows.append(
+            Row(
+                f"Celery {cfg.noop_tasks:,} no-op tasks, 2-process prefork worker",
+                noop_throughput(noop, queue, cfg.noop_tasks),
+                "tasks/s",
+                note="all sent, then all results awaited",
+            )
+        )
     return rows
 
 

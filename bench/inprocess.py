@@ -29,7 +29,7 @@ def _seeded(backend: Backend, count: int, steps: int, prefix: str) -> list[str]:
 
 def _chunks(ids: list[str], rounds: int) -> list[list[str]]:
     size = len(ids) // rounds
-    return [ids[i * size:(i + 1) * size] for i in range(rounds)]
+    return [ids[i * size : (i + 1) * size] for i in range(rounds)]
 
 
 def unwind_rows(cfg: Config, kind: str) -> list[Row]:
@@ -57,8 +57,14 @@ def unwind_rows(cfg: Config, kind: str) -> list[Row]:
         rows: list[Row] = []
         if bare is None:
             # memory: no storage, so no floor; the rate is the engine's own cost
-            rows.append(Row(f"{kind}: compensated steps/s (5-step runs)", solo(unwind, rounds), "steps/s",
-                            note="no storage: engine cost alone"))
+            rows.append(
+                Row(
+                    f"{kind}: compensated steps/s (5-step runs)",
+                    solo(unwind, rounds),
+                    "steps/s",
+                    note="no storage: engine cost alone",
+                )
+            )
             rows.append(Row(f"{kind}: dry-run plans/s (5-step runs)", solo(plan, rounds), "plans/s"))
             return rows
 
@@ -77,10 +83,28 @@ def unwind_rows(cfg: Config, kind: str) -> list[Row]:
         bare.close()
         target = ">= 2000/s, <= 3x" if kind == "sqlite" else ""
         ok = (undo.rate >= 2000 and undo.cost_ratio <= 3) if kind == "sqlite" else None
-        rows.append(Row(f"{kind}: compensated steps/s (5-step runs)", undo.rate, "steps/s",
-                        "bare writes (2n+2 commits)", undo.floor_rate, undo.cost_ratio, target, ok))
-        rows.append(Row(f"{kind}: dry-run plans/s (5-step runs)", dry.rate, "plans/s",
-                        "bare reads (1 read tx)", dry.floor_rate, dry.cost_ratio))
+        rows.append(
+            Row(
+                f"{kind}: compensated steps/s (5-step runs)",
+                undo.rate,
+                "steps/s",
+                "bare writes (2n+2 commits)",
+                undo.floor_rate,
+                undo.cost_ratio,
+                target,
+                ok,
+            )
+        )
+        rows.append(
+            Row(
+                f"{kind}: dry-run plans/s (5-step runs)",
+                dry.rate,
+                "plans/s",
+                "bare reads (1 read tx)",
+                dry.floor_rate,
+                dry.cost_ratio,
+            )
+        )
         return rows
 
 
@@ -104,17 +128,33 @@ def record_rows(cfg: Config, kind: str) -> list[Row]:
             return per_round * STEPS
 
         if bare is None:
-            return [Row(f"{kind}: run_durable steps/s (5-step runs)", solo(record, rounds), "steps/s",
-                        note="no storage: engine cost alone")]
+            return [
+                Row(
+                    f"{kind}: run_durable steps/s (5-step runs)",
+                    solo(record, rounds),
+                    "steps/s",
+                    note="no storage: engine cost alone",
+                )
+            ]
         got = paired(record, floor, rounds)
         bare.close()
-        return [Row(f"{kind}: run_durable steps/s (5-step runs)", got.rate, "steps/s",
-                    "bare writes (3n+3 commits)", got.floor_rate, got.cost_ratio)]
+        return [
+            Row(
+                f"{kind}: run_durable steps/s (5-step runs)",
+                got.rate,
+                "steps/s",
+                "bare writes (3n+3 commits)",
+                got.floor_rate,
+                got.cost_ratio,
+            )
+        ]
 
 
 def run(cfg: Config) -> list[Table]:
-    unwind = Table("In-process compensate_run (no-op hooks), each against the bare journal writes it needs",
-                   caption="ratio = cost per step / floor's cost per step, measured in alternating rounds")
+    unwind = Table(
+        "In-process compensate_run (no-op hooks), each against the bare journal writes it needs",
+        caption="ratio = cost per step / floor's cost per step, measured in alternating rounds",
+    )
     recording = Table("Recording side: run_durable (no-op tools)")
     for kind in cfg.backends(BACKENDS):
         unwind.rows.extend(unwind_rows(cfg, kind))

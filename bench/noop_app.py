@@ -13,8 +13,13 @@ from celery import Celery
 REDIS_URL = os.environ.get("SAGA_BENCH_REDIS_URL", "redis://127.0.0.1:6379/12")
 
 app = Celery("saga_bench_noop", broker=REDIS_URL, backend=REDIS_URL)
-app.conf.update(task_serializer="json", result_serializer="json", accept_content=["json"],
-                broker_connection_retry_on_startup=True, worker_hijack_root_logger=False)
+app.conf.update(
+    task_serializer="json",
+    result_serializer="json",
+    accept_content=["json"],
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+)
 
 
 @app.task(name="bench.noop")

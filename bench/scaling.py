@@ -59,15 +59,19 @@ def _memory_rate(length: int, runs: int) -> float:
 
 
 def run_length(cfg: Config) -> Table:
-    table = Table("Scaling with run length: cost per compensated step (fresh journal per backend)",
-                  caption=f"flat = cost ratio within {FLAT}x of the 10-step runs' (1-step runs carry the per-run "
-                          "tombstone and report alone)")
+    table = Table(
+        "Scaling with run length: cost per compensated step (fresh journal per backend)",
+        caption=f"flat = cost ratio within {FLAT}x of the 10-step runs' (1-step runs carry the per-run "
+        "tombstone and report alone)",
+    )
     for kind in cfg.backends(("memory", "sqlite", "postgres")):
         if kind == "memory":
             for length in cfg.run_lengths:
                 runs = max(1, cfg.steps_per_length // length)
                 rate = _memory_rate(length, runs)
-                table.add(Row(f"memory: {length}-step runs", 1e6 / rate, "µs/step", note=f"{runs} runs; no floor"))
+                table.add(
+                    Row(f"memory: {length}-step runs", 1e6 / rate, "µs/step", note=f"{runs} runs; no floor")
+                )
             continue
         with Backend(kind) as backend:
             ref: float | None = None
@@ -77,9 +81,19 @@ def run_length(cfg: Config) -> Table:
                 if length == 10:
                     ref = got.cost_ratio
                 flat = None if ref is None or length < 10 else got.cost_ratio <= FLAT * ref
-                table.add(Row(f"{kind}: {length}-step runs", 1e6 / got.rate, "µs/step",
-                              "bare writes", 1e6 / got.floor_rate, got.cost_ratio,
-                              "flat" if flat is not None else "", flat, f"{runs} runs"))
+                table.add(
+                    Row(
+                        f"{kind}: {length}-step runs",
+                        1e6 / got.rate,
+                        "µs/step",
+                        "bare writes",
+                        1e6 / got.floor_rate,
+                        got.cost_ratio,
+                        "flat" if flat is not None else "",
+                        flat,
+                        f"{runs} runs",
+                    )
+                )
     for row in table.rows:
         if row.floor is not None:
             row.floor_name = "bare writes, µs/step"
@@ -87,9 +101,11 @@ def run_length(cfg: Config) -> Table:
 
 
 def journal_size(cfg: Config) -> Table:
-    table = Table("Scaling with journal size: cost per compensated step of 5-step runs as the journal fills",
-                  caption=f"size = tool records already in the journal (all unwound earlier, with their claims, "
-                          f"decisions and runs); flat = cost ratio within {FLAT}x of the smallest journal's")
+    table = Table(
+        "Scaling with journal size: cost per compensated step of 5-step runs as the journal fills",
+        caption=f"size = tool records already in the journal (all unwound earlier, with their claims, "
+        f"decisions and runs); flat = cost ratio within {FLAT}x of the smallest journal's",
+    )
     for kind in cfg.backends(("sqlite", "postgres")):
         with Backend(kind) as backend:
             assert backend.engine is not None
@@ -101,8 +117,18 @@ def journal_size(cfg: Config) -> Table:
                 got = _unwind_pair(backend, 5, cfg.size_probe_runs, cfg.rounds)
                 ref = got.cost_ratio if ref is None else ref
                 flat = got.cost_ratio <= FLAT * ref
-                table.add(Row(f"{kind}: {size:,} records", 1e6 / got.rate, "µs/step", "bare writes, µs/step",
-                              1e6 / got.floor_rate, got.cost_ratio, "flat", flat))
+                table.add(
+                    Row(
+                        f"{kind}: {size:,} records",
+                        1e6 / got.rate,
+                        "µs/step",
+                        "bare writes, µs/step",
+                        1e6 / got.floor_rate,
+                        got.cost_ratio,
+                        "flat",
+                        flat,
+                    )
+                )
     return table
 
 

@@ -37,11 +37,26 @@ def record_run(journal: Journal, run_id: str, steps: int, tools: Mapping[str, To
     run_durable(run_id, journal=journal, tools=tools, planner=scripted(*calls), max_steps=steps + 1)
 
 
-def _rows(run_id: str, steps: int, compensated: bool, now: float) -> tuple[tuple[Any, ...], list[tuple[Any, ...]],
-                                                                           list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+def _rows(
+    run_id: str, steps: int, compensated: bool, now: float
+) -> tuple[tuple[Any, ...], list[tuple[Any, ...]], list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     ok = canonical_json({"ok": True})
-    run = (run_id, "finished", "", "", None, now if compensated else None, steps, None,
-           "complete" if compensated else "none", 0, None, None, now, now)
+    run = (
+        run_id,
+        "finished",
+        "",
+        "",
+        None,
+        now if compensated else None,
+        steps,
+        None,
+        "complete" if compensated else "none",
+        0,
+        None,
+        None,
+        now,
+        now,
+    )
     decs = []
     recs = []
     comps = []
@@ -50,17 +65,61 @@ def _rows(run_id: str, steps: int, compensated: bool, now: float) -> tuple[tuple
         name = tool_name(i)
         payload = {"kind": "calls", "calls": [{"id": call_id, "tool": name, "input": {"i": i}}]}
         decs.append((run_id, i + 1, canonical_json(payload), now))
-        recs.append((run_id, call_id, i + 1, i + 1, call_id, name, "call", canonical_json({"i": i}), "succeeded", ok,
-                     None, 1, run_id, now, now))
+        recs.append(
+            (
+                run_id,
+                call_id,
+                i + 1,
+                i + 1,
+                call_id,
+                name,
+                "call",
+                canonical_json({"i": i}),
+                "succeeded",
+                ok,
+                None,
+                1,
+                run_id,
+                now,
+                now,
+            )
+        )
         if compensated:
-            comps.append((run_id, call_id, "compensated", "seed", now + 30.0, 1, f"{run_id}:comp:{call_id}", run_id,
-                          None, now, now))
+            comps.append(
+                (
+                    run_id,
+                    call_id,
+                    "compensated",
+                    "seed",
+                    now + 30.0,
+                    1,
+                    f"{run_id}:comp:{call_id}",
+                    run_id,
+                    None,
+                    now,
+                    now,
+                )
+            )
     decs.append((run_id, steps + 1, canonical_json({"kind": "finish", "text": "", "error": None}), now))
     return run, decs, recs, comps
 
 
-RUN_COLUMNS = ["run_id", "status", "prompt", "text", "error", "condemned_at", "next_seq", "source_run_id",
-               "unwind_state", "unwind_attempts", "unwind_next_at", "unwind_note", "created_at", "updated_at"]
+RUN_COLUMNS = [
+    "run_id",
+    "status",
+    "prompt",
+    "text",
+    "error",
+    "condemned_at",
+    "next_seq",
+    "source_run_id",
+    "unwind_state",
+    "unwind_attempts",
+    "unwind_next_at",
+    "unwind_note",
+    "created_at",
+    "updated_at",
+]
 TABLES: list[tuple[sa.Table, list[str]]] = [
     (runs, RUN_COLUMNS),
     (decisions, ["run_id", "step", "payload", "created_at"]),
@@ -132,4 +191,6 @@ def check_seed(journal: Journal, engine: sa.Engine) -> None:
                 rows = conn.execute(sa.select(table).where(key == rid).order_by(*order)).all()
                 got.append([{k: v for k, v in r._mapping.items() if k not in skip} for r in rows])
             if got[0] != got[1]:
-                raise AssertionError(f"seeded {table.name} rows differ from recorded ones:\n{got[0]}\n{got[1]}")
+                raise AssertionError(
+                    f"seeded {table.name} rows differ from recorded ones:\n{got[0]}\n{got[1]}"
+                )

@@ -17,19 +17,46 @@ ROOT = Path(__file__).resolve().parent.parent
 class Worker:
     """``celery -A app worker`` on a queue of its own, with ``concurrency`` prefork processes."""
 
-    def __init__(self, app: str, queues: list[str], *, concurrency: int = 2, env: Mapping[str, str] | None = None,
-                 include: str | None = None, log: str = "WARNING") -> None:
+    def __init__(
+        self,
+        app: str,
+        queues: list[str],
+        *,
+        concurrency: int = 2,
+        env: Mapping[str, str] | None = None,
+        include: str | None = None,
+        log: str = "WARNING",
+    ) -> None:
         self.name = f"bench-{uuid.uuid4().hex[:6]}@%h"
-        cmd = [sys.executable, "-m", "celery", "-A", app, "worker", "-P", "prefork", "-c", str(concurrency),
-               "-Q", ",".join(queues), "-n", self.name, "--without-gossip", "--without-mingle",
-               "--without-heartbeat", "-l", log]
+        cmd = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            app,
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            str(concurrency),
+            "-Q",
+            ",".join(queues),
+            "-n",
+            self.name,
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-l",
+            log,
+        ]
         if include:
             cmd += ["-I", include]
         full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
         self.log_path = Path(f"/tmp/saga-bench-worker-{uuid.uuid4().hex[:6]}.log")
         self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=self._log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=full_env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def wait_ready(self, probe: Callable[[], object], timeout: float = 60.0) -> None:
         """Until ``probe`` (a task round trip through this worker) succeeds."""
