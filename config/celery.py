@@ -55,7 +55,7 @@ def celery_config(settings: SagaSettings | None = None) -> dict[str, Any]:
                 "options": {"expires": max(2 * s.sweep_interval, 1.0)},
             },
         },
-        "beat_max_loop_interval": min(5.0, s.sweep_interval),
+        "beat_max_loop_interval": min(1.0, s.sweep_interval),  # also how fast an embedded beat stops
     }
     if is_redis(broker):
         conf["broker_transport_options"] = {

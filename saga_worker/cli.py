@@ -226,7 +226,8 @@ def _exit_for(data: dict[str, Any]) -> None:
 
 
 def _wait_with_progress(async_result: Any, run_id: str, settings: SagaSettings, timeout: float,
-                        quiet: bool) -> dict[str, Any]:
+                        quiet: bool, worker: subprocess.Popen[bytes] | None = None,
+                        worker_log: str = "") -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     seen = 0
     with _journal(settings) as journal:
@@ -237,6 +238,8 @@ def _wait_with_progress(async_result: Any, run_id: str, settings: SagaSettings, 
             done = False
             while not done:
                 done = async_result.ready()
+                if not done and worker is not None and worker.poll() is not None:
+                    fail(f"the worker exited with code {worker.returncode} before the report came; see {worker_log}")
                 if not done and time.monotonic() > deadline:
                     fail(f"no report for run {run_id!r} after {timeout:.0f}s (task {async_result.id}); "
                          "is a worker running? (saga-worker worker)")
@@ -266,6 +269,21 @@ def _unwind_entries(journal: Journal, unwind_id: str) -> list[dict[str, Any]]:
 
 
 # -- processes -------------------------------------------------------------------------------------
+
+def _demo_results(run_id: str, data: dict[str, Any]) -> None:
+    from . import demo as sample
+
+    out.rule("[bold]3. the report[/]")
+    out.print(report_table(data))
+    ops = sample.FakeProvider().operations()
+    table = Table(title="what the provider saw (one row per idempotency key)")
+    for col in ("idempotency key", "operation", "detail"):
+        table.add_column(col)
+    for key, kind, detail in ops:
+        if key.startswith(run_id + ":"):
+            table.add_row(key, kind, json.dumps(detail, sort_keys=True))
+    out.print(table)
+
 
 def _tasks() -> Any:
     """The Celery app module (imported by name: it configures Celery from the settings on import)."""
@@ -330,7 +348,9 @@ def embedded_worker(settings: SagaSettings, *, log_path: str | None = None) -> I
     try:
         yield proc
     finally:
-        stop_process_group(proc)
+        # The work is done and acked; an embedded beat takes ~6 s to wind down, so do not wait for it
+        # long (a beat killed mid-write of its schedule file recreates the file on its next start).
+        stop_process_group(proc, grace=2.0)
         if log_path:
             log.close()  # type: ignore[union-attr]
 
@@ -377,19 +397,10 @@ def demo(run_id: str | None, as_json: bool) -> None:
     with embedded_worker(settings, log_path=log_path) as proc:
         out.print(f"worker started (pid {proc.pid}, log {log_path}); compensate_run.delay({run_id!r}).get()")
         async_result = tasks.compensate_run.delay(run_id)
-        data = _wait_with_progress(async_result, run_id, settings, 60.0, quiet=False)
-        if proc.poll() is not None:
-            fail(f"the worker exited with code {proc.returncode}; see {log_path}")
-    out.rule("[bold]3. the report[/]")
-    out.print(report_table(data))
-    ops = sample.FakeProvider().operations()
-    mine = [(k, kind, d) for k, kind, d in ops if k.startswith(run_id + ":")]
-    table = Table(title="what the provider saw (one row per idempotency key)")
-    for col in ("idempotency key", "operation", "detail"):
-        table.add_column(col)
-    for key, kind, detail in mine:
-        table.add_row(key, kind, json.dumps(detail, sort_keys=True))
-    out.print(table)
+        data = _wait_with_progress(async_result, run_id, settings, 60.0, quiet=False, worker=proc,
+                                   worker_log=log_path)
+        _demo_results(run_id, data)
+        out.print("[dim]stopping the worker…[/]")
     if as_json:
         _dump(data)
 
