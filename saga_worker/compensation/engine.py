@@ -73,19 +73,22 @@ def compensate_step(journal: Journal, run_id: str, record: ToolRecord, tools: Ma
             why = f"tool {record.tool_name!r} is not in tools" if tool is None else "the tool has no recover hook"
             return entry_for(record, CompensationStatus.UNCERTAIN, f"call is {record.status.value} and {why}: "
                              "cannot tell whether its side effect happened", attempts)
-        opts = CallOptions(execute_key(record.origin_run_id, record.mode, record.tool_name,  # type: ignore[arg-type]
-                                       record.tool_call_id, record.input), record.tool_call_id, run_id)
-        try:
-            answer = call_hook(tool.recover, record.input, opts)
-        except Exception as exc:
-            return entry_for(record, CompensationStatus.UNCERTAIN,
-                             f"recover raised {type(exc).__name__}: {exc}", attempts)
-        if not isinstance(answer, RecoverResult):
-            return entry_for(record, CompensationStatus.UNCERTAIN,
-                             f"recover answered {type(answer).__name__}, not a RecoverResult", attempts)
-        if not answer.done:
-            return entry_for(record, CompensationStatus.SKIPPED_NOT_EXECUTED, attempts=attempts)
-        output = answer.output
+        if record.status is RecordStatus.RUNNING:
+            # A running record may be a call still executing in a live process (its run was live when
+            # condemned), not a crash: a probe now could read "not done" just before its effect lands and
+            # the step would be lost. The record's execution guard tells the two apart.
+            with journal.execution_guard(record.run_id, record.suffix) as free:
+                if not free:
+                    return entry_for(record, CompensationStatus.UNCERTAIN, "call is executing right now in "
+                                     "another process; the unwind looks again once it settles", attempts)
+                record = journal.get_record(record.run_id, record.suffix) or record
+                probed = record if record.status is RecordStatus.SUCCEEDED else _probe(run_id, record, tool,
+                                                                                       attempts)
+        else:
+            probed = _probe(run_id, record, tool, attempts)
+        if isinstance(probed, CompensationEntry):
+            return probed
+        output = probed.output
 
     # 3. Nothing to call.
     if tool is None or tool.compensate is None:
@@ -125,6 +128,23 @@ def _lock_op(op: Callable[..., Any], *args: Any) -> Any:
     except Exception:
         log.warning("step lock unavailable; relying on the journal claim alone", exc_info=True)
         return True
+
+
+def _probe(run_id: str, record: ToolRecord, tool: Tool, attempts: int) -> CompensationEntry | RecoverResult:
+    """Ask ``recover`` whether an interrupted or failed call took effect: its answer, or the entry it decides."""
+    assert tool.recover is not None
+    opts = CallOptions(execute_key(record.origin_run_id, record.mode, record.tool_name,  # type: ignore[arg-type]
+                                   record.tool_call_id, record.input), record.tool_call_id, run_id)
+    try:
+        answer = call_hook(tool.recover, record.input, opts)
+    except Exception as exc:
+        return entry_for(record, CompensationStatus.UNCERTAIN, f"recover raised {type(exc).__name__}: {exc}", attempts)
+    if not isinstance(answer, RecoverResult):
+        return entry_for(record, CompensationStatus.UNCERTAIN,
+                         f"recover answered {type(answer).__name__}, not a RecoverResult", attempts)
+    if not answer.done:
+        return entry_for(record, CompensationStatus.SKIPPED_NOT_EXECUTED, attempts=attempts)
+    return answer
 
 
 def _run_hook(journal: Journal, run_id: str, record: ToolRecord, tool: Tool, output: object, key: str,

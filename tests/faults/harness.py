@@ -76,7 +76,14 @@ class Proc:
         self.popen.wait(timeout=30)
 
     def wait(self, timeout: float = 60) -> int:
-        return self.popen.wait(timeout=timeout)
+        code = self.popen.wait(timeout=timeout)
+        self._close_pipes()
+        return code
+
+    def _close_pipes(self) -> None:
+        for pipe in (self.popen.stdout, self.popen.stderr):
+            if pipe is not None:
+                pipe.close()
 
     def output(self, timeout: float = 60) -> str:
         """Its stdout once it exits (stderr is kept in ``self.stderr``)."""
@@ -104,6 +111,7 @@ class Proc:
         if self.popen.poll() is None:
             self.signal(signal.SIGCONT)
             self.kill()
+        self._close_pipes()
 
 
 def child(command: str, *run_ids: str, env: Mapping[str, str], extra: list[str] | None = None) -> Proc:
