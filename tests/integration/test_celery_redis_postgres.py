@@ -3,6 +3,7 @@ workers, real redelivery when a pool child or a whole worker dies mid-hook."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -104,3 +105,38 @@ def test_whole_worker_killed_mid_hook_is_redelivered_to_another_worker_and_every
     key = compensate_key(run_id, "call-2")
     assert ledger.call_counts("start:reserve")[key] == 2
     assert {c.key for c in ledger.calls("start:reserve")} == {key}
+
+
+def test_step_tasks_send_a_compensating_event_naming_the_run_and_the_step_for_flower(
+        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    client, journal, ledger = parts
+    scenarios.place_order(journal, ledger, run_id)
+    seen: list[dict[str, object]] = []
+    listening = threading.Event()
+    with client.connection_for_read() as conn:
+        receiver = client.events.Receiver(conn, handlers={"task-compensating": seen.append})
+        receiver.on_consume_ready = lambda *a, **k: listening.set()
+
+        def listen() -> None:
+            for _ in receiver.consume(limit=None, timeout=None, safety_interval=0.2):
+                pass
+
+        thread = threading.Thread(target=listen, daemon=True)
+        thread.start()
+        wait_for(listening.is_set, 30, "the event receiver")
+        pending = client.signature("saga.compensate_run").delay(run_id)
+        assert scenarios.statuses(pending.get(timeout=60, interval=0.05)) == ["compensated"] * 3
+        wait_for(lambda: len([e for e in seen if e.get("run_id") == run_id]) == 3, 30, "three step events")
+        receiver.should_stop = True
+        thread.join(timeout=10)
+    mine = [e for e in seen if e.get("run_id") == run_id]
+    assert [e["suffix"] for e in mine] == scenarios.SUFFIXES
+    assert {e["uuid"] for e in mine} == {pending.id}  # every step keeps the coordinator's task id
+    # Flower's state machine turns a custom "task-<name>" event into that state.
+    from celery.events.state import State
+
+    state = State()
+    for event in mine:
+        state.event(dict(event))
+    assert state.tasks[mine[0]["uuid"]].state == "COMPENSATING"
+
