@@ -319,7 +319,9 @@ class _Driver:
             failed = self.journal.complete_record(self.run_id, record.suffix, RecordStatus.FAILED, error=error)
             return self._event(step, failed or record, "failed", error=error)
         done = self.journal.complete_record(self.run_id, record.suffix, RecordStatus.SUCCEEDED, output=output)
-        return self._event(step, done or record, "executed", output=output)
+        # Hand on the output as journaled (tuples as lists, keys as strings): a replay sees exactly that,
+        # and a planner must decide alike live and on replay.
+        return self._event(step, done or record, "executed", output=done.output if done is not None else output)
 
     def _event(self, step: int, record: ToolRecord, outcome: Any, *, output: Any = None,
                error: str | None = None) -> RunEvent:

@@ -357,3 +357,19 @@ def test_a_tool_that_mutates_its_input_does_not_change_the_journaled_input(journ
                 planner=scripted(ToolCall("charge", {"card": "4242"})))
     record = journal.get_record(run_id, "call-1")
     assert record is not None and record.input == {"card": "4242"}
+
+
+def test_the_planner_sees_an_output_as_journaled_so_a_replay_decides_alike(journal: Journal, run_id: str) -> None:
+    seen: list[Any] = []
+
+    def planner(state: RunState) -> Any:
+        seen.append([r.output for r in state.results])
+        if state.step == 1 and len(seen) == 2:
+            raise Crash
+        return [ToolCall("lookup", {})] if state.step == 0 else Finish()
+
+    tools = {"lookup": Tool(lambda i, o: {"ids": (1, 2), "m": {3: "x"}})}
+    with pytest.raises(Crash):
+        run_durable(run_id, journal=journal, tools=tools, planner=planner)
+    run_durable(run_id, journal=journal, tools=tools, planner=planner)
+    assert seen == [[], [{"ids": [1, 2], "m": {"3": "x"}}], [{"ids": [1, 2], "m": {"3": "x"}}]]
