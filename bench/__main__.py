@@ -21,7 +21,7 @@ from rich.table import Table as RichTable
 from bench.common import Row, Table
 from bench.config import Config
 
-GROUPS = ("floors", "inprocess", "scaling", "distributed", "memory")
+GROUPS = ("floors", "inprocess", "profile", "scaling", "distributed", "memory")
 
 
 def _num(value: float | None) -> str:
@@ -88,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rss-unwinds", type=int, metavar="N", help="unwinds in the memory group (issue 6: 10000)"
     )
+    parser.add_argument(
+        "--pyinstrument", action="store_true", help="profile group: also print pyinstrument's tree"
+    )
     parser.add_argument("--markdown", metavar="FILE", help="also write the tables as Markdown to FILE")
     args = parser.parse_args(argv)
     groups = [g.strip() for g in args.only.split(",") if g.strip()]
@@ -96,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown group(s) {', '.join(unknown)}; choose from {', '.join(GROUPS)}")
     backends = tuple(b.strip() for b in args.backends.split(",") if b.strip())
     cfg = Config.make(args.quick, backends)
+    if args.pyinstrument:
+        cfg.extra["pyinstrument"] = "1"
     if args.rss_unwinds:
         cfg.rss_unwinds = args.rss_unwinds
 

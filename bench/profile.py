@@ -1,0 +1,143 @@
+"""Where the time of a compensated step goes: each journal and lock call timed, per step.
+
+Runs five-step unwinds in this process, both ways a step can be driven: ``compensate_run`` (the
+in-process engine) and the Celery executor's own functions (``start_unwind``, ``run_step``,
+``finalize_unwind``: exactly what the three task bodies call, minus Celery). Every call on the
+journal and the Redis step lock is wrapped with a timer; what is left is the engine's own Python.
+``python -m bench --only profile --pyinstrument`` also prints pyinstrument's call tree.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from bench.common import REDIS_URL, Backend, Row, Table, new_id
+from bench.config import Config
+from bench.seed import noop_tools, seed
+from saga_worker import compensate_run
+
+STEPS = 5
+
+
+class Timed:
+    """Wraps an object's methods so that each call adds its duration to a per-method total."""
+
+    def __init__(self, target: Any, prefix: str, totals: dict[str, list[float]]) -> None:
+        self._target = target
+        self._prefix = prefix
+        self._totals = totals
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._target, name)
+        if name.startswith("_") or not callable(value):
+            return value
+        key = f"{self._prefix}.{name}"
+        totals = self._totals
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return value(*args, **kwargs)
+            finally:
+                slot = totals[key]
+                slot[0] += time.perf_counter() - start
+                slot[1] += 1
+
+        return timed
+
+
+def _profile(
+    label: str, drive: Callable[[Any, Any, str], None], backend: Backend, runs: int, lock: Any, table: Table
+) -> None:
+    assert backend.engine is not None
+    ids = [new_id("prof") for _ in range(runs + 10)]
+    seed(backend.engine, ids, STEPS)
+    for run_id in ids[:10]:  # warm the statement caches and the pool
+        drive(backend.journal, lock, run_id)
+    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    journal = Timed(backend.journal, "journal", totals)
+    timed_lock = Timed(lock, "lock", totals) if lock is not None else None
+    start = time.perf_counter()
+    for run_id in ids[10:]:
+        drive(journal, timed_lock, run_id)
+    elapsed = time.perf_counter() - start
+    steps = runs * STEPS
+    per_step = elapsed / steps * 1e6
+    table.add(Row(f"{label}: whole step", per_step, "µs/step", note=f"{runs} five-step runs"))
+    accounted = 0.0
+    for key, (seconds, calls) in sorted(totals.items(), key=lambda kv: -kv[1][0]):
+        accounted += seconds
+        us = seconds / steps * 1e6
+        table.add(
+            Row(
+                f"{label}: {key}",
+                us,
+                "µs/step",
+                note=f"{calls / steps:.1f} calls/step x {seconds / calls * 1e6:.0f} µs; "
+                f"{100 * us / per_step:.0f}% of the step",
+            )
+        )
+    rest = (elapsed - accounted) / steps * 1e6
+    table.add(
+        Row(
+            f"{label}: engine's own Python (the rest)",
+            rest,
+            "µs/step",
+            note=f"{100 * rest / per_step:.0f}% of the step",
+        )
+    )
+
+
+def _in_process(journal: Any, lock: Any, run_id: str) -> None:
+    report = compensate_run(run_id, journal=journal, tools=noop_tools(), lock=lock)
+    assert report.complete, report
+
+
+def _executor(journal: Any, lock: Any, run_id: str) -> None:
+    from saga_worker.executor import unwind as ex
+
+    tools = noop_tools()
+    unwind_id = f"u-{run_id}"
+    nxt = ex.start_unwind(journal, run_id, unwind_id, dry_run=False, claim_ttl=30.0)
+    while isinstance(nxt, ex.Step):
+        nxt = ex.run_step(journal, tools, run_id, unwind_id, nxt.suffix, claim_ttl=30.0, lock=lock)
+        assert nxt is not None
+    report = ex.finalize_unwind(journal, run_id, unwind_id)
+    assert report.complete, report
+
+
+def run(cfg: Config) -> list[Table]:
+    from saga_worker.locks import open_lock
+
+    table = Table(
+        "Where a step's time goes (in this process; journal and lock calls timed one by one)",
+        caption="executor = the bodies of saga.compensate_run / compensate_step / finalize_unwind "
+        "without Celery, with the Redis step lock the worker uses",
+    )
+    runs = 60 if cfg.quick else 200
+    lock = open_lock(REDIS_URL)
+    for kind in cfg.backends(("sqlite", "postgres")):
+        with Backend(kind) as backend:
+            _profile(f"{kind} compensate_run", _in_process, backend, runs, None, table)
+            _profile(f"{kind} executor", _executor, backend, runs, lock, table)
+    if cfg.extra.get("pyinstrument"):
+        _pyinstrument(runs)
+    return [table]
+
+
+def _pyinstrument(runs: int) -> None:
+    from pyinstrument import Profiler
+
+    with Backend("sqlite") as backend:
+        assert backend.engine is not None
+        ids = [new_id("pi") for _ in range(runs)]
+        seed(backend.engine, ids, STEPS)
+        profiler = Profiler(interval=0.0005)
+        profiler.start()
+        for run_id in ids:
+            _in_process(backend.journal, None, run_id)
+        profiler.stop()
+        print(profiler.output_text(unicode=True, color=False, show_all=False))
