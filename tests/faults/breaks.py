@@ -6,70 +6,84 @@ A test applies one in-process (``apply("no-fencing")``) or hands ``--break NAME`
 
 from __future__ import annotations
 
-import itertools
+import uuid
+from collections.abc import Callable
 from typing import Any
+
+Setter = Callable[[Any, str, Any], None]
 
 BREAKS = ("no-fencing", "no-tombstone-check", "unstable-key", "no-reject-on-worker-lost")
 
 
-def apply(name: str) -> None:
+def apply(name: str, setter: Setter = setattr) -> None:
+    """Break the product in this process; a test passes ``monkeypatch.setattr`` to have it undone."""
     if name not in BREAKS:
         raise ValueError(f"unknown break {name!r}: one of {', '.join(BREAKS)}")
-    globals()["_" + name.replace("-", "_")]()
+    globals()["_" + name.replace("-", "_")](setter)
 
 
-def _no_fencing() -> None:
+def _no_fencing(setter: Setter) -> None:
     """Redis lock only: the journal's claim always says yes, and any holder writes its outcome."""
+    import sqlalchemy as sa
+
     from saga_worker.journal import memory, sql
     from saga_worker.journal.records import ClaimAttempt, ClaimStatus
+    from saga_worker.journal.schema import claims
 
     for cls in (sql.SqlJournal, memory.MemoryJournal):
-        claim, finish = cls.claim_compensation, cls.finish_claim
-
-        def claim_anyway(self: Any, origin: str, suffix: str, *, _claim: Any = claim, **kw: Any) -> ClaimAttempt:
+        def claim_anyway(self: Any, origin: str, suffix: str, *, _claim: Any = cls.claim_compensation,
+                         **kw: Any) -> ClaimAttempt:
             got = _claim(self, origin, suffix, **kw)
             if got.acquired or (got.claim is not None and got.claim.status is ClaimStatus.COMPENSATED):
                 return got
             return ClaimAttempt(True, got.claim)
 
-        def finish_anyway(self: Any, origin: str, suffix: str, owner: str, status: Any, error: Any = None,
-                          *, _finish: Any = finish) -> bool:
-            current = self.get_claim(origin, suffix)
-            if current is not None and current.owner != owner:
-                _finish(self, origin, suffix, current.owner, status, error)
-            _finish(self, origin, suffix, owner, status, error)
-            return True
+        setter(cls, "claim_compensation", claim_anyway)
 
-        cls.claim_compensation = claim_anyway  # type: ignore[method-assign]
-        cls.finish_claim = finish_anyway  # type: ignore[method-assign]
+    def sql_finish(self: Any, origin: str, suffix: str, owner: str, status: Any, error: Any = None) -> bool:
+        with self._tx() as conn:
+            conn.execute(sa.update(claims).where(claims.c.origin_run_id == origin, claims.c.suffix == suffix)
+                         .values(status=status.value, owner=owner, error=error, finished_at=self._now_sql()))
+        return True
+
+    def memory_finish(self: Any, origin: str, suffix: str, owner: str, status: Any, error: Any = None) -> bool:
+        from dataclasses import replace
+
+        with self._lock:
+            current = self._claims.get((origin, suffix))
+            if current is not None:
+                self._claims[(origin, suffix)] = replace(current, status=status, owner=owner, error=error,
+                                                         finished_at=self.now())
+        return True
+
+    setter(sql.SqlJournal, "finish_claim", sql_finish)
+    setter(memory.MemoryJournal, "finish_claim", memory_finish)
 
 
-def _no_tombstone_check() -> None:
+def _no_tombstone_check(setter: Setter) -> None:
     """A resumed or live run claims its next tool call without looking at the tombstone."""
     from saga_worker.journal import memory, sql
 
     for cls in (sql.SqlJournal, memory.MemoryJournal):
         claim, reclaim = cls.claim_record, cls.reclaim_record
-        cls.claim_record = (lambda self, run_id, new, *, gated, _c=claim:  # type: ignore[method-assign]
-                            _c(self, run_id, new, gated=False))
-        cls.reclaim_record = (lambda self, run_id, suffix, expected, *, gated, _r=reclaim:  # type: ignore[method-assign]
-                              _r(self, run_id, suffix, expected, gated=False))
+        setter(cls, "claim_record", lambda self, run_id, new, *, gated, _c=claim: _c(self, run_id, new, gated=False))
+        setter(cls, "reclaim_record", lambda self, run_id, suffix, expected, *, gated, _r=reclaim:
+               _r(self, run_id, suffix, expected, gated=False))
 
 
-def _unstable_key() -> None:
+def _unstable_key(setter: Setter) -> None:
     """The compensation key changes on every attempt, so the provider cannot deduplicate a retry."""
     from saga_worker.compensation import engine
 
-    counter = itertools.count()
     stable = engine.compensate_key
 
     def fresh(origin: str, suffix: str) -> str:
-        return f"{stable(origin, suffix)}-try{next(counter)}"
+        return f"{stable(origin, suffix)}-{uuid.uuid4().hex[:8]}"
 
-    engine.compensate_key = fresh  # type: ignore[assignment]
+    setter(engine, "compensate_key", fresh)
 
 
-def _no_reject_on_worker_lost() -> None:
+def _no_reject_on_worker_lost(setter: Setter) -> None:
     """Celery acks a task whose worker died: the interrupted step is not redelivered."""
     from celery import current_app
 
@@ -77,5 +91,5 @@ def _no_reject_on_worker_lost() -> None:
 
     for task in current_app.tasks.values():
         if task.name.startswith("saga."):
-            task.reject_on_worker_lost = False
-            task.acks_on_failure_or_timeout = True
+            setter(task, "reject_on_worker_lost", False)
+            setter(task, "acks_on_failure_or_timeout", True)

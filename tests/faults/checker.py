@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from saga_worker import Journal
-from saga_worker.journal.records import RecordStatus
+from saga_worker.journal.records import ClaimStatus, RecordStatus
 from saga_worker.keys import compensate_key
 
 from .ledger import Ledger
@@ -115,6 +115,10 @@ def check(ledger: Ledger, journal: Journal, run_ids: Iterable[str] | None = None
                 verdict.double.append(f"{step}: undone under keys {sorted(keys)} (stable key {canonical})")
             if step not in exec_steps:
                 verdict.mismatches.append(f"{step}: compensated although it never executed")
+            claim = journal.get_claim(records[suffix].origin_run_id if suffix in records else run_id, suffix)
+            if settled and (claim is None or claim.status is not ClaimStatus.COMPENSATED):
+                said = "no claim" if claim is None else claim.status.value
+                verdict.mismatches.append(f"{step}: the provider has undone it, the journal says {said}")
         for step, calls in comp_calls.items():
             if step.rsplit(":", 1)[0] != run_id:
                 continue

@@ -11,10 +11,11 @@ import pytest
 
 from saga_worker import Journal
 
-from .harness import child, start_run, wait_for
+from . import scenarios
+from .harness import OwnRedis, child, start_run, wait_for
 from .ledger import Ledger
 from .proxy import TcpProxy
-from .util import assert_clean, claim_status, judged, settle, unwind
+from .util import assert_clean, judged, settle
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -24,45 +25,39 @@ KILL_POINTS = ["after_claim", "before_hook", "mid_hook", "after_hook", "after_ou
 @pytest.mark.parametrize("point", KILL_POINTS)
 def test_sigkill_at_each_point_loses_no_compensation_and_redrives_with_the_same_key(
         point: str, pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str) -> None:
-    assert start_run(pg_journal, run_id, 3) == "finished"
-    key = f"{run_id}:comp:call-2"
-    with child("compensate", run_id, env={**worker_env, "SAGA_FAULTS": f"{point}=kill@{key}"}) as proc:
-        assert proc.wait() == -signal.SIGKILL
-    killed_at = time.monotonic()
-    assert claim_status(pg_journal, run_id, "call-3") is not None  # the first step was done before the kill
-
-    waited = settle(pg_journal, ledger, [run_id])
-
-    verdict = judged(ledger, pg_journal, [run_id], excused_pids=[proc.pid])
-    assert_clean(verdict)
-    assert time.monotonic() - killed_at < 30 and waited < 30
-    calls = [c for c in ledger.calls("compensate") if c.step == f"{run_id}:call-2"]
-    assert {c.key for c in calls} == {key}, "the re-drive must use the same idempotency key"
+    out = scenarios.kill_at_point(pg_journal, ledger, worker_env, run_id, point)
+    assert out.detail["code"] == -signal.SIGKILL
+    assert_clean(out.verdict)
+    assert out.detail["redrive_s"] < 30
+    calls = out.detail["calls"]
+    assert {c.key for c in calls} == {f"{run_id}:comp:call-2"}, "the re-drive must use the same idempotency key"
     # Killed once the hook had run (or mid-hook): the re-drive calls again and the provider deduplicates.
     assert len(calls) == (2 if point in ("mid_hook", "after_hook") else 1)
 
 
 def test_a_stopped_holder_past_its_lease_cannot_overwrite_the_new_owners_outcome(
         pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str) -> None:
-    start_run(pg_journal, run_id, 1)
-    # The holder stops right after its claim, then, once resumed, fails: its late "failed" must not land.
-    env = {**worker_env, "SAGA_FAULTS": "before_hook=stop*1,after_hook=raise"}
-    with child("compensate", run_id, env=env) as holder:
-        wait_for(holder.stopped, 30, "the holder to stop inside its claim")
-        claim = pg_journal.get_claim(run_id, "call-1")
-        assert claim is not None and str(holder.pid) in claim.owner
-        wait_for(lambda: pg_journal.now() > claim.lease_expires_at, 30, "the stopped holder's lease to lapse")
+    out = scenarios.stopped_holder(pg_journal, ledger, worker_env, run_id)
+    taken, holder = out.detail["taken"], str(out.detail["holder_pid"])
+    assert taken.status.value == "compensated" and holder not in taken.owner
+    assert out.detail["late"]["entries"][0]["status"] == "failed"  # its own attempt, honestly
+    assert out.detail["after"] == taken, "the late holder overwrote the new owner's outcome"
+    assert_clean(out.verdict)
 
-        settle(pg_journal, ledger, [run_id])
-        taken = pg_journal.get_claim(run_id, "call-1")
-        assert taken is not None and taken.status.value == "compensated" and str(holder.pid) not in taken.owner
 
-        holder.signal(signal.SIGCONT)
-        late = holder.last_json()
-    assert late["entries"][0]["status"] == "failed"  # its own attempt, honestly
-    after = pg_journal.get_claim(run_id, "call-1")
-    assert after == taken, "the late holder overwrote the new owner's outcome"
-    assert_clean(judged(ledger, pg_journal, [run_id], excused_pids=[holder.pid]))
+@pytest.mark.redis
+@pytest.mark.parametrize("persistent", [False, True], ids=["no-persistence", "aof"])
+def test_a_redis_restart_mid_hook_never_lets_a_second_unwinder_in(
+        persistent: bool, pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str) -> None:
+    redis = OwnRedis(persistent=persistent)
+    redis.start()
+    try:
+        out = scenarios.redis_restart_mid_hook(pg_journal, ledger, worker_env, run_id, redis)
+    finally:
+        redis.close()
+    assert out.detail["second"]["entries"][0]["status"] == "busy"
+    assert len(ledger.calls("compensate")) == 1
+    assert_clean(out.verdict)
 
 
 def test_a_cut_database_connection_mid_hook_is_redriven_and_loses_nothing(
@@ -121,16 +116,9 @@ def test_a_worker_whose_clock_is_minutes_ahead_cannot_steal_a_live_lease(
     assert_clean(judged(ledger, pg_journal, [run_id]))
 
 
-def test_a_run_live_when_condemned_starts_no_side_effect_after_the_tombstone(
+def test_a_run_live_when_condemned_starts_no_side_effect_after_the_tombstone_and_loses_none(
         pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str) -> None:
-    live = run_id
-    env = {**worker_env, "SAGA_FAULTS": f"mid_execute=sleep:2@{live}:call-2"}
-    with child("run", live, env=env, extra=["--steps", "4"]) as runner:
-        wait_for(lambda: any(c.step == f"{live}:call-2" for c in ledger.calls("execute")), 30,
-                 "the live run's second call to start")
-        unwind(pg_journal, ledger, live)  # condemned while its second call executes
-        out = runner.last_json()
-    assert out["status"] == "condemned"
-    settle(pg_journal, ledger, [live])  # the sweeper, for as long as the journal says work is left
-    assert not any(c.step in (f"{live}:call-3", f"{live}:call-4") for c in ledger.calls("execute"))
-    assert_clean(judged(ledger, pg_journal, [live]))
+    out = scenarios.live_run_condemned(pg_journal, ledger, worker_env, run_id)
+    assert out.detail["runner"]["status"] == "condemned"
+    assert out.detail["late_calls"] == []
+    assert_clean(out.verdict)
