@@ -140,3 +140,23 @@ def test_hash16_matches_an_independent_sha256_of_canonical_json_for_any_json_val
 @given(value=st.dictionaries(st.text(), st.integers(), min_size=2, max_size=6))
 def test_hash16_does_not_depend_on_key_order(value: dict[str, int]) -> None:
     assert hash16(dict(reversed(list(value.items())))) == hash16(value)
+
+
+def test_call_numbering_continues_from_the_journaled_calls_after_a_resume(journal: Journal, run_id: str) -> None:
+    seen: list[CallOptions] = []
+
+    class Crash(BaseException):
+        pass
+
+    def planner(state: Any) -> Any:
+        if state.step == 0:
+            return [ToolCall("a", {"n": 1}), ToolCall("a", {"n": 2})]
+        if len(seen) == 2 and not getattr(planner, "crashed", False):
+            planner.crashed = True  # type: ignore[attr-defined]
+            raise Crash  # the first process dies before its second decision
+        return scripted(ToolCall("a", {}), ToolCall("a", {"n": 3}))(state)
+
+    with pytest.raises(Crash):
+        run_durable(run_id, journal=journal, tools={"a": recording_tool(seen)}, planner=planner)
+    run_durable(run_id, journal=journal, tools={"a": recording_tool(seen)}, planner=planner)
+    assert [o.idempotency_key for o in seen] == [f"{run_id}:call-1", f"{run_id}:call-2", f"{run_id}:call-3"]
