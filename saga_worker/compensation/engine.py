@@ -16,7 +16,7 @@ from typing import Any
 
 from .. import faults
 from ..journal.base import Journal
-from ..journal.records import ClaimStatus, RecordStatus, ToolRecord, UnwindState
+from ..journal.records import ClaimStatus, CompensationClaim, RecordStatus, ToolRecord, UnwindState
 from ..keys import check_run_id, compensate_key, execute_key
 from ..locks.base import StepLock
 from ..settings import get_settings
@@ -27,6 +27,7 @@ from .report import HALTING, CompensationEntry, CompensationReport, Compensation
 log = logging.getLogger(__name__)
 UNWOUND = (RecordStatus.SUCCEEDED, RecordStatus.FAILED, RecordStatus.RUNNING)
 _HOST = socket.gethostname()[:40]
+_CLAIMS_PER_READ = 500  # steps whose claims one read fetches (bound-parameter limits stay far away)
 
 
 def new_owner(tag: str = "") -> str:
@@ -54,13 +55,21 @@ def entry_for(record: ToolRecord, status: CompensationStatus, error: str | None 
 
 def compensate_step(journal: Journal, run_id: str, record: ToolRecord, tools: Mapping[str, Tool], *,
                     dry_run: bool = False, claim_ttl: float | None = None, lock: StepLock | None = None,
-                    owner: str | None = None) -> CompensationEntry:
-    """Apply DESIGN.md §3 rule 3 to one step: the first rule that applies decides."""
+                    owner: str | None = None,
+                    claims: Mapping[tuple[str, str], CompensationClaim] | None = None) -> CompensationEntry:
+    """Apply DESIGN.md §3 rule 3 to one step: the first rule that applies decides.
+
+    ``claims``, when given, holds the step's claim as read for the whole worklist at once."""
     ttl = claim_ttl if claim_ttl is not None else get_settings().claim_ttl
     key = compensate_key(record.origin_run_id, record.suffix)
 
     # 1. Done before (by this run or a fork sharing the effect): no probe, no hook lookup.
-    claim = journal.get_claim(record.origin_run_id, record.suffix)
+    # A claim read with the worklist may be stale, which is harmless for a succeeded record: the
+    # claim's compare-and-set below is the truth. A record that would be probed reads it afresh.
+    if claims is not None and record.status is RecordStatus.SUCCEEDED:
+        claim = claims.get((record.origin_run_id, record.suffix))
+    else:
+        claim = journal.get_claim(record.origin_run_id, record.suffix)
     if claim is not None and claim.status is ClaimStatus.COMPENSATED:
         return entry_for(record, CompensationStatus.ALREADY_COMPENSATED, attempts=claim.attempts)
     attempts = claim.attempts if claim is not None else 0
@@ -210,11 +219,15 @@ def unwind(journal: Journal, run_id: str, worklist: Sequence[ToolRecord], tools:
            dry_run: bool, claim_ttl: float | None = None, lock: StepLock | None = None) -> list[CompensationEntry]:
     entries: list[CompensationEntry] = []
     stopped = False
-    for record in worklist:
+    claims: dict[tuple[str, str], CompensationClaim] = {}
+    for i, record in enumerate(worklist):
         if stopped:  # once stopped, nothing more is probed
             entries.append(entry_for(record, CompensationStatus.NOT_ATTEMPTED))
             continue
-        entry = compensate_step(journal, run_id, record, tools, dry_run=dry_run, claim_ttl=claim_ttl, lock=lock)
+        if i % _CLAIMS_PER_READ == 0:  # one read for the next steps' claims, not one per step
+            claims = journal.get_claims([(r.origin_run_id, r.suffix) for r in worklist[i:i + _CLAIMS_PER_READ]])
+        entry = compensate_step(journal, run_id, record, tools, dry_run=dry_run, claim_ttl=claim_ttl, lock=lock,
+                                claims=claims)
         stopped = entry.status in HALTING
         entries.append(entry)
     return entries
