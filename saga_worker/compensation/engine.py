@@ -41,6 +41,7 @@ def begin_unwind(journal: Journal, run_id: str, *, dry_run: bool) -> list[ToolRe
     The tombstone comes first so that no new side effect can start once the worklist is read."""
     if not dry_run:
         journal.condemn(run_id)
+    journal.get_run(run_id)  # a malformed run row fails here, before any hook runs, not after them
     return list(reversed(journal.list_records(run_id, UNWOUND)))
 
 
