@@ -15,7 +15,7 @@ from celery.exceptions import Ignore
 from celery.signals import worker_process_init
 
 from config.celery import make_app
-from saga_worker import executor
+from saga_worker import executor, faults
 
 app = make_app()
 
@@ -52,6 +52,7 @@ def compensate_step(self: Task, run_id: str, unwind_id: str, suffix: str, dry_ru
                             lock=ctx.lock)
     if nxt is None:
         raise Ignore()  # a live duplicate of this delivery carries the chain on; store no result
+    faults.point("before_ack", f"{run_id}:comp:{suffix}")
     return _continue(self, nxt)
 
 
