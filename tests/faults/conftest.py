@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from saga_worker import Journal, open_journal
+from tests.services import require
 
 from . import toolkit
-from .harness import REPO
+from .deployment import Deployment
+from .harness import REPO, OwnRedis
 from .ledger import Ledger
 
 
@@ -52,3 +55,14 @@ def worker_env(pg_url: str, ledger: Ledger) -> dict[str, str]:
     env.update(SAGA_JOURNAL_URL=pg_url, FAULT_LEDGER_URL=pg_url, SAGA_CLAIM_TTL="2",
                PYTHONPATH=str(REPO), SAGA_TOOLS="tests.faults.toolkit:TOOLS")
     return env
+
+
+@pytest.fixture
+def deployment(tmp_path: Path, pg_url: str, worker_env: dict[str, str]) -> Iterator[Deployment]:
+    """A Celery deployment on the suite's own Redis (no persistence) and the session's PostgreSQL."""
+    require("redis")  # the shared one is not used, but no Redis binary means no Redis tests
+    redis = OwnRedis(persistent=False)
+    redis.start()
+    dep = Deployment(tmp_path, pg_url, worker_env, redis)
+    yield dep
+    dep.close()

@@ -210,3 +210,62 @@ class OwnPostgres:
         with contextlib.suppress(Exception):
             self.stop("immediate")
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class CeleryWorker:
+    """A real Celery worker (main process, prefork pool, optional embedded beat) in its own process group."""
+
+    def __init__(self, env: Mapping[str, str], log: Path, *, concurrency: int = 1, beat: bool = False) -> None:
+        self.log = log
+        argv = [sys.executable, "-m", "tests.faults.celery_worker", "--loglevel", "info", "--pool", "prefork",
+                "--concurrency", str(concurrency), "--hostname", f"f{os.getpid()}-{time.monotonic_ns()}@%h",
+                "--without-gossip", "--without-mingle", "--without-heartbeat"]
+        if beat:
+            argv.append("--beat")
+        self._out = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(argv, cwd=REPO, env=dict(env), stdout=self._out, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def wait_ready(self, timeout: float = 60) -> CeleryWorker:
+        def ready() -> bool:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"worker exited with {self.proc.returncode}:\n{self.tail()}")
+            return b" ready." in self.log.read_bytes()
+
+        wait_for(ready, timeout, "the Celery worker to be ready", interval=0.1)
+        return self
+
+    def tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker: main process, pool children, embedded beat."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        self.kill()
+        self._out.close()
+
+
+def fired(fault_dir: Path) -> list[tuple[float, int, str, str, str]]:
+    """The faults that fired, from ``fired.log``: (time, pid, point, action, key)."""
+    path = fault_dir / "fired.log"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        at, pid, point, action, key = (line.split(" ", 4) + [""])[:5]
+        out.append((float(at), int(pid), point, action, key))
+    return out
+
+
+def arm(fault_dir: Path, rule: str) -> Path:
+    """Arm one fault that fires once across every process watching ``fault_dir``."""
+    path = fault_dir / f"f{time.monotonic_ns()}"
+    tmp = path.with_name("." + path.name)
+    tmp.write_text(rule)
+    tmp.rename(path)  # appear whole: a watcher never reads half a rule
+    return path

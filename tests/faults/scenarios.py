@@ -85,3 +85,25 @@ def live_run_condemned(journal: Journal, ledger: Ledger, env: dict[str, str], ru
     settle(journal, ledger, [run_id])  # the sweeper, for as long as the journal says work is left
     late = [c.step for c in ledger.calls("execute") if c.step in (f"{run_id}:call-3", f"{run_id}:call-4")]
     return Outcome(judged(ledger, journal, [run_id]), {"runner": out, "late_calls": late})
+
+
+def celery_kill_pool_child(dep: Any, journal: Journal, ledger: Ledger, run_id: str, point: str,
+                           *, break_: str = "") -> Outcome:
+    """SIGKILL of the pool child running step call-2 at ``point``; no beat: redelivery alone must
+    finish the unwind, and the caller must still get the report."""
+    from .harness import arm, fired
+
+    assert start_run(journal, run_id, 3) == "finished"
+    arm(dep.fault_dir, f"{point}=kill@{run_id}:comp:call-2")
+    extra = {"FAULT_BREAK": break_} if break_ else {}
+    dep.start_worker(**extra)
+    report, error = None, ""
+    try:
+        report = dep.send(run_id).get(timeout=60)
+        ledger.add_report(run_id, report)
+    except Exception as exc:  # the caller got an error instead of the report
+        error = f"{type(exc).__name__}: {exc}"
+    pids = [f[1] for f in fired(dep.fault_dir)]
+    calls = [c for c in ledger.calls("compensate") if c.step == f"{run_id}:call-2"]
+    return Outcome(judged(ledger, journal, [run_id], excused_pids=pids),
+                   {"report": report, "error": error, "fired": pids, "calls": calls})

@@ -1,0 +1,23 @@
+"""A Celery worker for the fault suite: ``python -m tests.faults.celery_worker [celery worker args]``.
+
+The same worker as ``celery -A tasks worker``, except that ``FAULT_BREAK`` (comma-separated names from
+tests/faults/breaks.py) breaks the product first, in the main process, so its pool children inherit it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def main() -> None:
+    import tasks
+    from tests.faults import breaks
+
+    for name in filter(None, os.environ.get("FAULT_BREAK", "").split(",")):
+        breaks.apply(name)
+    tasks.app.worker_main(["worker", *sys.argv[1:]])
+
+
+if __name__ == "__main__":
+    main()
