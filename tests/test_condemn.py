@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -12,6 +13,7 @@ from saga_worker import (
     CompensatedRunError,
     Finish,
     Journal,
+    RecoverResult,
     RunState,
     Tool,
     ToolCall,
@@ -209,3 +211,52 @@ def test_assert_not_compensated_passes_until_the_tombstone_then_raises_with_the_
         assert_not_compensated(journal, run_id)
     assert refused.value.detail == {"run_id": run_id}
     assert run_id in str(refused.value)
+
+
+def test_call_still_executing_when_its_run_is_condemned_is_uncertain_then_compensated_once_it_settles(
+        journal: Journal, run_id: str) -> None:
+    entered, release = threading.Event(), threading.Event()
+    probed: list[str] = []
+    undone: list[Any] = []
+
+    def slow_reserve(input: Any, opts: CallOptions) -> Any:
+        entered.set()
+        release.wait(timeout=60)
+        return {"reservation": "r-1"}
+
+    def never_done(input: Any, opts: CallOptions) -> RecoverResult:
+        probed.append(opts.idempotency_key)
+        return RecoverResult(done=False)  # it has not landed yet: trusting this would lose the reservation
+
+    tools = {"charge": Tool(lambda i, o: {"charge": 1}, lambda i, o, opts: undone.append(("charge", o))),
+             "reserve": Tool(slow_reserve, lambda i, o, opts: undone.append(("reserve", o)), never_done)}
+    outcome: list[Any] = []
+
+    def live_run() -> None:
+        try:
+            run_durable(run_id, journal=journal, tools=tools,
+                        planner=scripted(ToolCall("charge", {}), ToolCall("reserve", {}), ToolCall("charge", {})))
+        except BaseException as exc:  # checked below
+            outcome.append(exc)
+
+    runner = threading.Thread(target=live_run)
+    runner.start()
+    try:
+        assert entered.wait(timeout=30)
+        first = compensate_run(run_id, journal=journal, tools=tools)
+    finally:
+        release.set()
+        runner.join(timeout=60)
+
+    assert [(e.tool_name, e.status.value) for e in first.entries] == [("reserve", "uncertain"),
+                                                                       ("charge", "compensated")]
+    assert first.entries[0].error is not None and "executing" in first.entries[0].error
+    assert probed == []  # a call in flight is not probed: its answer could be stale a moment later
+    assert len(outcome) == 1 and isinstance(outcome[0], CompensatedRunError)  # the third call was refused
+    assert journal.get_record(run_id, "call-3") is None
+
+    second = compensate_run(run_id, journal=journal, tools=tools)
+
+    assert [(e.tool_name, e.status.value) for e in second.entries] == [("reserve", "compensated"),
+                                                                        ("charge", "already-compensated")]
+    assert undone == [("charge", {"charge": 1}), ("reserve", {"reservation": "r-1"})]
