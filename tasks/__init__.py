@@ -13,11 +13,17 @@ from typing import Any
 from celery import Task
 from celery.exceptions import Ignore
 from celery.signals import worker_process_init
+from sqlalchemy.exc import InterfaceError, OperationalError
 
 from config.celery import make_app
 from saga_worker import executor, faults
 
 app = make_app()
+
+# A journal that is briefly unreachable (a database restart, a locked SQLite file) is retried with
+# backoff under the same task id; every step is idempotent, so a retry only finishes what it began.
+RETRY = {"autoretry_for": (OperationalError, InterfaceError), "retry_backoff": 1, "retry_backoff_max": 30,
+         "retry_jitter": True, "max_retries": 8}
 
 
 @worker_process_init.connect
@@ -32,7 +38,7 @@ def _continue(task: Task, nxt: executor.Next) -> Any:
     return task.replace(finalize_unwind.si(nxt.run_id, nxt.unwind_id))
 
 
-@app.task(name="saga.compensate_run", bind=True)
+@app.task(name="saga.compensate_run", bind=True, **RETRY)
 def compensate_run(self: Task, run_id: str, dry_run: bool = False) -> Any:
     """Condemn the run and unwind it, one task per step; the result is the report as a JSON dict."""
     ctx = executor.current()
@@ -41,7 +47,7 @@ def compensate_run(self: Task, run_id: str, dry_run: bool = False) -> Any:
     return _continue(self, nxt)
 
 
-@app.task(name="saga.compensate_step", bind=True)
+@app.task(name="saga.compensate_step", bind=True, **RETRY)
 def compensate_step(self: Task, run_id: str, unwind_id: str, suffix: str, dry_run: bool = False) -> Any:
     """One step of an unwind (``dry_run`` is informative: the unwind's own record decides)."""
     ctx = executor.current()
@@ -56,7 +62,7 @@ def compensate_step(self: Task, run_id: str, unwind_id: str, suffix: str, dry_ru
     return _continue(self, nxt)
 
 
-@app.task(name="saga.finalize_unwind", bind=True)
+@app.task(name="saga.finalize_unwind", bind=True, **RETRY)
 def finalize_unwind(self: Task, run_id: str, unwind_id: str) -> dict[str, Any]:
     report = executor.finalize_unwind(executor.current().journal, run_id, unwind_id)
     return report.model_dump(mode="json")
