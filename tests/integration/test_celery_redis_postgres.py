@@ -3,6 +3,11 @@ workers, real redelivery when a pool child or a whole worker dies mid-hook."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +21,7 @@ from tests.ledger import Ledger
 from tests.services import REDIS_URL, require
 
 from . import scenarios
-from .conftest import Setup, Workers, make_setup, redis_db, wait_for
+from .conftest import REPO, Setup, Workers, make_setup, redis_db, wait_for
 
 pytestmark = [pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
 
@@ -140,3 +145,31 @@ def test_step_tasks_send_a_compensating_event_naming_the_run_and_the_step_for_fl
         state.event(dict(event))
     assert state.tasks[mine[0]["uuid"]].state == "COMPENSATING"
 
+
+
+def test_two_beat_processes_on_redis_run_one_sweeper_schedule_between_them(tmp_path: Path, pg_database_url: str) -> None:
+    import redis
+
+    setup = redis_setup(tmp_path, pg_database_url)
+    setup.saga["sweep_interval"] = 0.5
+    client = redis.Redis.from_url(setup.saga["broker_url"])
+    logs = [tmp_path / "beat-a.log", tmp_path / "beat-b.log"]
+    procs = []
+    try:
+        for log in logs:
+            with open(log, "wb") as out:
+                procs.append(subprocess.Popen([sys.executable, "-m", "celery", "-A", "tasks", "beat", "--loglevel",
+                                               "info"], cwd=REPO, env=setup.env(), stdout=out,
+                                              stderr=subprocess.STDOUT, start_new_session=True))
+        wait_for(lambda: client.llen(setup.saga["queue"]) >= 4, 60, "a few sweeps to be sent")
+        holders = [log for log in logs if b"Acquired lock" in log.read_bytes()]
+        assert len(holders) == 1, [log.read_text()[-500:] for log in logs]
+    finally:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        client.delete(setup.saga["queue"])
+        for key in client.scan_iter(f"saga:redbeat:{setup.saga['queue']}*"):
+            client.delete(key)
+        client.close()
