@@ -26,7 +26,7 @@ from .compensation.report import CompensationReport, CompensationStatus
 from .errors import SagaError
 from .journal import Journal, open_journal
 from .journal.records import RunInfo
-from .keys import compensate_key
+from .keys import check_run_id, compensate_key
 from .settings import SagaSettings, get_settings
 
 out = Console(highlight=False)
@@ -189,6 +189,7 @@ def report(run_id: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def compensate(run_id: str, dry_run: bool, wait: bool, local: bool, timeout: float, as_json: bool) -> None:
     """Condemn RUN_ID and undo its steps in reverse order (on a worker unless --local)."""
+    check_run_id(run_id)  # before anything is enqueued or written
     settings = get_settings()
     if local:
         from . import executor

@@ -123,3 +123,10 @@ def test_db_upgrade_migrates_the_journal_to_the_newest_revision(home: Path, monk
     engine = sa.create_engine(url)
     assert migrate.current_revision(engine) == migrate.head_revision()
     engine.dispose()
+
+
+def test_compensate_refuses_a_malformed_run_id_before_enqueueing_anything(home: Path) -> None:
+    result = CliRunner().invoke(main, ["compensate", "bad id:with:colons"])
+    assert result.exit_code == 1
+    assert result.output.startswith("error:") and len(result.output.strip().splitlines()) == 1
+    assert not (home / "broker.db").exists()
