@@ -12,14 +12,14 @@ class Config:
     only_backends: tuple[str, ...] = ()
     rounds: int = 5
     unwind_runs: int = 1000  # five-step runs unwound per backend (issue 6: 1,000)
-    record_runs: int = 500  # five-step runs recorded per backend
+    record_runs: int = 300  # five-step runs recorded per backend
     run_lengths: tuple[int, ...] = (1, 10, 100, 1000)
-    steps_per_length: int = 2000  # steps unwound at each run length
+    steps_per_length: int = 1000  # steps unwound at each run length
     journal_sizes: tuple[int, ...] = (10**3, 10**4, 10**5, 10**6)
-    size_probe_runs: int = 200  # five-step runs unwound at each journal size
-    latency_samples: int = 200
+    size_probe_runs: int = 100  # five-step runs unwound at each journal size
+    latency_samples: int = 150
     noop_tasks: int = 2000
-    dist_runs: int = 400  # five-step runs unwound through the workers for throughput
+    dist_runs: int = 300  # five-step runs unwound through the workers for throughput
     rss_unwinds: int = 2_000  # issue 6 asks for 10,000: `--rss-unwinds 10000` (about 10 more minutes here)
     embedded_share: float = 0.2  # the embedded SQLite broker moves ~25 tasks/s: a fifth of the counts
     extra: dict[str, str] = field(default_factory=dict)
