@@ -43,7 +43,7 @@ class Setup:
 
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SAGA_")}
-        env.update({f"SAGA_{k.upper()}": str(v) for k, v in self.saga.items()})
+        env.update({f"SAGA_{k.upper()}": str(v) for k, v in self.saga.items() if v is not None})
         env.update(SAGA_TEST_CONTROL=str(self.control), SAGA_TEST_SCOPE=self.scope,
                    PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep))
         return env
@@ -66,7 +66,9 @@ class Setup:
 def make_setup(tmp: Path, **saga: Any) -> Setup:
     control = tmp / "control"
     control.mkdir(parents=True, exist_ok=True)
-    base = {"home": str(tmp / "home"), "tools": "tests.integration.worker_tools:tools",
+    # Every field named, so a SAGA_* variable in the test's own environment cannot leak into the client.
+    base = {"journal_url": None, "broker_url": None, "result_backend": None, "redis_url": None,
+            "home": str(tmp / "home"), "tools": "tests.integration.worker_tools:tools",
             "queue": f"saga-t-{uuid.uuid4().hex[:10]}", "claim_ttl": 2.0, "sweep_interval": 1.0,
             "sweep_backoff": 0.5, "sweep_backoff_max": 2.0, "visibility_timeout": 8.0}
     base.update(saga)
