@@ -107,7 +107,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def new_id(prefix: str) -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:10]}"
+    return f"{prefix}-{uuid.uuid4().hex[:16]}"  # 64 bits: no collision among 10^6 ids
 
 
 class PgDatabase:
