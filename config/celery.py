@@ -71,7 +71,7 @@ def celery_config(settings: SagaSettings | None = None) -> dict[str, Any]:
             else {"pool_pre_ping": True}
     if s.redis_url:
         # One scheduler however many beat processes run: RedBeat holds a lock in Redis.
-        conf["beat_scheduler"] = "redbeat.RedBeatScheduler"
+        conf["beat_scheduler"] = "config.beat:ResilientRedBeatScheduler"
         conf["redbeat_redis_url"] = s.redis_url
         conf["redbeat_key_prefix"] = f"saga:redbeat:{s.queue}"
         conf["redbeat_lock_timeout"] = max(30, int(5 * s.sweep_interval))

@@ -57,7 +57,7 @@ def test_redis_broker_redelivers_a_dead_workers_message_after_the_visibility_tim
     options = conf["broker_transport_options"]
     assert options["visibility_timeout"] == 120
     assert options["unacked_restore_throttle"] == 1 and options["unacked_restore_interval"] <= 10
-    assert conf["beat_scheduler"] == "redbeat.RedBeatScheduler"  # one scheduler however many beats run
+    assert conf["beat_scheduler"] == "config.beat:ResilientRedBeatScheduler"  # one scheduler however many beats run
 
 
 def test_embedded_default_polls_its_sqlite_broker_every_50_ms_without_passing_it_to_create_engine(

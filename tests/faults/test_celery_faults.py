@@ -127,3 +127,14 @@ def test_without_reject_on_worker_lost_a_killed_pool_child_loses_the_unwind(
 
 
 _ = signal  # SIGKILL/SIGSTOP reach workers through harness helpers
+
+
+def test_the_beat_outlives_a_redis_restart_and_redrives_a_run_whose_messages_were_lost(
+        deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str) -> None:
+    assert start_run(pg_journal, run_id, 2) == "finished"
+    worker = deployment.start_worker(beat=True)
+    wait_for(lambda: b"Sending due task saga-retry-uncertain" in worker.log.read_bytes(), 30, "the beat to tick")
+    deployment.redis.restart(down_for=2.0)  # no persistence: the schedule, the beat lock, every message gone
+    pg_journal.condemn(run_id)  # condemned, its compensate_run message never sent (as if lost with Redis)
+    wait_for(lambda: unwound(pg_journal, run_id), 60, "the sweeper to re-drive the run")
+    assert_clean(judged(ledger, pg_journal, [run_id]))
