@@ -22,7 +22,7 @@ POLL = 0.01  # result polling for database result backends (Redis answers by pub
 
 
 class Cluster:
-    def __init__(self, setup: str, *, concurrency: int = 2) -> None:
+    def __init__(self, setup: str, *, concurrency: int = 2, include: str = "bench.noop_tasks") -> None:
         from config.celery import make_app
         from saga_worker.settings import SagaSettings
 
@@ -46,9 +46,7 @@ class Cluster:
         self.journal = open_journal(self.journal_url, migrate=True)
         self.engine = getattr(self.journal, "engine", None)
         self.app = make_app(settings, main="saga_bench_client")
-        self.worker = Worker(
-            "tasks", [self.queue], concurrency=concurrency, env=env, include="bench.noop_tasks"
-        )
+        self.worker = Worker("tasks", [self.queue], concurrency=concurrency, env=env, include=include)
         try:
             self.worker.wait_ready(lambda: self.noop().get(timeout=5, interval=POLL), timeout=90)
         except Exception:
