@@ -30,8 +30,9 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(BIN)/mypy
 
+# make bench BENCH_ARGS=--quick (or --only floors,inprocess, --rss-unwinds 10000; see bench/README.md)
 bench: $(STAMP)
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 soak: $(STAMP)
 	$(BIN)/python -m pytest tests/faults -m soak -p no:randomly -s
