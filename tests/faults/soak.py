@@ -24,6 +24,7 @@ from .harness import OwnPostgres, arm, child, fired, start_run
 from .ledger import Ledger
 
 POINT_KILLS = ["after_claim", "before_hook", "after_hook", "after_outcome", "before_ack"]
+POINT_KINDS = ("mid-hook kill", "kill at a point", "SIGSTOP past lease")
 
 
 @dataclass
@@ -85,15 +86,14 @@ class Soak:
 
     # -- driving --------------------------------------------------------------------------------------
     def run(self) -> Figures:
+        """Start runs (at most ``in_flight`` unfinished at once) and land each fault when the run count
+        reaches its turn, so every fault meets work in flight; then settle and judge."""
         began = time.monotonic()
         plan = self.plan
         made = 0
-        # Spread the faults over the expected duration of the run phase.
-        expected = max(60.0, plan.runs * plan.steps * 0.12)
-        schedule = self._schedule(expected)
-        while made < plan.runs or self.pending:
-            now = time.monotonic() - began
-            while schedule and schedule[0][0] <= now:
+        schedule = self._schedule()
+        while made < plan.runs or (self.pending and time.monotonic() - began < plan.settle_s * 4):
+            while schedule and schedule[0][0] <= made:
                 _, kind = schedule.pop(0)
                 self._inject(kind)
             self._resume_stopped()
@@ -102,27 +102,21 @@ class Soak:
                 made += self._start_one(made)
             self._poll_live()
             self._poll_pending()
-            if made >= plan.runs and now > expected * 3:
-                break
-            time.sleep(0.02)
-        for _, kind in schedule:  # faults the run phase ended too early for
-            self._inject(kind)
-            time.sleep(0.5)
+            time.sleep(0.01)
         self._settle()
         self.fig.seconds = time.monotonic() - began
         return self.fig
 
-    def _schedule(self, duration: float) -> list[tuple[float, str]]:
+    def _schedule(self) -> list[tuple[float, str]]:
+        """(run index, fault kind): point faults at random turns, restarts evenly spaced and apart."""
         p = self.plan
         kinds = (["mid-hook kill"] * p.mid_hook_kills + ["kill at a point"] * p.point_kills
-                 + ["SIGSTOP past lease"] * p.stops + ["broker restart"] * p.broker_restarts
-                 + ["database restart"] * p.db_restarts + ["live run condemned"] * p.live_runs)
-        out = [(self.rng.uniform(5, duration * 0.9), k) for k in kinds]
-        # Restarts evenly spaced (and apart from each other), so each one has something in flight.
-        restarts = [k for k in kinds if "restart" in k]
-        out = [o for o in out if "restart" not in o[1]]
-        gap = duration * 0.85 / max(1, len(restarts))
-        out += [(10 + i * gap, k) for i, k in enumerate(sorted(restarts))]
+                 + ["SIGSTOP past lease"] * p.stops + ["live run condemned"] * p.live_runs)
+        out = [(self.rng.uniform(2, p.runs * 0.97), k) for k in kinds]
+        restarts = ["broker restart"] * p.broker_restarts + ["database restart"] * p.db_restarts
+        self.rng.shuffle(restarts)
+        gap = p.runs * 0.9 / max(1, len(restarts))
+        out += [(5 + i * gap, k) for i, k in enumerate(restarts)]
         return sorted(out)
 
     def _start_one(self, index: int) -> int:
@@ -181,11 +175,13 @@ class Soak:
             arm(self.dep.fault_dir, "before_hook=stop")
         elif kind == "broker restart":
             in_flight = self._claimed()
+            print(f"broker restart at {time.time():.3f}", flush=True)
             self.dep.redis.persistent = not self.dep.redis.persistent  # with and without AOF, in turn
             self.dep.redis.restart(down_for=1.0)
             self.restart_clears.append((time.time(), in_flight))
         elif kind == "database restart":
             in_flight = self._claimed()
+            print(f"database restart at {time.time():.3f}", flush=True)
             self.pg.restart(down_for=1.0)
             self.restart_clears.append((time.time(), in_flight))
         elif kind == "live run condemned":
@@ -232,8 +228,7 @@ class Soak:
         for i, (run_id, proc, sent) in enumerate(list(self.live)):
             if sent:
                 continue
-            started = any(c.step == f"{run_id}:call-3" for c in self.ledger.calls("execute")) \
-                if self.rng.random() < 0.3 else False
+            started = self.rng.random() < 0.1 and self.ledger.count_calls(f"{run_id}:call-3") > 0
             if started or proc.popen.poll() is not None:
                 self._condemn(run_id)
                 self.live[i] = (run_id, proc, True)
@@ -241,12 +236,17 @@ class Soak:
     # -- the end --------------------------------------------------------------------------------------
     def _settle(self) -> None:
         deadline = time.monotonic() + self.plan.settle_s
+        for path in self.dep.fault_dir.iterdir():  # faults armed that found nothing to hit: disarm
+            if path.name.startswith("f") and ".fired-" not in path.name and path.name != "fired.log":
+                path.unlink(missing_ok=True)
         for pid, _ in self.stopped:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
-        for _, proc, _ in self.live:
+        for run_id, proc, sent in self.live:
             with contextlib.suppress(Exception):
                 proc.wait(timeout=60)
+            if not sent:
+                self._condemn(run_id)
         while time.monotonic() < deadline:
             self._poll_pending_all()
             if not self.pending:
@@ -284,12 +284,40 @@ class Soak:
                     self.fig.latencies.append(max(0.0, claim.finished_at - back))
         return verdict
 
+    def diagnose(self, verdict: Verdict) -> str:
+        """What the journal and the ledger say about every run the checker faulted, for the failure message."""
+        bad = sorted({item.split(":", 1)[0] for item in verdict.lost + verdict.double + verdict.after_tombstone
+                      + verdict.mismatches})
+        lines = []
+        for run_id in bad[:5]:
+            run = self.journal.get_run(run_id)
+            lines.append(f"== {run_id}: {run}")
+            for r in self.journal.list_records(run_id):
+                lines.append(f"   record {r.suffix} seq={r.seq} {r.status.value} created={r.created_at:.3f} "
+                             f"updated={r.updated_at:.3f} attempts={r.attempts}")
+                lines.append(f"   claim {self.journal.get_claim(r.origin_run_id, r.suffix)}")
+            for c in self.ledger.calls():
+                if c.step.startswith(run_id + ":"):
+                    lines.append(f"   call {c.kind} {c.key} pid={c.pid} {c.started_at:.3f}-{c.ended_at} {c.outcome}")
+            for rid, at, report in self.ledger.reports():
+                if rid == run_id:
+                    lines.append(f"   report at {at:.3f}: {[(e['suffix'], e['status']) for e in report['entries']]}")
+        lines += [f"   fault {f}" for f in fired(self.dep.fault_dir)]
+        lines += [f"   restart back at {back:.3f}, claimed then: {steps}" for back, steps in self.restart_clears]
+        return "\n".join(lines)
+
     def table(self, verdict: Verdict) -> str:
         mean, peak = verdict.calls_mean_max()
         rows = [("runs condemned", self.fig.runs), ("steps", self.fig.steps)]
-        rows += [(f"faults: {k}", v) for k, v in sorted(self.fig.faults.items())]
-        fired_n = len(fired(self.dep.fault_dir))
-        rows += [("faults fired at points (kill/stop)", fired_n),
+        landed: dict[str, int] = {}
+        for _, _, point, action, _ in fired(self.dep.fault_dir):
+            name = {"kill": "SIGKILL of a pool child", "stop": "SIGSTOP past the lease"}[action]
+            landed[f"{name} at {point}"] = landed.get(f"{name} at {point}", 0) + 1
+        rows += [(f"fault: {k}", v) for k, v in sorted(landed.items())]
+        rows += [(f"fault: {k}", v) for k, v in sorted(self.fig.faults.items())
+                 if k not in ("mid-hook kill", "kill at a point", "SIGSTOP past lease")]
+        rows += [("faults armed at points / landed", f"{sum(self.fig.faults.get(k, 0) for k in POINT_KINDS)}"
+                  f"/{sum(landed.values())}"),
                  ("lost compensations", len(verdict.lost)), ("double effects", len(verdict.double)),
                  ("effects after tombstone", len(verdict.after_tombstone)),
                  ("report mismatches", len(verdict.mismatches)), ("reports checked", verdict.reports),

@@ -35,7 +35,7 @@ def test_soak_loses_nothing_doubles_nothing_and_every_report_is_true(
         table = soak.table(verdict)
         print("\n" + table)
         (Path(os.environ.get("SAGA_SOAK_TABLE", str(tmp_path / "soak-table.txt")))).write_text(table + "\n")
-        assert verdict.clean, verdict.summary()
+        assert verdict.clean, verdict.summary() + "\n" + soak.diagnose(verdict)
         assert soak.fig.unfinished == 0 and soak.fig.attention == 0
         lat = sorted(soak.fig.latencies)
         assert not lat or lat[min(len(lat) - 1, int(0.99 * (len(lat) - 1)))] < 30
