@@ -55,6 +55,21 @@ class Deployment:
         self.workers.append(worker)
         return worker.wait_ready()
 
+    def supervise(self) -> list[str]:
+        """Restart every worker whose process has exited, as a supervisor does in production
+        (docker-compose ``restart: unless-stopped``); the last log lines of each crash."""
+        crashes = []
+        for worker in list(self.workers):
+            if worker.replaced or worker.proc.poll() is None:
+                continue
+            worker.replaced = True
+            crashes.append(worker.tail(3))
+            fresh = CeleryWorker(worker.env, self.tmp / f"worker-{len(self.workers)}.log", beat=worker.beat,
+                                 concurrency=worker.concurrency)
+            self.workers.append(fresh)
+            fresh.wait_ready()
+        return crashes
+
     def client(self) -> Celery:
         if self._client is None:
             self._client = make_app(SagaSettings(**self.saga()), main="fault-client")  # type: ignore[arg-type]

@@ -219,6 +219,8 @@ class CeleryWorker:
 
     def __init__(self, env: Mapping[str, str], log: Path, *, concurrency: int = 1, beat: bool = False) -> None:
         self.log = log
+        self.env, self.beat, self.concurrency = dict(env), beat, concurrency
+        self.replaced = False
         argv = [sys.executable, "-m", "tests.faults.celery_worker", "--loglevel", "info", "--pool", "prefork",
                 "--concurrency", str(concurrency), "--hostname", f"f{os.getpid()}-{time.monotonic_ns()}@%h",
                 "--without-gossip", "--without-mingle", "--without-heartbeat"]

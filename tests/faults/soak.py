@@ -83,6 +83,7 @@ class Soak:
         self.live: list[tuple[str, Any, bool]] = []
         self.seen_fired = 0
         self.all_runs: list[str] = []
+        self.crashes: list[str] = []
 
     # -- driving --------------------------------------------------------------------------------------
     def run(self) -> Figures:
@@ -98,6 +99,7 @@ class Soak:
                 self._inject(kind)
             self._resume_stopped()
             self._note_fired()
+            self._supervise()
             if made < plan.runs and len(self.pending) < plan.in_flight:
                 made += self._start_one(made)
             self._poll_live()
@@ -191,6 +193,13 @@ class Soak:
             proc = child("run", run_id, env=env, extra=["--steps", str(self.plan.steps)])
             self.live.append((run_id, proc, False))
 
+    def _supervise(self) -> None:
+        if self.rng.random() > 0.05:
+            return
+        for crash in self.dep.supervise():
+            self.fig.bump("worker crashed and was restarted by the supervisor")
+            self.crashes.append(crash)
+
     def _claimed(self) -> list[tuple[str, str]]:
         try:
             runs = list(self.pending)
@@ -248,6 +257,7 @@ class Soak:
             if not sent:
                 self._condemn(run_id)
         while time.monotonic() < deadline:
+            self._supervise()
             self._poll_pending_all()
             if not self.pending:
                 break

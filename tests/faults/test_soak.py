@@ -34,6 +34,8 @@ def test_soak_loses_nothing_doubles_nothing_and_every_report_is_true(
         verdict = soak.verdict()
         table = soak.table(verdict)
         print("\n" + table)
+        for crash in soak.crashes[:3]:
+            print("worker crash (restarted):\n" + crash)
         (Path(os.environ.get("SAGA_SOAK_TABLE", str(tmp_path / "soak-table.txt")))).write_text(table + "\n")
         assert verdict.clean, verdict.summary() + "\n" + soak.diagnose(verdict)
         assert soak.fig.unfinished == 0 and soak.fig.attention == 0
