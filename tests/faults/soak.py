@@ -32,7 +32,7 @@ class Plan:
     runs: int = int(os.environ.get("SAGA_SOAK_RUNS", "1000"))
     steps: int = int(os.environ.get("SAGA_SOAK_STEPS", "5"))
     in_flight: int = 24  # runs sent and not yet complete
-    mid_hook_kills: int = 110
+    mid_hook_kills: int = 125
     point_kills: int = 40
     stops: int = 55  # SIGSTOP past the lease, then SIGCONT: lock/lease expiries
     broker_restarts: int = 11
