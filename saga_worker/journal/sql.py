@@ -369,46 +369,72 @@ class SqlJournal(Journal):
             found = [self._claim(r) for r in rows]
         return {(c.origin_run_id, c.suffix): c for c in found if (c.origin_run_id, c.suffix) in wanted}
 
+    def _claim_statements(self) -> dict[str, Any]:
+        """The per-step claim statements, built once with bind parameters: building a Core statement
+        and its cache key anew costs more than SQLite's whole commit, on the hottest path we have."""
+        cached = getattr(self, "_claim_stmts", None)
+        if cached is not None:
+            return cached
+        b = sa.bindparam
+        # PostgreSQL leases use the server's clock; SQLite's is this machine's, bound per call.
+        now = self._now_sql() if self.dialect == "postgresql" else b("now", type_=sa.Double)
+        pk = (claims.c.origin_run_id == b("o"), claims.c.suffix == b("s"))
+        mine = (*pk, claims.c.owner == b("holder"), claims.c.status == ClaimStatus.CLAIMED.value)
+        # The same owner may take its own claim back: a redelivered task re-drives its dead attempt.
+        takeable = sa.or_(claims.c.status == ClaimStatus.FAILED.value,
+                          sa.and_(claims.c.status == ClaimStatus.CLAIMED.value,
+                                  sa.or_(claims.c.lease_expires_at < now, claims.c.owner == b("holder"))))
+        stmts = {
+            "insert": self._insert(claims).values(
+                origin_run_id=b("o"), suffix=b("s"), status=ClaimStatus.CLAIMED.value, owner=b("holder"),
+                lease_expires_at=now + b("ttl", type_=sa.Double), attempts=1, idempotency_key=b("key"),
+                via_run_id=b("via"), started_at=now,
+            ).on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"]).returning(*claims.c),
+            "take": sa.update(claims).where(*pk, takeable).values(
+                status=ClaimStatus.CLAIMED.value, owner=b("holder"), lease_expires_at=now + b("ttl", type_=sa.Double),
+                attempts=claims.c.attempts + 1, via_run_id=b("via"), error=None, started_at=now, finished_at=None,
+            ).returning(*claims.c),
+            "get": sa.select(claims).where(*pk),
+            "renew": sa.update(claims).where(*mine).values(lease_expires_at=now + b("ttl", type_=sa.Double))
+            .returning(claims.c.owner),
+            "finish": sa.update(claims).where(*mine).values(
+                status=b("new_status"), error=b("error_text"), finished_at=now).returning(claims.c.owner),
+        }
+        self._claim_stmts = stmts
+        return stmts
+
+    def _claim_params(self, **params: Any) -> dict[str, Any]:
+        if self.dialect != "postgresql":
+            params["now"] = time.time()
+        return params
+
     def claim_compensation(self, origin_run_id: str, suffix: str, *, via_run_id: str, owner: str, ttl: float,
                            idempotency_key: str) -> ClaimAttempt:
-        now = self._now_sql()
-        where = (claims.c.origin_run_id == origin_run_id, claims.c.suffix == suffix)
+        stmts = self._claim_statements()
+        params = self._claim_params(o=origin_run_id, s=suffix, holder=owner, ttl=float(ttl), key=idempotency_key,
+                                    via=via_run_id)
         with self._tx() as conn:
-            row = conn.execute(self._insert(claims).values(
-                origin_run_id=origin_run_id, suffix=suffix, status=ClaimStatus.CLAIMED.value, owner=owner,
-                lease_expires_at=now + ttl, attempts=1, idempotency_key=idempotency_key, via_run_id=via_run_id,
-                started_at=now,
-            ).on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"]).returning(*claims.c)).first()
+            row = conn.execute(stmts["insert"], params).first()
             if row is not None:
                 return ClaimAttempt(True, self._claim(row))
-            # The same owner may take its own claim back: a redelivered task re-drives its dead attempt.
-            takeable = sa.or_(claims.c.status == ClaimStatus.FAILED.value,
-                              sa.and_(claims.c.status == ClaimStatus.CLAIMED.value,
-                                      sa.or_(claims.c.lease_expires_at < now, claims.c.owner == owner)))
-            row = conn.execute(sa.update(claims).where(*where, takeable).values(
-                status=ClaimStatus.CLAIMED.value, owner=owner, lease_expires_at=now + ttl,
-                attempts=claims.c.attempts + 1, via_run_id=via_run_id, error=None, started_at=now, finished_at=None,
-            ).returning(*claims.c)).first()
+            row = conn.execute(stmts["take"], params).first()
             if row is not None:
                 return ClaimAttempt(True, self._claim(row))
-            current = conn.execute(sa.select(claims).where(*where)).first()
+            current = conn.execute(stmts["get"], params).first()
         return ClaimAttempt(False, None if current is None else self._claim(current))
 
     def renew_claim(self, origin_run_id: str, suffix: str, owner: str, ttl: float) -> bool:
+        stmt = self._claim_statements()["renew"]
         with self._tx() as conn:
-            row = conn.execute(sa.update(claims).where(
-                claims.c.origin_run_id == origin_run_id, claims.c.suffix == suffix, claims.c.owner == owner,
-                claims.c.status == ClaimStatus.CLAIMED.value,
-            ).values(lease_expires_at=self._now_sql() + ttl).returning(claims.c.owner)).first()
+            row = conn.execute(stmt, self._claim_params(o=origin_run_id, s=suffix, holder=owner, ttl=float(ttl))).first()
         return row is not None
 
     def finish_claim(self, origin_run_id: str, suffix: str, owner: str, status: ClaimStatus,
                      error: str | None = None) -> bool:
+        stmt = self._claim_statements()["finish"]
+        params = self._claim_params(o=origin_run_id, s=suffix, holder=owner, new_status=status.value, error_text=error)
         with self._tx() as conn:
-            row = conn.execute(sa.update(claims).where(
-                claims.c.origin_run_id == origin_run_id, claims.c.suffix == suffix, claims.c.owner == owner,
-                claims.c.status == ClaimStatus.CLAIMED.value,
-            ).values(status=status.value, error=error, finished_at=self._now_sql()).returning(claims.c.owner)).first()
+            row = conn.execute(stmt, params).first()
         return row is not None
 
     # -- unwind bookkeeping -----------------------------------------------------------------------
@@ -529,7 +555,8 @@ def _sqlite_engine(parsed: sa.URL, url: str) -> sa.Engine:
     def _on_begin(conn: sa.Connection) -> None:
         # IMMEDIATE takes the write lock up front: a read-then-write transaction can never be
         # overtaken between its read and its write, which is what our compare-and-set relies on.
+        # Straight on the driver: going through SQLAlchemy's execute costs more than the BEGIN itself.
         read_only = conn.get_execution_options().get("saga_read_only", False)
-        conn.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        conn.connection.driver_connection.execute("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine
