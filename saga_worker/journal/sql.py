@@ -372,7 +372,7 @@ class SqlJournal(Journal):
     def _claim_statements(self) -> dict[str, Any]:
         """The per-step claim statements, built once with bind parameters: building a Core statement
         and its cache key anew costs more than SQLite's whole commit, on the hottest path we have."""
-        cached = getattr(self, "_claim_stmts", None)
+        cached: dict[str, Any] | None = getattr(self, "_claim_stmts", None)
         if cached is not None:
             return cached
         b = sa.bindparam
@@ -557,6 +557,8 @@ def _sqlite_engine(parsed: sa.URL, url: str) -> sa.Engine:
         # overtaken between its read and its write, which is what our compare-and-set relies on.
         # Straight on the driver: going through SQLAlchemy's execute costs more than the BEGIN itself.
         read_only = conn.get_execution_options().get("saga_read_only", False)
-        conn.connection.driver_connection.execute("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        driver.execute("BEGIN" if read_only else "BEGIN IMMEDIATE")
 
     return engine
