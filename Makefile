@@ -17,7 +17,11 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/saga-worker demo
 
+# The whole suite: lint and types first (seconds), then every test against the real services.
 test: $(STAMP)
+	$(BIN)/ruff check saga_worker tasks config tests bench
+	$(BIN)/ruff format --check saga_worker tasks config tests bench
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 test-fast: $(STAMP)

@@ -26,7 +26,9 @@ class ResilientRedBeatScheduler(RedBeatScheduler):  # type: ignore[misc]
             if self.lock_key and not self._leading():
                 return float(self.max_interval)
             if not get_redis(self.app).exists(self.app.redbeat_conf.schedule_key):
-                log.warning("beat: the schedule is gone from Redis (restarted without persistence); re-installing")
+                log.warning(
+                    "beat: the schedule is gone from Redis (restarted without persistence); re-installing"
+                )
                 self.setup_schedule()
             return float(super().tick(min=min, **kwargs))
         except REDIS_ERRORS as exc:

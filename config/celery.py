@@ -67,8 +67,11 @@ def celery_config(settings: SagaSettings | None = None) -> dict[str, Any]:
         # Passed to create_engine: a busy timeout, since several processes share the SQLite file.
         conf["broker_transport_options"] = {"connect_args": {"timeout": 30}}
     if s.resolved_result_backend().startswith("db+"):
-        conf["database_engine_options"] = {"connect_args": {"timeout": 30}} if "sqlite" in s.resolved_result_backend() \
+        conf["database_engine_options"] = (
+            {"connect_args": {"timeout": 30}}
+            if "sqlite" in s.resolved_result_backend()
             else {"pool_pre_ping": True}
+        )
     if s.redis_url:
         # One scheduler however many beat processes run: RedBeat holds a lock in Redis.
         conf["beat_scheduler"] = "config.beat:ResilientRedBeatScheduler"

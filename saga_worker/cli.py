@@ -32,10 +32,14 @@ from .settings import SagaSettings, get_settings
 out = Console(highlight=False)
 
 STATUS_STYLE = {
-    CompensationStatus.COMPENSATED.value: "green", CompensationStatus.ALREADY_COMPENSATED.value: "green",
-    CompensationStatus.WOULD_COMPENSATE.value: "cyan", CompensationStatus.SKIPPED_NO_HOOK.value: "yellow",
-    CompensationStatus.SKIPPED_NOT_EXECUTED.value: "yellow", CompensationStatus.UNCERTAIN.value: "magenta",
-    CompensationStatus.BUSY.value: "red", CompensationStatus.FAILED.value: "bold red",
+    CompensationStatus.COMPENSATED.value: "green",
+    CompensationStatus.ALREADY_COMPENSATED.value: "green",
+    CompensationStatus.WOULD_COMPENSATE.value: "cyan",
+    CompensationStatus.SKIPPED_NO_HOOK.value: "yellow",
+    CompensationStatus.SKIPPED_NOT_EXECUTED.value: "yellow",
+    CompensationStatus.UNCERTAIN.value: "magenta",
+    CompensationStatus.BUSY.value: "red",
+    CompensationStatus.FAILED.value: "bold red",
     CompensationStatus.NOT_ATTEMPTED.value: "dim",
 }
 
@@ -75,24 +79,41 @@ def _when(ts: float | None) -> str:
 def report_table(report: CompensationReport | dict[str, Any], title: str | None = None) -> Table:
     data = report.model_dump(mode="json") if isinstance(report, CompensationReport) else report
     kind = "plan (dry run)" if data["dry_run"] else "unwind"
-    table = Table(title=title or f"{kind} of run {data['run_id']} — condemned: {'yes' if data['condemned'] else 'no'}")
+    table = Table(
+        title=title or f"{kind} of run {data['run_id']} — condemned: {'yes' if data['condemned'] else 'no'}"
+    )
     errors = any(e.get("error") for e in data["entries"])
-    for col in ("#", "step", "tool", "status", "attempts", "idempotency key") + (("error",) if errors else ()):
+    for col in ("#", "step", "tool", "status", "attempts", "idempotency key") + (
+        ("error",) if errors else ()
+    ):
         table.add_column(col, overflow="fold", no_wrap=col in ("status", "tool"))
     for i, e in enumerate(data["entries"], 1):
         style = STATUS_STYLE.get(e["status"], "")
-        row = [str(i), e["suffix"], e["tool_name"], f"[{style}]{e['status']}[/]" if style else e["status"],
-               str(e.get("attempts", 0)), e["idempotency_key"]]
+        row = [
+            str(i),
+            e["suffix"],
+            e["tool_name"],
+            f"[{style}]{e['status']}[/]" if style else e["status"],
+            str(e.get("attempts", 0)),
+            e["idempotency_key"],
+        ]
         table.add_row(*row, *([e.get("error") or ""] if errors else []))
     return table
 
 
 def _run_dict(run: RunInfo) -> dict[str, Any]:
     return {
-        "run_id": run.run_id, "status": run.status.value, "condemned": run.condemned,
-        "condemned_at": run.condemned_at, "unwind_state": run.unwind_state.value,
-        "unwind_attempts": run.unwind_attempts, "unwind_next_at": run.unwind_next_at, "unwind_note": run.unwind_note,
-        "source_run_id": run.source_run_id, "created_at": run.created_at, "updated_at": run.updated_at,
+        "run_id": run.run_id,
+        "status": run.status.value,
+        "condemned": run.condemned,
+        "condemned_at": run.condemned_at,
+        "unwind_state": run.unwind_state.value,
+        "unwind_attempts": run.unwind_attempts,
+        "unwind_next_at": run.unwind_next_at,
+        "unwind_note": run.unwind_note,
+        "source_run_id": run.source_run_id,
+        "created_at": run.created_at,
+        "updated_at": run.updated_at,
     }
 
 
@@ -103,15 +124,28 @@ def journal_steps(journal: Journal, run_id: str) -> list[dict[str, Any]]:
     steps = []
     for r in records:
         claim = claims.get((r.origin_run_id, r.suffix))
-        steps.append({
-            "seq": r.seq, "suffix": r.suffix, "tool_call_id": r.tool_call_id, "tool_name": r.tool_name,
-            "status": r.status.value, "attempts": r.attempts, "error": r.error, "origin_run_id": r.origin_run_id,
-            "compensation": None if claim is None else {
-                "status": claim.status.value, "attempts": claim.attempts, "owner": claim.owner,
-                "idempotency_key": claim.idempotency_key, "error": claim.error,
-            },
-            "compensation_key": compensate_key(r.origin_run_id, r.suffix),
-        })
+        steps.append(
+            {
+                "seq": r.seq,
+                "suffix": r.suffix,
+                "tool_call_id": r.tool_call_id,
+                "tool_name": r.tool_name,
+                "status": r.status.value,
+                "attempts": r.attempts,
+                "error": r.error,
+                "origin_run_id": r.origin_run_id,
+                "compensation": None
+                if claim is None
+                else {
+                    "status": claim.status.value,
+                    "attempts": claim.attempts,
+                    "owner": claim.owner,
+                    "idempotency_key": claim.idempotency_key,
+                    "error": claim.error,
+                },
+                "compensation_key": compensate_key(r.origin_run_id, r.suffix),
+            }
+        )
     return steps
 
 
@@ -124,8 +158,15 @@ def steps_table(run_id: str, steps: Sequence[dict[str, Any]], title: str | None 
         state = comp["status"] if comp else "—"
         style = {"compensated": "green", "failed": "red", "claimed": "cyan"}.get(state, "dim")
         note = (comp or {}).get("error") or s["error"] or ""
-        table.add_row(str(s["seq"]), s["suffix"], s["tool_name"], s["status"], f"[{style}]{state}[/]",
-                      str(comp["attempts"]) if comp else "0", note)
+        table.add_row(
+            str(s["seq"]),
+            s["suffix"],
+            s["tool_name"],
+            s["status"],
+            f"[{style}]{state}[/]",
+            str(comp["attempts"]) if comp else "0",
+            note,
+        )
     return table
 
 
@@ -136,6 +177,7 @@ def main() -> None:
 
 
 # -- reading the journal ---------------------------------------------------------------------------
+
 
 @main.command()
 @click.option("--limit", default=50, show_default=True, help="How many runs, most recently updated first.")
@@ -153,10 +195,18 @@ def runs(limit: int, condemned: bool, as_json: bool) -> None:
         table.add_column(col, overflow="fold")
     for r in found:
         unwind = r.unwind_state.value
-        style = {"complete": "green", "attention": "bold red", "incomplete": "yellow", "pending": "cyan"}.get(unwind, "")
-        table.add_row(r.run_id, r.status.value, "yes" if r.condemned else "no",
-                      f"[{style}]{unwind}[/]" if style else unwind, str(r.unwind_attempts), _when(r.updated_at),
-                      r.unwind_note or "")
+        style = {"complete": "green", "attention": "bold red", "incomplete": "yellow", "pending": "cyan"}.get(
+            unwind, ""
+        )
+        table.add_row(
+            r.run_id,
+            r.status.value,
+            "yes" if r.condemned else "no",
+            f"[{style}]{unwind}[/]" if style else unwind,
+            str(r.unwind_attempts),
+            _when(r.updated_at),
+            r.unwind_note or "",
+        )
     out.print(table)
 
 
@@ -173,17 +223,22 @@ def report(run_id: str, as_json: bool) -> None:
     if as_json:
         _dump({"run": _run_dict(run), "steps": steps})
         return
-    out.print(f"run [bold]{run_id}[/]: {run.status.value}, condemned: {'yes' if run.condemned else 'no'}, "
-              f"unwind: {run.unwind_state.value}" + (f" ({run.unwind_note})" if run.unwind_note else ""))
+    out.print(
+        f"run [bold]{run_id}[/]: {run.status.value}, condemned: {'yes' if run.condemned else 'no'}, "
+        f"unwind: {run.unwind_state.value}" + (f" ({run.unwind_note})" if run.unwind_note else "")
+    )
     out.print(steps_table(run_id, steps))
 
 
 # -- unwinding -------------------------------------------------------------------------------------
 
+
 @main.command()
 @click.argument("run_id")
 @click.option("--dry-run", is_flag=True, help="Plan only: nothing is written, no hook is called.")
-@click.option("--wait/--no-wait", default=True, show_default=True, help="Wait for the report (else print the task id).")
+@click.option(
+    "--wait/--no-wait", default=True, show_default=True, help="Wait for the report (else print the task id)."
+)
 @click.option("--local", is_flag=True, help="Unwind in this process instead of on a worker.")
 @click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait for the report.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -206,7 +261,8 @@ def compensate(run_id: str, dry_run: bool, wait: bool, local: bool, timeout: flo
     async_result = _tasks().compensate_run.delay(run_id, dry_run=dry_run)
     if not wait:
         _dump({"task_id": async_result.id, "run_id": run_id}) if as_json else out.print(
-            f"unwind of run [bold]{run_id}[/] enqueued as task {async_result.id}")
+            f"unwind of run [bold]{run_id}[/] enqueued as task {async_result.id}"
+        )
         return
     data = _wait_with_progress(async_result, run_id, settings, timeout, quiet=as_json)
     _show_report(data, as_json)
@@ -226,9 +282,15 @@ def _exit_for(data: dict[str, Any]) -> None:
         sys.exit(2)
 
 
-def _wait_with_progress(async_result: Any, run_id: str, settings: SagaSettings, timeout: float,
-                        quiet: bool, worker: subprocess.Popen[bytes] | None = None,
-                        worker_log: str = "") -> dict[str, Any]:
+def _wait_with_progress(
+    async_result: Any,
+    run_id: str,
+    settings: SagaSettings,
+    timeout: float,
+    quiet: bool,
+    worker: subprocess.Popen[bytes] | None = None,
+    worker_log: str = "",
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     seen = 0
     with _journal(settings) as journal:
@@ -240,15 +302,21 @@ def _wait_with_progress(async_result: Any, run_id: str, settings: SagaSettings, 
             while not done:
                 done = async_result.ready()
                 if not done and worker is not None and worker.poll() is not None:
-                    fail(f"the worker exited with code {worker.returncode} before the report came; see {worker_log}")
+                    fail(
+                        f"the worker exited with code {worker.returncode} before the report came; see {worker_log}"
+                    )
                 if not done and time.monotonic() > deadline:
-                    fail(f"no report for run {run_id!r} after {timeout:.0f}s (task {async_result.id}); "
-                         "is a worker running? (saga-worker worker)")
+                    fail(
+                        f"no report for run {run_id!r} after {timeout:.0f}s (task {async_result.id}); "
+                        "is a worker running? (saga-worker worker)"
+                    )
                 if not quiet:
                     entries = _unwind_entries(journal, async_result.id)
                     for entry in entries[seen:]:
                         style = STATUS_STYLE.get(entry["status"], "")
-                        out.print(f"  step {entry['suffix']} ({entry['tool_name']}): [{style}]{entry['status']}[/]")
+                        out.print(
+                            f"  step {entry['suffix']} ({entry['tool_name']}): [{style}]{entry['status']}[/]"
+                        )
                     seen = max(seen, len(entries))
                 if not done:
                     time.sleep(0.1)
@@ -270,6 +338,7 @@ def _unwind_entries(journal: Journal, unwind_id: str) -> list[dict[str, Any]]:
 
 
 # -- processes -------------------------------------------------------------------------------------
+
 
 def _demo_results(run_id: str, data: dict[str, Any]) -> None:
     from . import demo as sample
@@ -296,8 +365,12 @@ def _celery_argv(command: str, extra: Sequence[str]) -> list[str]:
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-@click.option("--beat/--no-beat", "with_beat", default=None,
-              help="Run the sweeper's beat inside the worker (default: on for the embedded setup).")
+@click.option(
+    "--beat/--no-beat",
+    "with_beat",
+    default=None,
+    help="Run the sweeper's beat inside the worker (default: on for the embedded setup).",
+)
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
 def worker(with_beat: bool | None, celery_args: tuple[str, ...]) -> None:
     """Start a Celery worker (extra arguments go to `celery worker`)."""
@@ -305,7 +378,11 @@ def worker(with_beat: bool | None, celery_args: tuple[str, ...]) -> None:
     extra = list(celery_args)
     if not any(a.startswith(("-l", "--loglevel")) for a in extra):
         extra += ["--loglevel", "info"]
-    if (settings.embedded if with_beat is None else with_beat) and "-B" not in extra and "--beat" not in extra:
+    if (
+        (settings.embedded if with_beat is None else with_beat)
+        and "-B" not in extra
+        and "--beat" not in extra
+    ):
         extra.append("-B")
     os.execv(sys.executable, _celery_argv("worker", extra))
 
@@ -337,15 +414,23 @@ def upgrade() -> None:
 
 # -- the demo --------------------------------------------------------------------------------------
 
+
 @contextmanager
-def embedded_worker(settings: SagaSettings, *, log_path: str | None = None) -> Iterator[subprocess.Popen[bytes]]:
+def embedded_worker(
+    settings: SagaSettings, *, log_path: str | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
     """A real `celery -A tasks worker -B` in its own process group, stopped (and reaped) on exit."""
     env = dict(os.environ, SAGA_HOME=str(settings.home.resolve()))
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
-        _celery_argv("worker", ["-B", "--loglevel", "warning", "--concurrency", "1",
-                                "-n", f"demo-{os.getpid()}@%h"]),
-        env=env, stdout=log, stderr=log, start_new_session=True)
+        _celery_argv(
+            "worker", ["-B", "--loglevel", "warning", "--concurrency", "1", "-n", f"demo-{os.getpid()}@%h"]
+        ),
+        env=env,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
     try:
         yield proc
     finally:
@@ -383,10 +468,17 @@ def demo(run_id: str | None, as_json: bool) -> None:
     out.rule(f"[bold]1. the order run {run_id}[/]")
     out.print(f"journal: {settings.resolved_journal_url()}  broker: {settings.resolved_broker_url()}")
     with _journal(settings) as journal:
-        for event in stream_durable(run_id, journal=journal, tools=sample.TOOLS, planner=sample.order_planner(),
-                                    prompt="place order A-1001"):
+        for event in stream_durable(
+            run_id,
+            journal=journal,
+            tools=sample.TOOLS,
+            planner=sample.order_planner(),
+            prompt="place order A-1001",
+        ):
             if event.kind == "tool":
-                out.print(f"  {event.tool}({json.dumps(event.input)}) → {event.outcome}: {json.dumps(event.output)}")
+                out.print(
+                    f"  {event.tool}({json.dumps(event.input)}) → {event.outcome}: {json.dumps(event.output)}"
+                )
             elif event.kind == "end" and event.result is not None:
                 out.print(f"  run {event.result.status}: {event.result.text or event.result.error}")
         out.print(steps_table(run_id, journal_steps(journal, run_id), title=f"journal of run {run_id}"))
@@ -398,8 +490,9 @@ def demo(run_id: str | None, as_json: bool) -> None:
     with embedded_worker(settings, log_path=log_path) as proc:
         out.print(f"worker started (pid {proc.pid}, log {log_path}); compensate_run.delay({run_id!r}).get()")
         async_result = tasks.compensate_run.delay(run_id)
-        data = _wait_with_progress(async_result, run_id, settings, 60.0, quiet=False, worker=proc,
-                                   worker_log=log_path)
+        data = _wait_with_progress(
+            async_result, run_id, settings, 60.0, quiet=False, worker=proc, worker_log=log_path
+        )
         _demo_results(run_id, data)
         out.print("[dim]stopping the worker…[/]")
     if as_json:

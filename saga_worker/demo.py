@@ -28,8 +28,10 @@ class FakeProvider:
         self.path = Path(path or os.environ.get("SAGA_DEMO_PROVIDER") or default).resolve()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._db() as db:
-            db.execute("CREATE TABLE IF NOT EXISTS operations (key TEXT PRIMARY KEY, kind TEXT NOT NULL, "
-                       "detail TEXT NOT NULL, at REAL NOT NULL)")
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS operations (key TEXT PRIMARY KEY, kind TEXT NOT NULL, "
+                "detail TEXT NOT NULL, at REAL NOT NULL)"
+            )
 
     def _db(self) -> sqlite3.Connection:
         return sqlite3.connect(self.path, timeout=30, isolation_level=None)
@@ -38,8 +40,10 @@ class FakeProvider:
         """Do the operation once per key; a repeat returns the first one's result."""
         db = self._db()
         try:
-            db.execute("INSERT OR IGNORE INTO operations VALUES (?, ?, ?, ?)",
-                       (key, kind, json.dumps(detail, sort_keys=True), time.time()))
+            db.execute(
+                "INSERT OR IGNORE INTO operations VALUES (?, ?, ?, ?)",
+                (key, kind, json.dumps(detail, sort_keys=True), time.time()),
+            )
             row = db.execute("SELECT detail FROM operations WHERE key = ?", (key,)).fetchone()
         finally:
             db.close()
@@ -67,7 +71,9 @@ def provider() -> FakeProvider:
 
 
 def _charge(input: dict[str, Any], opts: CallOptions) -> dict[str, Any]:
-    return provider().apply(opts.idempotency_key, "charge", {"amount": input["amount"], "card": input["card"]})
+    return provider().apply(
+        opts.idempotency_key, "charge", {"amount": input["amount"], "card": input["card"]}
+    )
 
 
 def _refund(input: dict[str, Any], output: dict[str, Any], opts: CallOptions) -> None:
@@ -80,7 +86,9 @@ def _charge_recover(input: dict[str, Any], opts: CallOptions) -> RecoverResult:
 
 
 def _reserve(input: dict[str, Any], opts: CallOptions) -> dict[str, Any]:
-    return provider().apply(opts.idempotency_key, "reserve", {"sku": input["sku"], "quantity": input["quantity"]})
+    return provider().apply(
+        opts.idempotency_key, "reserve", {"sku": input["sku"], "quantity": input["quantity"]}
+    )
 
 
 def _release(input: dict[str, Any], output: dict[str, Any], opts: CallOptions) -> None:
@@ -103,6 +111,8 @@ def order_planner(order_id: str = "A-1001") -> Any:
     return scripted(
         ToolCall("charge", {"amount": 4200, "card": "tok_visa"}, id="charge"),
         ToolCall("reserve_stock", {"sku": "MUG-1", "quantity": 2}, id="reserve"),
-        ToolCall("send_email", {"to": "ada@example.com", "subject": f"Order {order_id} confirmed"}, id="email"),
+        ToolCall(
+            "send_email", {"to": "ada@example.com", "subject": f"Order {order_id} confirmed"}, id="email"
+        ),
         final=f"order {order_id} placed",
     )

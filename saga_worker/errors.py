@@ -21,8 +21,9 @@ class CompensatedRunError(SagaError):
     """The run is condemned (its unwind has been asked for): it can never move forward again."""
 
     def __init__(self, run_id: str) -> None:
-        super().__init__(f"run {run_id!r} is condemned (compensation was requested); it cannot run again",
-                         run_id=run_id)
+        super().__init__(
+            f"run {run_id!r} is condemned (compensation was requested); it cannot run again", run_id=run_id
+        )
 
 
 class SideEffectRetryBlockedError(SagaError):
@@ -32,7 +33,9 @@ class SideEffectRetryBlockedError(SagaError):
         super().__init__(
             f"run {run_id!r}: call {tool_call_id!r} of tool {tool_name!r} may already have had its side "
             f"effect and will not be executed again: {reason}",
-            run_id=run_id, tool_call_id=tool_call_id, tool_name=tool_name,
+            run_id=run_id,
+            tool_call_id=tool_call_id,
+            tool_name=tool_name,
         )
 
 
@@ -40,8 +43,11 @@ class UnknownToolError(SagaError):
     """A planner asked for a tool that is not in ``tools``."""
 
     def __init__(self, run_id: str, tool_name: str, known: list[str]) -> None:
-        super().__init__(f"run {run_id!r}: unknown tool {tool_name!r} (known tools: {', '.join(known) or 'none'})",
-                         run_id=run_id, tool_name=tool_name)
+        super().__init__(
+            f"run {run_id!r}: unknown tool {tool_name!r} (known tools: {', '.join(known) or 'none'})",
+            run_id=run_id,
+            tool_name=tool_name,
+        )
 
 
 class InvalidInputError(SagaError, ValueError):
@@ -70,4 +76,6 @@ class MalformedRecordError(SagaError):
     """A journal row cannot be read back (corrupt JSON, unknown status)."""
 
     def __init__(self, run_id: str, what: str, reason: str) -> None:
-        super().__init__(f"run {run_id!r}: malformed journal record {what}: {reason}", run_id=run_id, what=what)
+        super().__init__(
+            f"run {run_id!r}: malformed journal record {what}: {reason}", run_id=run_id, what=what
+        )

@@ -27,9 +27,16 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-POINTS = ("after_claim", "before_hook", "after_hook", "after_outcome", "before_ack",
-          # inside a tool's own hooks: a test tool calls these to put a fault mid-effect
-          "mid_hook", "mid_execute")
+POINTS = (
+    "after_claim",
+    "before_hook",
+    "after_hook",
+    "after_outcome",
+    "before_ack",
+    # inside a tool's own hooks: a test tool calls these to put a fault mid-effect
+    "mid_hook",
+    "mid_execute",
+)
 ACTIONS = ("kill", "stop", "exit", "raise", "crash", "sleep")
 
 

@@ -78,7 +78,9 @@ def record_suffix(mode: IdempotencyMode, tool_name: str, tool_call_id: str, inpu
     return tool_call_id
 
 
-def execute_key(origin_run_id: str, mode: IdempotencyMode, tool_name: str, tool_call_id: str, input: Any) -> str:
+def execute_key(
+    origin_run_id: str, mode: IdempotencyMode | str, tool_name: str, tool_call_id: str, input: Any
+) -> str:
     if mode == "args":
         return f"{origin_run_id}:{tool_name}:{hash16(input)}"
     return f"{origin_run_id}:{tool_call_id}"

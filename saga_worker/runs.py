@@ -38,7 +38,9 @@ class RunResult:
 
     @classmethod
     def of(cls, run: RunInfo) -> RunResult:
-        return cls(run.run_id, "finished" if run.status is RunStatus.FINISHED else "failed", run.text, run.error)
+        return cls(
+            run.run_id, "finished" if run.status is RunStatus.FINISHED else "failed", run.text, run.error
+        )
 
 
 EventKind = Literal["decision", "tool", "end"]
@@ -63,19 +65,35 @@ class RunEvent:
 
 # -- public entry points ---------------------------------------------------------------------------
 
-def run_durable(run_id: str, *, journal: Journal, tools: Mapping[str, Tool], planner: Planner, prompt: str = "",
-                max_steps: int = 20) -> RunResult:
+
+def run_durable(
+    run_id: str,
+    *,
+    journal: Journal,
+    tools: Mapping[str, Tool],
+    planner: Planner,
+    prompt: str = "",
+    max_steps: int = 20,
+) -> RunResult:
     """Run (or continue) a run to its end and return its result."""
     result: RunResult | None = None
-    for event in stream_durable(run_id, journal=journal, tools=tools, planner=planner, prompt=prompt,
-                                max_steps=max_steps):
+    for event in stream_durable(
+        run_id, journal=journal, tools=tools, planner=planner, prompt=prompt, max_steps=max_steps
+    ):
         result = event.result if event.kind == "end" else result
     assert result is not None
     return result
 
 
-def stream_durable(run_id: str, *, journal: Journal, tools: Mapping[str, Tool], planner: Planner,
-                   prompt: str = "", max_steps: int = 20) -> Iterator[RunEvent]:
+def stream_durable(
+    run_id: str,
+    *,
+    journal: Journal,
+    tools: Mapping[str, Tool],
+    planner: Planner,
+    prompt: str = "",
+    max_steps: int = 20,
+) -> Iterator[RunEvent]:
     """As ``run_durable``, yielding events as the run goes. Misuse and a condemned run raise here, at
     the call, before anything is written."""
     driver = _Driver(run_id, journal, tools, planner, max_steps)
@@ -86,8 +104,9 @@ def stream_durable(run_id: str, *, journal: Journal, tools: Mapping[str, Tool], 
     return driver.events(run, prompt if run is None else run.prompt)
 
 
-def resume_run(run_id: str, *, journal: Journal, tools: Mapping[str, Tool], planner: Planner,
-               max_steps: int = 20) -> RunResult:
+def resume_run(
+    run_id: str, *, journal: Journal, tools: Mapping[str, Tool], planner: Planner, max_steps: int = 20
+) -> RunResult:
     """Continue a stopped or crashed run from its journal (replaying what it already did)."""
     driver = _Driver(run_id, journal, tools, planner, max_steps)
     run = journal.get_run(run_id)
@@ -115,43 +134,55 @@ def fork_run(journal: Journal, run_id: str, step: int, new_run_id: str) -> str:
         raise CompensatedRunError(run_id)
     made = len(journal.list_decisions(run_id))
     if step > made:
-        raise InvalidInputError(f"run {run_id!r} has made {made} decisions; cannot fork at step {step}",
-                                run_id=run_id, step=step)
+        raise InvalidInputError(
+            f"run {run_id!r} has made {made} decisions; cannot fork at step {step}", run_id=run_id, step=step
+        )
     journal.fork(run_id, step, new_run_id)
     return new_run_id
 
 
 # -- decisions as journaled ------------------------------------------------------------------------
 
-def _encode_decision(run_id: str, decision: object, tools: Mapping[str, Tool], calls_so_far: int,
-                     used_ids: set[str]) -> dict[str, Any]:
+
+def _encode_decision(
+    run_id: str, decision: object, tools: Mapping[str, Tool], calls_so_far: int, used_ids: set[str]
+) -> dict[str, Any]:
     """Validate a planner's answer and give every call its id, before anything is written."""
     if isinstance(decision, Finish):
         return {"kind": "finish", "text": str(decision.text), "error": decision.error}
     if isinstance(decision, ToolCall):
         decision = [decision]
     if not isinstance(decision, Sequence) or isinstance(decision, str | bytes):
-        raise InvalidInputError(f"run {run_id!r}: planner must return a list of ToolCall or a Finish, "
-                                f"got {type(decision).__name__}", run_id=run_id)
+        raise InvalidInputError(
+            f"run {run_id!r}: planner must return a list of ToolCall or a Finish, "
+            f"got {type(decision).__name__}",
+            run_id=run_id,
+        )
     calls = []
     seen = set(used_ids)
     for position, call in enumerate(decision, start=calls_so_far + 1):
         if not isinstance(call, ToolCall):
-            raise InvalidInputError(f"run {run_id!r}: planner returned {type(call).__name__} where a ToolCall "
-                                    "belongs", run_id=run_id)
+            raise InvalidInputError(
+                f"run {run_id!r}: planner returned {type(call).__name__} where a ToolCall belongs",
+                run_id=run_id,
+            )
         if call.tool not in tools:
             raise UnknownToolError(run_id, call.tool, sorted(tools))
         call_id = check_call_id(call.id) if call.id is not None else f"call-{position}"
         if call_id in seen:
-            raise InvalidInputError(f"run {run_id!r}: tool call id {call_id!r} is used twice", run_id=run_id,
-                                    tool_call_id=call_id)
+            raise InvalidInputError(
+                f"run {run_id!r}: tool call id {call_id!r} is used twice", run_id=run_id, tool_call_id=call_id
+            )
         seen.add(call_id)
         try:
             canonical_json(call.input)
         except InvalidInputError as exc:
-            raise InvalidInputError(f"run {run_id!r}: input of call {call_id!r} to tool {call.tool!r} is not "
-                                    f"JSON-serialisable: {exc.__cause__}", run_id=run_id,
-                                    tool_call_id=call_id) from exc
+            raise InvalidInputError(
+                f"run {run_id!r}: input of call {call_id!r} to tool {call.tool!r} is not "
+                f"JSON-serialisable: {exc.__cause__}",
+                run_id=run_id,
+                tool_call_id=call_id,
+            ) from exc
         calls.append({"id": call_id, "tool": call.tool, "input": call.input})
     return {"kind": "calls", "calls": calls}
 
@@ -163,8 +194,9 @@ def _decoded_calls(run_id: str, step: int, payload: Any) -> list[dict[str, Any]]
     if payload["kind"] == "finish":
         return None
     calls = payload.get("calls")
-    if not isinstance(calls, list) or not all(isinstance(c, dict) and {"id", "tool", "input"} <= c.keys()
-                                              for c in calls):
+    if not isinstance(calls, list) or not all(
+        isinstance(c, dict) and {"id", "tool", "input"} <= c.keys() for c in calls
+    ):
         raise MalformedRecordError(run_id, f"decision {step}", "calls are not {id, tool, input} objects")
     return calls
 
@@ -172,8 +204,9 @@ def _decoded_calls(run_id: str, step: int, payload: Any) -> list[dict[str, Any]]
 class _Driver:
     """Drives one run: replays journaled decisions and records, asks the planner for the rest."""
 
-    def __init__(self, run_id: str, journal: Journal, tools: Mapping[str, Tool], planner: Planner,
-                 max_steps: int) -> None:
+    def __init__(
+        self, run_id: str, journal: Journal, tools: Mapping[str, Tool], planner: Planner, max_steps: int
+    ) -> None:
         self.run_id = check_run_id(run_id)
         self.tools = check_tools(tools)
         if not callable(planner):
@@ -201,8 +234,9 @@ class _Driver:
             if step < len(decisions):
                 payload = decisions[step]
             elif step >= self.max_steps:
-                yield self._end(RunStatus.FAILED, "", f"max_steps ({self.max_steps}) reached without finishing",
-                                step)
+                yield self._end(
+                    RunStatus.FAILED, "", f"max_steps ({self.max_steps}) reached without finishing", step
+                )
                 return
             else:
                 state = RunState(self.run_id, prompt, step, tuple(results))
@@ -240,7 +274,9 @@ class _Driver:
         self.settled.add(suffix)
         return event
 
-    def _settle(self, step: int, tool: Tool, suffix: str, call_id: str, tool_name: str, input: Any) -> RunEvent:
+    def _settle(
+        self, step: int, tool: Tool, suffix: str, call_id: str, tool_name: str, input: Any
+    ) -> RunEvent:
         if suffix in self.settled:
             settled = self.journal.get_record(self.run_id, suffix)
             if settled is not None and settled.status is RecordStatus.FAILED:
@@ -254,8 +290,9 @@ class _Driver:
             # guard is free was left by a process that died, never by one still executing it.
             with self.journal.execution_guard(self.run_id, suffix, wait=_GUARD_WAIT_S) as held:
                 if not held:
-                    raise SideEffectRetryBlockedError(self.run_id, call_id, tool_name,
-                                                      "another process is executing it right now")
+                    raise SideEffectRetryBlockedError(
+                        self.run_id, call_id, tool_name, "another process is executing it right now"
+                    )
                 record = self.journal.get_record(self.run_id, suffix)
                 if record is None:
                     new = NewRecord(suffix, step, call_id, tool_name, tool.idempotency, input, self.run_id)
@@ -266,8 +303,9 @@ class _Driver:
                 event = self._settled_event(step, record) or self._recover_or_retry(step, tool, record)
                 if event is not None:
                     return event
-        raise SideEffectRetryBlockedError(self.run_id, call_id, tool_name,
-                                          "its record kept changing under concurrent writers")
+        raise SideEffectRetryBlockedError(
+            self.run_id, call_id, tool_name, "its record kept changing under concurrent writers"
+        )
 
     def _settled_event(self, step: int, record: ToolRecord) -> RunEvent | None:
         if record.status is RecordStatus.SUCCEEDED:
@@ -283,51 +321,90 @@ class _Driver:
             try:
                 answer = call_hook(tool.recover, record.input, opts)
             except Exception as exc:
-                raise SideEffectRetryBlockedError(self.run_id, record.tool_call_id, record.tool_name,
-                                                  f"recover raised {type(exc).__name__}: {exc}") from exc
+                raise SideEffectRetryBlockedError(
+                    self.run_id,
+                    record.tool_call_id,
+                    record.tool_name,
+                    f"recover raised {type(exc).__name__}: {exc}",
+                ) from exc
             if not isinstance(answer, RecoverResult):
-                raise SideEffectRetryBlockedError(self.run_id, record.tool_call_id, record.tool_name,
-                                                  f"recover answered {type(answer).__name__}, not a RecoverResult")
+                raise SideEffectRetryBlockedError(
+                    self.run_id,
+                    record.tool_call_id,
+                    record.tool_name,
+                    f"recover answered {type(answer).__name__}, not a RecoverResult",
+                )
             if answer.done:
                 if not is_json_value(answer.output):
-                    raise SideEffectRetryBlockedError(self.run_id, record.tool_call_id, record.tool_name,
-                                                      "recover's output is not JSON-serialisable")
-                resolved = self.journal.resolve_record(self.run_id, record.suffix, record.status, answer.output)
+                    raise SideEffectRetryBlockedError(
+                        self.run_id,
+                        record.tool_call_id,
+                        record.tool_name,
+                        "recover's output is not JSON-serialisable",
+                    )
+                resolved = self.journal.resolve_record(
+                    self.run_id, record.suffix, record.status, answer.output
+                )
                 return None if resolved is None else self._event(step, resolved, "recovered")
         elif not (tool.idempotent or not tool.side_effect):
             raise SideEffectRetryBlockedError(
-                self.run_id, record.tool_call_id, record.tool_name,
-                f"its record is {record.status.value}, it has no recover hook and is not idempotent=True")
-        reclaimed = self.journal.reclaim_record(self.run_id, record.suffix, record.status, gated=tool.side_effect)
+                self.run_id,
+                record.tool_call_id,
+                record.tool_name,
+                f"its record is {record.status.value}, it has no recover hook and is not idempotent=True",
+            )
+        reclaimed = self.journal.reclaim_record(
+            self.run_id, record.suffix, record.status, gated=tool.side_effect
+        )
         return None if reclaimed is None else self._execute(step, tool, reclaimed)
 
     def _execute_key(self, record: ToolRecord) -> str:
-        return execute_key(record.origin_run_id, record.mode, record.tool_name,  # type: ignore[arg-type]
-                           record.tool_call_id, record.input)
+        return execute_key(
+            record.origin_run_id,
+            record.mode,
+            record.tool_name,
+            record.tool_call_id,
+            record.input,
+        )
 
     def _execute(self, step: int, tool: Tool, record: ToolRecord) -> RunEvent:
         opts = CallOptions(self._execute_key(record), record.tool_call_id, self.run_id)
         try:
             output = call_hook(tool.execute, record.input, opts)
         except Exception as exc:
-            failed = self.journal.complete_record(self.run_id, record.suffix, RecordStatus.FAILED,
-                                                  error=f"{type(exc).__name__}: {exc}")
+            failed = self.journal.complete_record(
+                self.run_id, record.suffix, RecordStatus.FAILED, error=f"{type(exc).__name__}: {exc}"
+            )
             return self._event(step, failed or record, "failed", error=f"{type(exc).__name__}: {exc}")
         if not is_json_value(output):
             # The effect happened but cannot be journaled: record it failed, so an unwind asks recover.
             error = f"execute returned a {type(output).__name__}, which is not JSON-serialisable"
-            failed = self.journal.complete_record(self.run_id, record.suffix, RecordStatus.FAILED, error=error)
+            failed = self.journal.complete_record(
+                self.run_id, record.suffix, RecordStatus.FAILED, error=error
+            )
             return self._event(step, failed or record, "failed", error=error)
         done = self.journal.complete_record(self.run_id, record.suffix, RecordStatus.SUCCEEDED, output=output)
         # Hand on the output as journaled (tuples as lists, keys as strings): a replay sees exactly that,
         # and a planner must decide alike live and on replay.
-        return self._event(step, done or record, "executed", output=done.output if done is not None else output)
+        return self._event(
+            step, done or record, "executed", output=done.output if done is not None else output
+        )
 
-    def _event(self, step: int, record: ToolRecord, outcome: Any, *, output: Any = None,
-               error: str | None = None) -> RunEvent:
+    def _event(
+        self, step: int, record: ToolRecord, outcome: Any, *, output: Any = None, error: str | None = None
+    ) -> RunEvent:
         if outcome in ("replayed", "recovered"):
             output = record.output
         if outcome == "denied":
             error = record.error or f"call was {record.status.value}"
-        return RunEvent("tool", self.run_id, step, record.tool_call_id, record.tool_name, record.input,
-                        output, error, outcome)
+        return RunEvent(
+            "tool",
+            self.run_id,
+            step,
+            record.tool_call_id,
+            record.tool_name,
+            record.input,
+            output,
+            error,
+            outcome,
+        )

@@ -16,20 +16,37 @@ class SagaSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SAGA_", extra="ignore")
 
     home: Path = Field(DEFAULT_HOME, description="Folder of the embedded default's SQLite files.")
-    journal_url: str | None = Field(None, description="SQLAlchemy URL of the journal (default: SQLite in home).")
-    broker_url: str | None = Field(None, description="Celery broker (default: SQLite via kombu's SQLAlchemy transport).")
-    result_backend: str | None = Field(None, description="Celery result backend (default: db+sqlite in home).")
-    redis_url: str | None = Field(None, description="Redis for step locks (default: none; the journal claim alone).")
-    tools: str = Field("saga_worker.demo:TOOLS", description="'package.module:attribute', the tools the worker loads.")
+    journal_url: str | None = Field(
+        None, description="SQLAlchemy URL of the journal (default: SQLite in home)."
+    )
+    broker_url: str | None = Field(
+        None, description="Celery broker (default: SQLite via kombu's SQLAlchemy transport)."
+    )
+    result_backend: str | None = Field(
+        None, description="Celery result backend (default: db+sqlite in home)."
+    )
+    redis_url: str | None = Field(
+        None, description="Redis for step locks (default: none; the journal claim alone)."
+    )
+    tools: str = Field(
+        "saga_worker.demo:TOOLS", description="'package.module:attribute', the tools the worker loads."
+    )
     claim_ttl: float = Field(30.0, gt=0, description="Seconds a compensation claim lives without renewal.")
-    sweep_interval: float = Field(5.0, gt=0, description="Seconds between beat sweeps for interrupted unwinds.")
+    sweep_interval: float = Field(
+        5.0, gt=0, description="Seconds between beat sweeps for interrupted unwinds."
+    )
     sweep_max_attempts: int = Field(8, ge=1, description="Re-drives before a run is flagged for a person.")
     sweep_backoff: float = Field(2.0, gt=0, description="First retry delay in seconds; doubles per attempt.")
     sweep_backoff_max: float = Field(300.0, gt=0, description="Longest retry delay in seconds.")
-    queue: str = Field("saga", min_length=1, description="Celery queue the saga tasks are sent to and consumed from.")
+    queue: str = Field(
+        "saga", min_length=1, description="Celery queue the saga tasks are sent to and consumed from."
+    )
     visibility_timeout: float = Field(
-        300.0, gt=0, description="Redis broker: seconds before an unacked message (its worker died) is delivered "
-        "again. Must exceed the longest step.")
+        300.0,
+        gt=0,
+        description="Redis broker: seconds before an unacked message (its worker died) is delivered "
+        "again. Must exceed the longest step.",
+    )
 
     def resolved_journal_url(self) -> str:
         return self.journal_url or f"sqlite:///{(self.home / 'journal.db').resolve()}"

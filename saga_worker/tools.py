@@ -36,7 +36,15 @@ Hook = Callable[..., Any]
 class Tool:
     """A side-effecting call with optional ``compensate`` (undo) and ``recover`` (probe) hooks."""
 
-    __slots__ = ("execute", "compensate", "recover", "idempotency", "side_effect", "idempotent", "description")
+    __slots__ = (
+        "execute",
+        "compensate",
+        "recover",
+        "idempotency",
+        "side_effect",
+        "idempotent",
+        "description",
+    )
 
     def __init__(
         self,
@@ -53,7 +61,9 @@ class Tool:
             raise InvalidInputError(f"Tool(execute=...) must be callable, got {type(execute).__name__}")
         for name, hook in (("compensate", compensate), ("recover", recover)):
             if hook is not None and not callable(hook):
-                raise InvalidInputError(f"Tool({name}=...) must be callable or None, got {type(hook).__name__}")
+                raise InvalidInputError(
+                    f"Tool({name}=...) must be callable or None, got {type(hook).__name__}"
+                )
         if idempotency not in ("call", "args"):
             raise InvalidInputError(f"Tool(idempotency=...) must be 'call' or 'args', got {idempotency!r}")
         self.execute = execute
@@ -78,7 +88,9 @@ def check_tools(tools: Mapping[str, Tool] | None) -> dict[str, Tool]:
     for name, tool in tools.items():
         check_tool_name(name)
         if not isinstance(tool, Tool):
-            raise InvalidInputError(f"tools[{name!r}] must be a Tool, got {type(tool).__name__}", tool_name=name)
+            raise InvalidInputError(
+                f"tools[{name!r}] must be a Tool, got {type(tool).__name__}", tool_name=name
+            )
     return dict(tools)
 
 

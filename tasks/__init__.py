@@ -22,8 +22,13 @@ app = make_app()
 
 # A journal that is briefly unreachable (a database restart, a locked SQLite file) is retried with
 # backoff under the same task id; every step is idempotent, so a retry only finishes what it began.
-RETRY = {"autoretry_for": (OperationalError, InterfaceError), "retry_backoff": 1, "retry_backoff_max": 30,
-         "retry_jitter": True, "max_retries": 8}
+RETRY = {
+    "autoretry_for": (OperationalError, InterfaceError),
+    "retry_backoff": 1,
+    "retry_backoff_max": 30,
+    "retry_jitter": True,
+    "max_retries": 8,
+}
 
 
 @worker_process_init.connect
@@ -42,8 +47,9 @@ def _continue(task: Task, nxt: executor.Next) -> Any:
 def compensate_run(self: Task, run_id: str, dry_run: bool = False) -> Any:
     """Condemn the run and unwind it, one task per step; the result is the report as a JSON dict."""
     ctx = executor.current()
-    nxt = executor.start_unwind(ctx.journal, run_id, self.request.id, dry_run=bool(dry_run),
-                                claim_ttl=ctx.settings.claim_ttl)
+    nxt = executor.start_unwind(
+        ctx.journal, run_id, self.request.id, dry_run=bool(dry_run), claim_ttl=ctx.settings.claim_ttl
+    )
     return _continue(self, nxt)
 
 
@@ -54,8 +60,9 @@ def compensate_step(self: Task, run_id: str, unwind_id: str, suffix: str, dry_ru
     if self.app.conf.worker_send_task_events:
         # Flower shows the custom event type as the task's state: COMPENSATING, with run and step.
         self.send_event("task-compensating", run_id=run_id, unwind_id=unwind_id, suffix=suffix)
-    nxt = executor.run_step(ctx.journal, ctx.tools, run_id, unwind_id, suffix, claim_ttl=ctx.settings.claim_ttl,
-                            lock=ctx.lock)
+    nxt = executor.run_step(
+        ctx.journal, ctx.tools, run_id, unwind_id, suffix, claim_ttl=ctx.settings.claim_ttl, lock=ctx.lock
+    )
     if nxt is None:
         raise Ignore()  # a live duplicate of this delivery carries the chain on; store no result
     faults.point("before_ack", f"{run_id}:comp:{suffix}")
@@ -72,8 +79,9 @@ def finalize_unwind(self: Task, run_id: str, unwind_id: str) -> dict[str, Any]:
 def retry_uncertain() -> dict[str, list[str]]:
     """Beat: re-drive interrupted unwinds with backoff; flag a run for a person after the budget."""
     ctx = executor.current()
-    outcome = executor.sweep(ctx.journal, enqueue=lambda run_id: compensate_run.delay(run_id),
-                             settings=ctx.settings)
+    outcome = executor.sweep(
+        ctx.journal, enqueue=lambda run_id: compensate_run.delay(run_id), settings=ctx.settings
+    )
     return outcome.as_dict()
 
 

@@ -105,7 +105,8 @@ class MemoryLedger(Ledger):
 
 _meta = sa.MetaData()
 _calls = sa.Table(
-    "saga_test_ledger_calls", _meta,
+    "saga_test_ledger_calls",
+    _meta,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("scope", sa.String(40), nullable=False),
     sa.Column("key", sa.String(600), nullable=False),
@@ -114,7 +115,8 @@ _calls = sa.Table(
     sa.Column("at", sa.Double, nullable=False),
 )
 _effects = sa.Table(
-    "saga_test_ledger_effects", _meta,
+    "saga_test_ledger_effects",
+    _meta,
     sa.Column("scope", sa.String(40), nullable=False),
     sa.Column("key", sa.String(600), nullable=False),
     sa.Column("what", sa.String(100), nullable=False),
@@ -141,21 +143,27 @@ class SqlLedger(Ledger):
 
     def call(self, key: str, what: str = "") -> None:
         with self.engine.begin() as conn:
-            conn.execute(_calls.insert().values(scope=self.scope, key=key, what=what, pid=os.getpid(),
-                                                at=time.time()))
+            conn.execute(
+                _calls.insert().values(scope=self.scope, key=key, what=what, pid=os.getpid(), at=time.time())
+            )
 
     def effect(self, key: str, what: str = "") -> bool:
         self.call(key, what)
         try:
             with self.engine.begin() as conn:
-                conn.execute(_effects.insert().values(scope=self.scope, key=key, what=what, pid=os.getpid(),
-                                                      at=time.time()))
+                conn.execute(
+                    _effects.insert().values(
+                        scope=self.scope, key=key, what=what, pid=os.getpid(), at=time.time()
+                    )
+                )
         except sa.exc.IntegrityError:
             return False
         return True
 
     def _rows(self, table: sa.Table, what: str | None) -> list[Call]:
-        query = sa.select(table.c.key, table.c.pid, table.c.at, table.c.what).where(table.c.scope == self.scope)
+        query = sa.select(table.c.key, table.c.pid, table.c.at, table.c.what).where(
+            table.c.scope == self.scope
+        )
         if what is not None:
             query = query.where(table.c.what == what)
         with self.engine.connect() as conn:
@@ -197,8 +205,11 @@ Hook = Callable[[str, Any, Any, CallOptions], None]
 
 def order_script() -> list[ToolCall]:
     """charge, reserve, notify: three side effects, one decision each."""
-    return [ToolCall("charge", {"amount": 10, "currency": "EUR"}), ToolCall("reserve", {"sku": "A1", "qty": 2}),
-            ToolCall("notify", {"to": "c@example.com"})]
+    return [
+        ToolCall("charge", {"amount": 10, "currency": "EUR"}),
+        ToolCall("reserve", {"sku": "A1", "qty": 2}),
+        ToolCall("notify", {"to": "c@example.com"}),
+    ]
 
 
 def order_tools(ledger: Ledger, *, before_compensate: Hook | None = None) -> dict[str, Tool]:

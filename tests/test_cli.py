@@ -19,7 +19,13 @@ from saga_worker.settings import get_settings
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    for name in ("SAGA_JOURNAL_URL", "SAGA_BROKER_URL", "SAGA_RESULT_BACKEND", "SAGA_REDIS_URL", "SAGA_TOOLS"):
+    for name in (
+        "SAGA_JOURNAL_URL",
+        "SAGA_BROKER_URL",
+        "SAGA_RESULT_BACKEND",
+        "SAGA_REDIS_URL",
+        "SAGA_TOOLS",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SAGA_HOME", str(tmp_path / ".saga"))
     get_settings.cache_clear()
@@ -63,7 +69,10 @@ def test_report_shows_each_step_with_its_compensation_state_from_the_journal(hom
     data = json.loads(output)
     assert data["run"]["condemned"] is True and data["run"]["unwind_state"] == "complete"
     assert [(s["tool_name"], (s["compensation"] or {}).get("status")) for s in data["steps"]] == [
-        ("charge", "compensated"), ("reserve_stock", "compensated"), ("send_email", None)]
+        ("charge", "compensated"),
+        ("reserve_stock", "compensated"),
+        ("send_email", None),
+    ]
     code, table = invoke("report", "order-3")
     assert code == 0 and "reserve_stock" in table and "compensated" in table
 
@@ -89,8 +98,9 @@ def test_report_of_a_run_the_journal_never_saw_prints_one_line_and_exits_non_zer
     assert result.output.strip().splitlines() == ["error: run 'no-such-run' is not in the journal"]
 
 
-def test_a_bad_journal_url_prints_one_clear_line_and_exits_non_zero(home: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_bad_journal_url_prints_one_clear_line_and_exits_non_zero(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SAGA_JOURNAL_URL", "mysql://nowhere/db")
     get_settings.cache_clear()
     result = CliRunner().invoke(main, ["runs"])
@@ -99,8 +109,9 @@ def test_a_bad_journal_url_prints_one_clear_line_and_exits_non_zero(home: Path,
     assert len(lines) == 1 and lines[0].startswith("error:") and "mysql" in lines[0]
 
 
-def test_compensate_local_with_a_bad_tools_setting_names_it_and_exits_non_zero(home: Path,
-                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compensate_local_with_a_bad_tools_setting_names_it_and_exits_non_zero(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SAGA_TOOLS", "no_such_module:TOOLS")
     get_settings.cache_clear()
     place("order-6")
@@ -109,7 +120,9 @@ def test_compensate_local_with_a_bad_tools_setting_names_it_and_exits_non_zero(h
     assert "SAGA_TOOLS" in result.output and len(result.output.strip().splitlines()) == 1
 
 
-def test_db_upgrade_migrates_the_journal_to_the_newest_revision(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_db_upgrade_migrates_the_journal_to_the_newest_revision(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from saga_worker.journal import migrate
 
     url = f"sqlite:///{home.parent / 'fresh.db'}"

@@ -62,17 +62,25 @@ def wait_for_expiry(journal: Journal, claim: CompensationClaim) -> None:
 
 # -- a holder killed inside its hook ------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("death", ["os._exit", "SIGKILL"])
 def test_unwinder_killed_inside_a_hook_leaves_its_step_claimed_until_the_lease_expires_then_it_is_redriven(
-        shared_journal_url: str, run_id: str, death: str, stack: ExitStack) -> None:
+    shared_journal_url: str, run_id: str, death: str, stack: ExitStack
+) -> None:
     journal = stack.enter_context(open_journal(shared_journal_url, migrate=True))
     ledger = stack.enter_context(open_ledger(shared_journal_url))
     tools = order_tools(ledger)
     run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order_script()))
     key = f"{run_id}:comp:{RESERVE}"
 
-    child = spawn(shared_journal_url, ledger.scope, run_id, mode="exit" if death == "os._exit" else "hang",
-                  step="reserve", ttl=3)
+    child = spawn(
+        shared_journal_url,
+        ledger.scope,
+        run_id,
+        mode="exit" if death == "os._exit" else "hang",
+        step="reserve",
+        ttl=3,
+    )
     stack.callback(lambda: child.poll() is None and child.kill())
     if death == "os._exit":
         child.communicate(timeout=60)
@@ -81,7 +89,10 @@ def test_unwinder_killed_inside_a_hook_leaves_its_step_claimed_until_the_lease_e
         wait_until(lambda: ledger.calls("entered:reserve") != [], "the child to enter the reserve hook")
         # While the holder lives, its lease is renewed: a rival reads busy however long the hook takes.
         assert statuses(compensate_run(run_id, journal=journal, tools=tools, claim_ttl=3)) == [
-            "already-compensated", "busy", "not-attempted"]
+            "already-compensated",
+            "busy",
+            "not-attempted",
+        ]
         child.send_signal(signal.SIGKILL)
         child.communicate(timeout=60)
         assert child.returncode == -signal.SIGKILL
@@ -108,14 +119,18 @@ def test_unwinder_killed_inside_a_hook_leaves_its_step_claimed_until_the_lease_e
     assert after.idempotency_key == key
     assert ledger.effect_counts("compensate") == {f"{run_id}:comp:call-{n}": 1 for n in (1, 2, 3)}
     reserve_calls = [c for c in ledger.calls() if c.key == key]
-    assert [(c.what, c.pid == child.pid) for c in reserve_calls] == [("entered:reserve", True),
-                                                                      ("compensate:reserve", False)]
+    assert [(c.what, c.pid == child.pid) for c in reserve_calls] == [
+        ("entered:reserve", True),
+        ("compensate:reserve", False),
+    ]
 
 
 # -- a live holder keeps its lease ----------------------------------------------------------------------
 
-def test_lease_is_renewed_while_a_slow_hook_runs_so_a_rival_never_steals_the_step(journal: Journal, run_id: str,
-                                                                                  stack: ExitStack) -> None:
+
+def test_lease_is_renewed_while_a_slow_hook_runs_so_a_rival_never_steals_the_step(
+    journal: Journal, run_id: str, stack: ExitStack
+) -> None:
     ttl = 1.0
     ledger = stack.enter_context(open_ledger(journal.url))
     entered, release = threading.Event(), threading.Event()
@@ -128,8 +143,11 @@ def test_lease_is_renewed_while_a_slow_hook_runs_so_a_rival_never_steals_the_ste
     tools = order_tools(ledger, before_compensate=slow_reserve)
     run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order_script()))
     holder_reports: list[CompensationReport] = []
-    holder = threading.Thread(target=lambda: holder_reports.append(
-        compensate_run(run_id, journal=journal, tools=tools, claim_ttl=ttl)))
+    holder = threading.Thread(
+        target=lambda: holder_reports.append(
+            compensate_run(run_id, journal=journal, tools=tools, claim_ttl=ttl)
+        )
+    )
     holder.start()
     stack.callback(holder.join, 60)
     stack.callback(release.set)
@@ -157,18 +175,24 @@ def test_lease_is_renewed_while_a_slow_hook_runs_so_a_rival_never_steals_the_ste
 
 # -- a holder that lost its lease ---------------------------------------------------------------------------
 
-def test_holder_whose_lease_was_taken_over_cannot_renew_or_write_an_outcome(journal: Journal, run_id: str) -> None:
+
+def test_holder_whose_lease_was_taken_over_cannot_renew_or_write_an_outcome(
+    journal: Journal, run_id: str
+) -> None:
     key = f"{run_id}:comp:{RESERVE}"
-    first = journal.claim_compensation(run_id, RESERVE, via_run_id=run_id, owner="old", ttl=0.2,
-                                       idempotency_key=key)
+    first = journal.claim_compensation(
+        run_id, RESERVE, via_run_id=run_id, owner="old", ttl=0.2, idempotency_key=key
+    )
     assert first.acquired and first.claim is not None
-    busy = journal.claim_compensation(run_id, RESERVE, via_run_id=run_id, owner="rival", ttl=60,
-                                      idempotency_key=key)
+    busy = journal.claim_compensation(
+        run_id, RESERVE, via_run_id=run_id, owner="rival", ttl=60, idempotency_key=key
+    )
     assert not busy.acquired and busy.claim == journal.get_claim(run_id, RESERVE) == first.claim
     wait_for_expiry(journal, first.claim)
 
-    second = journal.claim_compensation(run_id, RESERVE, via_run_id=run_id, owner="new", ttl=60,
-                                        idempotency_key=key)
+    second = journal.claim_compensation(
+        run_id, RESERVE, via_run_id=run_id, owner="new", ttl=60, idempotency_key=key
+    )
     assert second.acquired and second.claim is not None
     assert (second.claim.owner, second.claim.attempts, second.claim.idempotency_key) == ("new", 2, key)
 
@@ -182,20 +206,27 @@ def test_holder_whose_lease_was_taken_over_cannot_renew_or_write_an_outcome(jour
     assert (final.status, final.owner, final.error) == (ClaimStatus.FAILED, "new", "provider said no")
 
 
-def test_compensated_step_cannot_be_claimed_again_even_after_its_lease_time(journal: Journal, run_id: str) -> None:
+def test_compensated_step_cannot_be_claimed_again_even_after_its_lease_time(
+    journal: Journal, run_id: str
+) -> None:
     key = f"{run_id}:comp:{RESERVE}"
-    taken = journal.claim_compensation(run_id, RESERVE, via_run_id=run_id, owner="a", ttl=0.1, idempotency_key=key)
+    taken = journal.claim_compensation(
+        run_id, RESERVE, via_run_id=run_id, owner="a", ttl=0.1, idempotency_key=key
+    )
     assert taken.claim is not None and journal.finish_claim(run_id, RESERVE, "a", ClaimStatus.COMPENSATED)
     wait_for_expiry(journal, taken.claim)
 
-    again = journal.claim_compensation(run_id, RESERVE, via_run_id=run_id, owner="b", ttl=60, idempotency_key=key)
+    again = journal.claim_compensation(
+        run_id, RESERVE, via_run_id=run_id, owner="b", ttl=60, idempotency_key=key
+    )
 
     assert not again.acquired and again.claim is not None
     assert (again.claim.status, again.claim.owner) == (ClaimStatus.COMPENSATED, "a")
 
 
 def test_unwinder_that_lost_its_lease_mid_hook_leaves_the_new_owners_outcome_standing(
-        journal: Journal, run_id: str, stack: ExitStack, monkeypatch: pytest.MonkeyPatch) -> None:
+    journal: Journal, run_id: str, stack: ExitStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # The first holder's renewals stall (a frozen VM, a long GC pause): its lease lapses mid-hook.
     monkeypatch.setattr(engine.keeper, "keep", lambda renew, interval: contextlib.nullcontext())
     ledger = stack.enter_context(open_ledger(journal.url))
@@ -215,8 +246,10 @@ def test_unwinder_that_lost_its_lease_mid_hook_leaves_the_new_owners_outcome_sta
     tools = order_tools(ledger, before_compensate=reserve_hook)
     run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order_script()))
     stale: list[CompensationReport] = []
-    holder = threading.Thread(name="stale", target=lambda: stale.append(
-        compensate_run(run_id, journal=journal, tools=tools, claim_ttl=0.3)))
+    holder = threading.Thread(
+        name="stale",
+        target=lambda: stale.append(compensate_run(run_id, journal=journal, tools=tools, claim_ttl=0.3)),
+    )
     holder.start()
     stack.callback(holder.join, 60)
     stack.callback(release.set)
@@ -276,18 +309,22 @@ def test_forked_child_never_renews_the_leases_of_its_parents_hooks(tmp_path: Pat
 
 # -- the Redis lock is the fast path, the journal claim the truth ----------------------------------------
 
+
 @pytest.fixture(params=["memory", "redis"])
 def step_lock(request: pytest.FixtureRequest) -> Iterator[StepLock]:
     if request.param == "memory":
         yield MemoryStepLock()
         return
-    lock = RedisStepLock.from_url(request.getfixturevalue("redis_url"), prefix=f"saga:test:{uuid.uuid4().hex}:")
+    lock = RedisStepLock.from_url(
+        request.getfixturevalue("redis_url"), prefix=f"saga:test:{uuid.uuid4().hex}:"
+    )
     yield lock
     lock.client.close()
 
 
 def test_step_whose_lock_another_unwinder_holds_reads_busy_without_touching_the_journal(
-        journal: Journal, run_id: str, step_lock: StepLock, stack: ExitStack) -> None:
+    journal: Journal, run_id: str, step_lock: StepLock, stack: ExitStack
+) -> None:
     ledger = stack.enter_context(open_ledger(journal.url))
     tools = order_tools(ledger)
     run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order_script()))
@@ -300,14 +337,21 @@ def test_step_whose_lock_another_unwinder_holds_reads_busy_without_touching_the_
     assert ledger.call_counts("compensate") == {f"{run_id}:comp:call-3": 1}
 
 
-def test_free_lock_does_not_override_a_live_journal_claim(journal: Journal, run_id: str, step_lock: StepLock,
-                                                          stack: ExitStack) -> None:
+def test_free_lock_does_not_override_a_live_journal_claim(
+    journal: Journal, run_id: str, step_lock: StepLock, stack: ExitStack
+) -> None:
     # The lock of a live holder expired (or Redis lost it): the journal's claim still says busy.
     ledger = stack.enter_context(open_ledger(journal.url))
     tools = order_tools(ledger)
     run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order_script()))
-    held = journal.claim_compensation(run_id, RESERVE, via_run_id=run_id, owner="elsewhere:1:abc", ttl=600,
-                                      idempotency_key=f"{run_id}:comp:{RESERVE}")
+    held = journal.claim_compensation(
+        run_id,
+        RESERVE,
+        via_run_id=run_id,
+        owner="elsewhere:1:abc",
+        ttl=600,
+        idempotency_key=f"{run_id}:comp:{RESERVE}",
+    )
 
     report = compensate_run(run_id, journal=journal, tools=tools, lock=step_lock)
 

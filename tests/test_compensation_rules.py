@@ -33,8 +33,11 @@ from saga_worker.journal.records import ClaimStatus, RecordStatus
 from saga_worker.journal.schema import records as records_table
 
 S = CompensationStatus
-INPUTS = {"charge": {"amount": 10, "currency": "EUR"}, "reserve": {"sku": "A1", "qty": 2},
-          "notify": {"to": "c@example.com"}}
+INPUTS = {
+    "charge": {"amount": 10, "currency": "EUR"},
+    "reserve": {"sku": "A1", "qty": 2},
+    "notify": {"to": "c@example.com"},
+}
 
 
 class Crash(BaseException):
@@ -106,8 +109,11 @@ def _rewrite_record(journal: Journal, run_id: str, suffix: str, **values: Any) -
         return
     values = {k: v.value if isinstance(v, RecordStatus) else v for k, v in values.items()}
     with journal.engine.begin() as conn:  # type: ignore[attr-defined]
-        conn.execute(sa.update(records_table).where(records_table.c.run_id == run_id,
-                                                    records_table.c.suffix == suffix).values(**values))
+        conn.execute(
+            sa.update(records_table)
+            .where(records_table.c.run_id == run_id, records_table.c.suffix == suffix)
+            .values(**values)
+        )
 
 
 def force_status(journal: Journal, run_id: str, suffix: str, status: RecordStatus) -> None:
@@ -122,8 +128,10 @@ def left_long_ago(journal: Journal, run_id: str, suffix: str) -> None:
 
 # -- the order scenario ---------------------------------------------------------------------------------
 
+
 def test_order_unwinds_notify_reserve_charge_each_with_its_original_input_output_and_key(
-        journal: Journal, run_id: str) -> None:
+    journal: Journal, run_id: str
+) -> None:
     hooks = Hooks()
     tools = hooks.tools()
     assert run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order())).status == "finished"
@@ -140,24 +148,30 @@ def test_order_unwinds_notify_reserve_charge_each_with_its_original_input_output
         assert output == recorded[name].output == {"id": f"{name}-1", "key": f"{run_id}:{call_id}"}
         assert opts == CallOptions(f"{run_id}:comp:{call_id}", call_id, run_id)
     assert [e.idempotency_key for e in report.entries] == [f"{run_id}:comp:call-{n}" for n in (3, 2, 1)]
-    assert [(e.suffix, e.tool_call_id) for e in report.entries] == [(f"call-{n}", f"call-{n}") for n in (3, 2, 1)]
+    assert [(e.suffix, e.tool_call_id) for e in report.entries] == [
+        (f"call-{n}", f"call-{n}") for n in (3, 2, 1)
+    ]
     assert (report.run_id, report.dry_run, report.condemned) == (run_id, False, True)
     assert all(e.error is None for e in report.entries)
 
 
-def test_args_mode_step_is_compensated_once_with_key_run_comp_args_tool_hash16(journal: Journal, run_id: str) -> None:
+def test_args_mode_step_is_compensated_once_with_key_run_comp_args_tool_hash16(
+    journal: Journal, run_id: str
+) -> None:
     hooks = Hooks()
     ship = hooks.tool("ship", idempotency="args")
     input = {"to": "Zoë", "items": [2, 1], "express": True}
-    digest = hashlib.sha256(json.dumps(input, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-                            .encode()).hexdigest()[:16]
+    digest = hashlib.sha256(
+        json.dumps(input, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    ).hexdigest()[:16]
     planner = scripted(ToolCall("ship", input), ToolCall("ship", dict(reversed(list(input.items())))))
     run_durable(run_id, journal=journal, tools={"ship": ship}, planner=planner)
 
     report = compensate_run(run_id, journal=journal, tools={"ship": ship})
 
     assert [(e.suffix, e.tool_call_id, e.status) for e in report.entries] == [
-        (f"args-ship-{digest}", "call-1", S.COMPENSATED)]
+        (f"args-ship-{digest}", "call-1", S.COMPENSATED)
+    ]
     assert [c[3].idempotency_key for c in hooks.compensated] == [f"{run_id}:comp:args-ship-{digest}"]
     assert report.entries[0].idempotency_key == f"{run_id}:comp:args-ship-{digest}"
 
@@ -178,6 +192,7 @@ def test_async_hooks_are_awaited_like_plain_ones(journal: Journal, run_id: str) 
 
 
 # -- the tombstone -----------------------------------------------------------------------------------------
+
 
 def test_tombstone_is_committed_before_the_first_hook_runs(journal: Journal, run_id: str) -> None:
     hooks = Hooks()
@@ -230,8 +245,10 @@ def test_second_unwind_keeps_the_first_tombstone_and_redoes_nothing(journal: Jou
 
 # -- failure, halting and resuming ----------------------------------------------------------------------
 
-def test_failed_hook_halts_unwind_and_a_fixed_hook_resumes_it_with_the_same_key(journal: Journal,
-                                                                                   run_id: str) -> None:
+
+def test_failed_hook_halts_unwind_and_a_fixed_hook_resumes_it_with_the_same_key(
+    journal: Journal, run_id: str
+) -> None:
     hooks = Hooks()
     tools = hooks.tools()
     run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order()))
@@ -257,8 +274,9 @@ def test_failed_hook_halts_unwind_and_a_fixed_hook_resumes_it_with_the_same_key(
     assert second.entries[1].idempotency_key == first.entries[1].idempotency_key
 
 
-def test_steps_after_a_halt_are_not_probed_and_done_steps_are_not_probed_again(journal: Journal,
-                                                                                 run_id: str) -> None:
+def test_steps_after_a_halt_are_not_probed_and_done_steps_are_not_probed_again(
+    journal: Journal, run_id: str
+) -> None:
     hooks = Hooks()
     tools = hooks.tools(charge=True, notify=True)
     hooks.execute_error["charge"] = RuntimeError("card declined")  # charge: a failed record, unwound last
@@ -284,8 +302,11 @@ def test_steps_after_a_halt_are_not_probed_and_done_steps_are_not_probed_again(j
 
 RECOVER_CASES = {
     "no-recover": (None, S.UNCERTAIN, "no recover hook"),
-    "recover-raises": (lambda: (_ for _ in ()).throw(ValueError("probe timed out")), S.UNCERTAIN,
-                       "recover raised ValueError: probe timed out"),
+    "recover-raises": (
+        lambda: (_ for _ in ()).throw(ValueError("probe timed out")),
+        S.UNCERTAIN,
+        "recover raised ValueError: probe timed out",
+    ),
     "recover-answers-bool": (lambda: True, S.UNCERTAIN, "recover answered bool, not a RecoverResult"),
     "not-done": (lambda: RecoverResult(done=False), S.SKIPPED_NOT_EXECUTED, None),
     "done": (lambda: RecoverResult(done=True, output={"id": "reserve-recovered"}), S.COMPENSATED, None),
@@ -295,7 +316,8 @@ RECOVER_CASES = {
 @pytest.mark.parametrize("record_status", ["failed", "running"])
 @pytest.mark.parametrize("case", list(RECOVER_CASES))
 def test_failed_or_running_record_asks_recover_and_never_stops_the_unwind(
-        journal: Journal, run_id: str, case: str, record_status: str) -> None:
+    journal: Journal, run_id: str, case: str, record_status: str
+) -> None:
     answer, expected, error = RECOVER_CASES[case]
     hooks = Hooks()
     tools = hooks.tools(reserve=answer is not None)
@@ -332,12 +354,16 @@ def test_failed_or_running_record_asks_recover_and_never_stops_the_unwind(
         assert reserve_calls == []
     if answer is not None:  # recover was asked with the execute key, once
         assert [(r[0], r[1], r[2].idempotency_key) for r in hooks.recovered] == [
-            ("reserve", INPUTS["reserve"], f"{run_id}:call-2")]
+            ("reserve", INPUTS["reserve"], f"{run_id}:call-2")
+        ]
 
 
 # -- no hook ------------------------------------------------------------------------------------------------
 
-def test_tool_without_compensate_hook_is_skipped_and_the_unwind_goes_on(journal: Journal, run_id: str) -> None:
+
+def test_tool_without_compensate_hook_is_skipped_and_the_unwind_goes_on(
+    journal: Journal, run_id: str
+) -> None:
     hooks = Hooks()
     tools = hooks.tools()
     tools["reserve"] = hooks.tool("reserve", compensate=False)
@@ -360,7 +386,9 @@ def test_tool_missing_from_tools_counts_as_a_tool_without_hooks(journal: Journal
     assert statuses(report) == ["compensated", "skipped-no-hook", "compensated"]
 
 
-def test_failed_call_of_a_tool_missing_from_tools_is_uncertain_and_says_why(journal: Journal, run_id: str) -> None:
+def test_failed_call_of_a_tool_missing_from_tools_is_uncertain_and_says_why(
+    journal: Journal, run_id: str
+) -> None:
     hooks = Hooks()
     tools = hooks.tools()
     hooks.execute_error["reserve"] = RuntimeError("stock service 503")
@@ -370,8 +398,9 @@ def test_failed_call_of_a_tool_missing_from_tools_is_uncertain_and_says_why(jour
     report = compensate_run(run_id, journal=journal, tools=tools)
 
     assert statuses(report) == ["compensated", "uncertain", "compensated"]
-    assert report.entries[1].error == ("call is failed and tool 'reserve' is not in tools: cannot tell whether "
-                                       "its side effect happened")
+    assert report.entries[1].error == (
+        "call is failed and tool 'reserve' is not in tools: cannot tell whether its side effect happened"
+    )
 
 
 def test_no_tools_at_all_skips_every_step_without_raising(journal: Journal, run_id: str) -> None:
@@ -387,8 +416,10 @@ def test_no_tools_at_all_skips_every_step_without_raising(journal: Journal, run_
 
 # -- dry run ----------------------------------------------------------------------------------------------
 
-def test_dry_run_plans_without_writing_or_calling_compensate_but_asks_recover(journal: Journal,
-                                                                               run_id: str) -> None:
+
+def test_dry_run_plans_without_writing_or_calling_compensate_but_asks_recover(
+    journal: Journal, run_id: str
+) -> None:
     hooks = Hooks()
     tools = hooks.tools(reserve=True)
     hooks.execute_error["reserve"] = RuntimeError("stock service 503")
@@ -411,8 +442,14 @@ def test_dry_run_does_not_stop_where_a_real_unwind_would_be_busy(journal: Journa
     hooks = Hooks()
     tools = hooks.tools()
     run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order()))
-    journal.claim_compensation(run_id, "call-3", via_run_id=run_id, owner="elsewhere", ttl=600,
-                               idempotency_key=f"{run_id}:comp:call-3")
+    journal.claim_compensation(
+        run_id,
+        "call-3",
+        via_run_id=run_id,
+        owner="elsewhere",
+        ttl=600,
+        idempotency_key=f"{run_id}:comp:call-3",
+    )
 
     plan = compensate_run(run_id, journal=journal, tools=tools, dry_run=True)
 
@@ -426,8 +463,9 @@ def test_dry_run_of_an_unknown_run_writes_no_tombstone(journal: Journal, run_id:
     assert journal.get_run(run_id) is None
 
 
-def test_dry_run_after_a_partial_unwind_reads_done_steps_as_already_compensated(journal: Journal,
-                                                                                run_id: str) -> None:
+def test_dry_run_after_a_partial_unwind_reads_done_steps_as_already_compensated(
+    journal: Journal, run_id: str
+) -> None:
     hooks = Hooks()
     tools = hooks.tools(notify=True)
     run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order()))
@@ -444,13 +482,21 @@ def test_dry_run_after_a_partial_unwind_reads_done_steps_as_already_compensated(
 
 # -- busy ---------------------------------------------------------------------------------------------------
 
+
 def test_step_claimed_by_a_live_unwinder_reads_busy_stops_the_unwind_and_is_left_untouched(
-        journal: Journal, run_id: str) -> None:
+    journal: Journal, run_id: str
+) -> None:
     hooks = Hooks()
     tools = hooks.tools()
     run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order()))
-    taken = journal.claim_compensation(run_id, "call-2", via_run_id=run_id, owner="other-host:42:abc", ttl=600,
-                                       idempotency_key=f"{run_id}:comp:call-2")
+    taken = journal.claim_compensation(
+        run_id,
+        "call-2",
+        via_run_id=run_id,
+        owner="other-host:42:abc",
+        ttl=600,
+        idempotency_key=f"{run_id}:comp:call-2",
+    )
     assert taken.acquired
 
     report = compensate_run(run_id, journal=journal, tools=tools)
@@ -470,12 +516,20 @@ def test_step_claimed_by_a_live_unwinder_reads_busy_stops_the_unwind_and_is_left
 
 # -- what is in the unwind ----------------------------------------------------------------------------------
 
-def test_denied_suspended_and_never_started_calls_are_not_in_the_report(journal: Journal, run_id: str) -> None:
+
+def test_denied_suspended_and_never_started_calls_are_not_in_the_report(
+    journal: Journal, run_id: str
+) -> None:
     hooks = Hooks()
     tools = {**hooks.tools(), "ship": hooks.tool("ship"), "refund": hooks.tool("refund")}
     hooks.execute_error["ship"] = Crash()
-    step = [ToolCall("charge", {}), ToolCall("reserve", {}), ToolCall("notify", {}), ToolCall("ship", {}),
-            ToolCall("refund", {})]
+    step = [
+        ToolCall("charge", {}),
+        ToolCall("reserve", {}),
+        ToolCall("notify", {}),
+        ToolCall("ship", {}),
+        ToolCall("refund", {}),
+    ]
     with pytest.raises(Crash):
         run_durable(run_id, journal=journal, tools=tools, planner=scripted(step))
     force_status(journal, run_id, "call-2", RecordStatus.DENIED)
@@ -484,13 +538,19 @@ def test_denied_suspended_and_never_started_calls_are_not_in_the_report(journal:
 
     report = compensate_run(run_id, journal=journal, tools=tools)
 
-    assert [(e.tool_name, e.status) for e in report.entries] == [("ship", S.UNCERTAIN), ("charge", S.COMPENSATED)]
+    assert [(e.tool_name, e.status) for e in report.entries] == [
+        ("ship", S.UNCERTAIN),
+        ("charge", S.COMPENSATED),
+    ]
     assert hooks.names() == ["charge"]
 
 
 # -- the report ---------------------------------------------------------------------------------------------
 
-def test_report_is_a_pydantic_model_that_dumps_the_json_of_the_contract(journal: Journal, run_id: str) -> None:
+
+def test_report_is_a_pydantic_model_that_dumps_the_json_of_the_contract(
+    journal: Journal, run_id: str
+) -> None:
     hooks = Hooks()
     tools = hooks.tools()
     run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order()))
@@ -501,14 +561,35 @@ def test_report_is_a_pydantic_model_that_dumps_the_json_of_the_contract(journal:
 
     assert isinstance(report, BaseModel)
     assert {k: dumped[k] for k in ("run_id", "dry_run", "condemned")} == {
-        "run_id": run_id, "dry_run": False, "condemned": True}
-    assert [{k: e[k] for k in ("suffix", "tool_call_id", "tool_name", "status", "error")}
-            for e in dumped["entries"]] == [
-        {"suffix": "call-3", "tool_call_id": "call-3", "tool_name": "notify", "status": "compensated", "error": None},
-        {"suffix": "call-2", "tool_call_id": "call-2", "tool_name": "reserve", "status": "failed",
-         "error": "RuntimeError: warehouse is down"},
-        {"suffix": "call-1", "tool_call_id": "call-1", "tool_name": "charge", "status": "not-attempted",
-         "error": None},
+        "run_id": run_id,
+        "dry_run": False,
+        "condemned": True,
+    }
+    assert [
+        {k: e[k] for k in ("suffix", "tool_call_id", "tool_name", "status", "error")}
+        for e in dumped["entries"]
+    ] == [
+        {
+            "suffix": "call-3",
+            "tool_call_id": "call-3",
+            "tool_name": "notify",
+            "status": "compensated",
+            "error": None,
+        },
+        {
+            "suffix": "call-2",
+            "tool_call_id": "call-2",
+            "tool_name": "reserve",
+            "status": "failed",
+            "error": "RuntimeError: warehouse is down",
+        },
+        {
+            "suffix": "call-1",
+            "tool_call_id": "call-1",
+            "tool_name": "charge",
+            "status": "not-attempted",
+            "error": None,
+        },
     ]
     assert all(type(e["status"]) is str for e in dumped["entries"])
     assert json.loads(json.dumps(dumped)) == dumped

@@ -24,7 +24,9 @@ def comp_keys(run_id: str) -> set[str]:
     return {f"{run_id}:comp:{call_id}" for call_id in STEPS.values()}
 
 
-def assert_each_step_compensated_exactly_once(reports: list[dict[str, Any]], ledger: Ledger, run_id: str) -> None:
+def assert_each_step_compensated_exactly_once(
+    reports: list[dict[str, Any]], ledger: Ledger, run_id: str
+) -> None:
     keys = comp_keys(run_id)
     assert ledger.effect_counts("compensate") == dict.fromkeys(keys, 1)
     assert ledger.call_counts("compensate") == dict.fromkeys(keys, 1)
@@ -33,10 +35,12 @@ def assert_each_step_compensated_exactly_once(reports: list[dict[str, Any]], led
         assert {e["status"] for e in report["entries"]} <= HONEST, report
         statuses = [e["status"] for e in report["entries"]]
         if "busy" in statuses:  # a busy step halts the unwind: nothing after it was attempted
-            after = statuses[statuses.index("busy") + 1:]
+            after = statuses[statuses.index("busy") + 1 :]
             assert set(after) <= {"not-attempted"}, statuses
     for suffix in STEPS.values():
-        done = [r for r in reports for e in r["entries"] if e["suffix"] == suffix and e["status"] == "compensated"]
+        done = [
+            r for r in reports for e in r["entries"] if e["suffix"] == suffix and e["status"] == "compensated"
+        ]
         assert len(done) == 1, f"{suffix} reported compensated by {len(done)} unwinders"
 
 
@@ -46,8 +50,9 @@ def stack() -> Iterator[ExitStack]:
         yield stack
 
 
-def test_two_threads_unwinding_one_run_compensate_each_step_exactly_once(journal: Journal, run_id: str,
-                                                                        stack: ExitStack) -> None:
+def test_two_threads_unwinding_one_run_compensate_each_step_exactly_once(
+    journal: Journal, run_id: str, stack: ExitStack
+) -> None:
     ledger = stack.enter_context(open_ledger(journal.url))
     tools = order_tools(ledger, before_compensate=lambda *_: time.sleep(0.05))
     run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order_script()))
@@ -74,8 +79,9 @@ def test_two_threads_unwinding_one_run_compensate_each_step_exactly_once(journal
     assert [e.status.value for e in final.entries] == ["already-compensated"] * 3
 
 
-def test_two_processes_unwinding_one_run_compensate_each_step_exactly_once(shared_journal_url: str, run_id: str,
-                                                                          tmp_path: Path, stack: ExitStack) -> None:
+def test_two_processes_unwinding_one_run_compensate_each_step_exactly_once(
+    shared_journal_url: str, run_id: str, tmp_path: Path, stack: ExitStack
+) -> None:
     journal_ = stack.enter_context(open_journal(shared_journal_url, migrate=True))
     ledger = stack.enter_context(open_ledger(shared_journal_url))
     run_durable(run_id, journal=journal_, tools=order_tools(ledger), planner=scripted(*order_script()))
@@ -94,4 +100,3 @@ def test_two_processes_unwinding_one_run_compensate_each_step_exactly_once(share
                 assert by_pid[e["idempotency_key"]] == result["pid"]
     final = compensate_run(run_id, journal=journal_, tools=order_tools(ledger))
     assert [e.status.value for e in final.entries] == ["already-compensated"] * 3
-

@@ -47,19 +47,31 @@ class Shop:
         return Tool(execute, lambda input, output, opts: None, **kw)
 
     def tools(self) -> dict[str, Tool]:
-        return {"charge": self.tool("charge"), "reserve": self.tool("reserve"),
-                "lookup": self.tool("lookup", side_effect=False)}
+        return {
+            "charge": self.tool("charge"),
+            "reserve": self.tool("reserve"),
+            "lookup": self.tool("lookup", side_effect=False),
+        }
 
 
 def snapshot(journal: Journal, *run_ids: str) -> Any:
-    return [(journal.get_run(r), journal.list_decisions(r), journal.list_records(r),
-             journal.get_claims([(r, f"call-{n}") for n in range(1, 5)])) for r in run_ids]
+    return [
+        (
+            journal.get_run(r),
+            journal.list_decisions(r),
+            journal.list_records(r),
+            journal.get_claims([(r, f"call-{n}") for n in range(1, 5)]),
+        )
+        for r in run_ids
+    ]
 
 
 # -- mid-flight --------------------------------------------------------------------------------------------
 
-def test_live_run_condemned_between_two_calls_is_refused_at_its_next_side_effecting_call(journal: Journal,
-                                                                                         run_id: str) -> None:
+
+def test_live_run_condemned_between_two_calls_is_refused_at_its_next_side_effecting_call(
+    journal: Journal, run_id: str
+) -> None:
     shop = Shop()
     tools = shop.tools()
     reports = []
@@ -78,17 +90,24 @@ def test_live_run_condemned_between_two_calls_is_refused_at_its_next_side_effect
     assert refused.value.detail == {"run_id": run_id}
     assert shop.executed == ["charge", "lookup"]  # the read-only lookup is not gated; reserve never ran
     assert [(r.tool_name, r.status.value) for r in journal.list_records(run_id)] == [
-        ("charge", "succeeded"), ("lookup", "succeeded")]
+        ("charge", "succeeded"),
+        ("lookup", "succeeded"),
+    ]
     assert journal.get_record(run_id, "call-3") is None
     assert [e.status.value for e in reports[0].entries] == ["compensated"]
 
 
 def test_streamed_run_condemned_between_events_gets_compensated_run_error_at_its_next_call(
-        journal: Journal, run_id: str) -> None:
+    journal: Journal, run_id: str
+) -> None:
     shop = Shop()
     tools = shop.tools()
-    events = stream_durable(run_id, journal=journal, tools=tools,
-                            planner=scripted(ToolCall("charge", {}), [ToolCall("lookup", {}), ToolCall("reserve", {})]))
+    events = stream_durable(
+        run_id,
+        journal=journal,
+        tools=tools,
+        planner=scripted(ToolCall("charge", {}), [ToolCall("lookup", {}), ToolCall("reserve", {})]),
+    )
     seen = []
     with pytest.raises(CompensatedRunError):
         for event in events:
@@ -138,6 +157,7 @@ def test_side_effect_free_tool_still_runs_on_a_condemned_live_run(journal: Journ
 
 # -- refusals before anything is written ------------------------------------------------------------------
 
+
 def _refusals(journal: Journal, tools: dict[str, Tool], run_id: str) -> dict[str, Callable[[], Any]]:
     planner = scripted(ToolCall("charge", {}), ToolCall("reserve", {}))
     return {
@@ -149,21 +169,28 @@ def _refusals(journal: Journal, tools: dict[str, Tool], run_id: str) -> dict[str
 
 
 @pytest.mark.parametrize("entry_point", ["run_durable", "stream_durable", "resume_run", "fork_run"])
-def test_condemned_run_refuses_to_move_forward_before_writing_anything(journal: Journal, run_id: str,
-                                                                       entry_point: str) -> None:
+def test_condemned_run_refuses_to_move_forward_before_writing_anything(
+    journal: Journal, run_id: str, entry_point: str
+) -> None:
     shop = Shop()
     tools = shop.tools()
     shop.crash.add("reserve")  # the run stops mid-flight: resumable, forkable, not ended
     with pytest.raises(Crash):
-        run_durable(run_id, journal=journal, tools=tools, planner=scripted(ToolCall("charge", {}),
-                                                                              ToolCall("reserve", {})))
+        run_durable(
+            run_id,
+            journal=journal,
+            tools=tools,
+            planner=scripted(ToolCall("charge", {}), ToolCall("reserve", {})),
+        )
     shop.crash.clear()
     compensate_run(run_id, journal=journal, tools=tools)
     before = snapshot(journal, run_id, f"{run_id}-fork")
     executed = list(shop.executed)
 
     with pytest.raises(CompensatedRunError) as refused:
-        _refusals(journal, tools, run_id)[entry_point]()  # stream_durable raises at the call, not on iteration
+        _refusals(journal, tools, run_id)[
+            entry_point
+        ]()  # stream_durable raises at the call, not on iteration
 
     assert refused.value.detail == {"run_id": run_id}
     assert snapshot(journal, run_id, f"{run_id}-fork") == before
@@ -171,8 +198,9 @@ def test_condemned_run_refuses_to_move_forward_before_writing_anything(journal: 
 
 
 @pytest.mark.parametrize("entry_point", ["run_durable", "stream_durable", "resume_run", "fork_run"])
-def test_run_condemned_before_it_ever_started_can_never_start(journal: Journal, run_id: str,
-                                                             entry_point: str) -> None:
+def test_run_condemned_before_it_ever_started_can_never_start(
+    journal: Journal, run_id: str, entry_point: str
+) -> None:
     shop = Shop()
     compensate_run(run_id, journal=journal, tools=shop.tools())
     before = snapshot(journal, run_id, f"{run_id}-fork")
@@ -197,8 +225,10 @@ def test_fork_into_a_condemned_run_id_is_refused(journal: Journal, run_id: str) 
 
 # -- the guards ---------------------------------------------------------------------------------------------
 
-def test_assert_not_compensated_passes_until_the_tombstone_then_raises_with_the_run_id(journal: Journal,
-                                                                                       run_id: str) -> None:
+
+def test_assert_not_compensated_passes_until_the_tombstone_then_raises_with_the_run_id(
+    journal: Journal, run_id: str
+) -> None:
     run_durable(run_id, journal=journal, tools=Shop().tools(), planner=scripted(ToolCall("charge", {})))
     assert not run_compensated(journal, run_id)
     assert_not_compensated(journal, run_id)
@@ -214,7 +244,8 @@ def test_assert_not_compensated_passes_until_the_tombstone_then_raises_with_the_
 
 
 def test_call_still_executing_when_its_run_is_condemned_is_uncertain_then_compensated_once_it_settles(
-        journal: Journal, run_id: str) -> None:
+    journal: Journal, run_id: str
+) -> None:
     entered, release = threading.Event(), threading.Event()
     probed: list[str] = []
     undone: list[Any] = []
@@ -228,14 +259,20 @@ def test_call_still_executing_when_its_run_is_condemned_is_uncertain_then_compen
         probed.append(opts.idempotency_key)
         return RecoverResult(done=False)  # it has not landed yet: trusting this would lose the reservation
 
-    tools = {"charge": Tool(lambda i, o: {"charge": 1}, lambda i, o, opts: undone.append(("charge", o))),
-             "reserve": Tool(slow_reserve, lambda i, o, opts: undone.append(("reserve", o)), never_done)}
+    tools = {
+        "charge": Tool(lambda i, o: {"charge": 1}, lambda i, o, opts: undone.append(("charge", o))),
+        "reserve": Tool(slow_reserve, lambda i, o, opts: undone.append(("reserve", o)), never_done),
+    }
     outcome: list[Any] = []
 
     def live_run() -> None:
         try:
-            run_durable(run_id, journal=journal, tools=tools,
-                        planner=scripted(ToolCall("charge", {}), ToolCall("reserve", {}), ToolCall("charge", {})))
+            run_durable(
+                run_id,
+                journal=journal,
+                tools=tools,
+                planner=scripted(ToolCall("charge", {}), ToolCall("reserve", {}), ToolCall("charge", {})),
+            )
         except BaseException as exc:  # checked below
             outcome.append(exc)
 
@@ -248,8 +285,10 @@ def test_call_still_executing_when_its_run_is_condemned_is_uncertain_then_compen
         release.set()
         runner.join(timeout=60)
 
-    assert [(e.tool_name, e.status.value) for e in first.entries] == [("reserve", "uncertain"),
-                                                                       ("charge", "compensated")]
+    assert [(e.tool_name, e.status.value) for e in first.entries] == [
+        ("reserve", "uncertain"),
+        ("charge", "compensated"),
+    ]
     assert first.entries[0].error is not None and "executing" in first.entries[0].error
     assert probed == []  # a call in flight is not probed: its answer could be stale a moment later
     assert len(outcome) == 1 and isinstance(outcome[0], CompensatedRunError)  # the third call was refused
@@ -257,6 +296,8 @@ def test_call_still_executing_when_its_run_is_condemned_is_uncertain_then_compen
 
     second = compensate_run(run_id, journal=journal, tools=tools)
 
-    assert [(e.tool_name, e.status.value) for e in second.entries] == [("reserve", "compensated"),
-                                                                        ("charge", "already-compensated")]
+    assert [(e.tool_name, e.status.value) for e in second.entries] == [
+        ("reserve", "compensated"),
+        ("charge", "already-compensated"),
+    ]
     assert undone == [("charge", {"charge": 1}), ("reserve", {"reservation": "r-1"})]

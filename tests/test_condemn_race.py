@@ -24,8 +24,14 @@ from saga_worker.journal.records import NewRecord
 THREADS = 6
 
 
-def claim_until_refused(journal: Journal, run_id: str, worker: int, claimed: list[str], outcome: dict[int, Any],
-                        started: threading.Event) -> None:
+def claim_until_refused(
+    journal: Journal,
+    run_id: str,
+    worker: int,
+    claimed: list[str],
+    outcome: dict[int, Any],
+    started: threading.Event,
+) -> None:
     try:
         for n in range(100_000):
             suffix = f"w{worker}-{n}"
@@ -43,13 +49,16 @@ def claim_until_refused(journal: Journal, run_id: str, worker: int, claimed: lis
 
 @pytest.mark.parametrize("round_", range(3))
 def test_every_call_claimed_while_the_run_is_condemned_is_in_the_unwind_and_none_comes_after(
-        journal: Journal, run_id: str, round_: int) -> None:
+    journal: Journal, run_id: str, round_: int
+) -> None:
     journal.start_run(run_id, "race")
     claimed: list[str] = []
     outcome: dict[int, Any] = {}
     started = threading.Event()
-    threads = [threading.Thread(target=claim_until_refused, args=(journal, run_id, w, claimed, outcome, started))
-               for w in range(THREADS)]
+    threads = [
+        threading.Thread(target=claim_until_refused, args=(journal, run_id, w, claimed, outcome, started))
+        for w in range(THREADS)
+    ]
     for t in threads:
         t.start()
     assert started.wait(timeout=60)
@@ -61,7 +70,9 @@ def test_every_call_claimed_while_the_run_is_condemned_is_in_the_unwind_and_none
     assert outcome == dict.fromkeys(range(THREADS), "refused")
     unwound = {e.suffix for e in report.entries}
     assert set(claimed) == unwound  # every claim that succeeded is in the worklist ...
-    assert {r.suffix for r in journal.list_records(run_id)} == unwound  # ... and none was made after it was read
+    assert {
+        r.suffix for r in journal.list_records(run_id)
+    } == unwound  # ... and none was made after it was read
     assert {e.status.value for e in report.entries} == {"uncertain"}  # running records, no tools to ask
 
 
@@ -100,8 +111,9 @@ def test_tombstone_racing_the_start_of_a_run_is_always_written(journal: Journal,
             journal.claim_record(rid, NewRecord("call-1", 1, "call-1", "charge", "call", {}, rid), gated=True)
 
 
-def test_live_run_racing_its_condemnation_executes_nothing_the_unwind_does_not_see(journal: Journal,
-                                                                                   run_id: str) -> None:
+def test_live_run_racing_its_condemnation_executes_nothing_the_unwind_does_not_see(
+    journal: Journal, run_id: str
+) -> None:
     executed: list[str] = []
 
     def execute(input: Any, opts: CallOptions) -> Any:
@@ -113,8 +125,13 @@ def test_live_run_racing_its_condemnation_executes_nothing_the_unwind_does_not_s
 
     def endless_run() -> None:
         try:
-            run_durable(run_id, journal=journal, tools=tools, max_steps=100_000,
-                        planner=lambda state: [ToolCall("charge", {"n": state.step})])
+            run_durable(
+                run_id,
+                journal=journal,
+                tools=tools,
+                max_steps=100_000,
+                planner=lambda state: [ToolCall("charge", {"n": state.step})],
+            )
             outcomes.append("ended")
         except CompensatedRunError:
             outcomes.append("refused")

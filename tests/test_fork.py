@@ -38,20 +38,31 @@ class Ledger:
         self.log.append(("compensate", opts.idempotency_key))
 
     def tools(self) -> dict[str, Tool]:
-        return {"charge": Tool(self.execute, self.compensate),
-                "email": Tool(self.execute, self.compensate, idempotency="args")}
+        return {
+            "charge": Tool(self.execute, self.compensate),
+            "email": Tool(self.execute, self.compensate, idempotency="args"),
+        }
 
 
-STEPS = (ToolCall("charge", {"n": 1}), [ToolCall("email", {"to": "a"}), ToolCall("charge", {"n": 2})],
-         ToolCall("charge", {"n": 3}))
+STEPS = (
+    ToolCall("charge", {"n": 1}),
+    [ToolCall("email", {"to": "a"}), ToolCall("charge", {"n": 2})],
+    ToolCall("charge", {"n": 3}),
+)
 
 
 def three_step_run(journal: Journal, run_id: str, ledger: Ledger) -> None:
-    assert run_durable(run_id, journal=journal, tools=ledger.tools(), planner=scripted(*STEPS),
-                       prompt="order").status == "finished"
+    assert (
+        run_durable(
+            run_id, journal=journal, tools=ledger.tools(), planner=scripted(*STEPS), prompt="order"
+        ).status
+        == "finished"
+    )
 
 
-def test_a_fork_copies_the_first_decisions_and_the_records_they_produced(journal: Journal, run_id: str) -> None:
+def test_a_fork_copies_the_first_decisions_and_the_records_they_produced(
+    journal: Journal, run_id: str
+) -> None:
     ledger = Ledger()
     three_step_run(journal, run_id, ledger)
     assert fork_run(journal, run_id, 2, f"{run_id}-f") == f"{run_id}-f"
@@ -60,7 +71,9 @@ def test_a_fork_copies_the_first_decisions_and_the_records_they_produced(journal
     original = journal.list_records(run_id)
     assert [r.suffix for r in copied] == [r.suffix for r in original[:3]]
     assert all(r.origin_run_id == run_id and r.status is RecordStatus.SUCCEEDED for r in copied)
-    assert [(r.input, r.output, r.step) for r in copied] == [(r.input, r.output, r.step) for r in original[:3]]
+    assert [(r.input, r.output, r.step) for r in copied] == [
+        (r.input, r.output, r.step) for r in original[:3]
+    ]
     fork = journal.get_run(f"{run_id}-f")
     assert fork is not None and fork.source_run_id == run_id and fork.prompt == "order" and not fork.ended
 
@@ -72,19 +85,26 @@ def test_a_fork_at_step_zero_copies_nothing(journal: Journal, run_id: str) -> No
 
 
 def test_resuming_a_fork_replays_copied_calls_and_runs_new_ones_under_its_own_id(
-        journal: Journal, run_id: str) -> None:
+    journal: Journal, run_id: str
+) -> None:
     ledger = Ledger()
     three_step_run(journal, run_id, ledger)
     fork_run(journal, run_id, 1, "fork-b")
     ledger.log.clear()
-    result = resume_run("fork-b", journal=journal, tools=ledger.tools(),
-                        planner=scripted(ToolCall("charge", {"n": 1}), ToolCall("charge", {"n": 9})))
+    result = resume_run(
+        "fork-b",
+        journal=journal,
+        tools=ledger.tools(),
+        planner=scripted(ToolCall("charge", {"n": 1}), ToolCall("charge", {"n": 9})),
+    )
     assert result.status == "finished"
     assert ledger.log == [("execute", "fork-b:call-2")]  # call-1 is replayed, never executed again
     assert [r.origin_run_id for r in journal.list_records("fork-b")] == [run_id, "fork-b"]
 
 
-def test_copied_records_keep_the_origin_runs_keys_through_a_fork_of_a_fork(journal: Journal, run_id: str) -> None:
+def test_copied_records_keep_the_origin_runs_keys_through_a_fork_of_a_fork(
+    journal: Journal, run_id: str
+) -> None:
     ledger = Ledger()
     three_step_run(journal, run_id, ledger)
     fork_run(journal, run_id, 3, "fork-1")
@@ -98,12 +118,16 @@ def test_copied_records_keep_the_origin_runs_keys_through_a_fork_of_a_fork(journ
         (email_suffix, "compensated", f"{run_id}:comp:{email_suffix}"),
         ("call-1", "compensated", f"{run_id}:comp:call-1"),
     ]
-    assert ledger.log == [("compensate", f"{run_id}:comp:call-3"), ("compensate", f"{run_id}:comp:{email_suffix}"),
-                          ("compensate", f"{run_id}:comp:call-1")]
+    assert ledger.log == [
+        ("compensate", f"{run_id}:comp:call-3"),
+        ("compensate", f"{run_id}:comp:{email_suffix}"),
+        ("compensate", f"{run_id}:comp:call-1"),
+    ]
 
 
 def test_a_step_compensated_through_the_fork_reads_already_compensated_in_the_original(
-        journal: Journal, run_id: str) -> None:
+    journal: Journal, run_id: str
+) -> None:
     ledger = Ledger()
     three_step_run(journal, run_id, ledger)
     fork_run(journal, run_id, 1, "fork-c")
@@ -117,7 +141,8 @@ def test_a_step_compensated_through_the_fork_reads_already_compensated_in_the_or
 
 
 def test_a_step_compensated_through_the_original_reads_already_compensated_in_the_fork(
-        journal: Journal, run_id: str) -> None:
+    journal: Journal, run_id: str
+) -> None:
     ledger = Ledger()
     three_step_run(journal, run_id, ledger)
     fork_run(journal, run_id, 2, "fork-d")
@@ -146,7 +171,8 @@ def test_a_fork_into_a_condemned_run_id_raises(journal: Journal, run_id: str) ->
 
 
 def test_fork_refuses_an_existing_target_an_unknown_source_and_a_step_beyond_the_run(
-        journal: Journal, run_id: str) -> None:
+    journal: Journal, run_id: str
+) -> None:
     three_step_run(journal, run_id, Ledger())
     fork_run(journal, run_id, 1, "fork-y")
     with pytest.raises(RunExistsError):

@@ -71,8 +71,14 @@ def test_end_run_records_the_first_end_only(journal: Journal, run_id: str) -> No
 
 def test_record_decision_keeps_the_first_writer(journal: Journal, run_id: str) -> None:
     journal.start_run(run_id, "")
-    assert journal.record_decision(run_id, 1, {"kind": "finish", "text": "a"}) == {"kind": "finish", "text": "a"}
-    assert journal.record_decision(run_id, 1, {"kind": "finish", "text": "b"}) == {"kind": "finish", "text": "a"}
+    assert journal.record_decision(run_id, 1, {"kind": "finish", "text": "a"}) == {
+        "kind": "finish",
+        "text": "a",
+    }
+    assert journal.record_decision(run_id, 1, {"kind": "finish", "text": "b"}) == {
+        "kind": "finish",
+        "text": "a",
+    }
     assert journal.list_decisions(run_id) == [{"kind": "finish", "text": "a"}]
 
 
@@ -133,7 +139,9 @@ def test_racing_claims_of_one_record_have_exactly_one_winner(journal: Journal, r
     assert len(journal.list_records(run_id)) == 1
 
 
-def test_racing_claims_of_different_records_get_distinct_sequence_numbers(journal: Journal, run_id: str) -> None:
+def test_racing_claims_of_different_records_get_distinct_sequence_numbers(
+    journal: Journal, run_id: str
+) -> None:
     journal.start_run(run_id, "")
     claimed = race(6, lambda i: journal.claim_record(run_id, new(f"call-{i}"), gated=True))
     assert len({r.seq for r in claimed}) == 6
@@ -189,7 +197,9 @@ def test_a_record_read_back_is_a_copy_a_caller_cannot_change(journal: Journal, r
     assert journal.list_records(run_id)[0].output == {"ids": [1]}
 
 
-def test_an_execution_guard_has_one_holder_at_a_time_across_journal_objects(journal: Journal, run_id: str) -> None:
+def test_an_execution_guard_has_one_holder_at_a_time_across_journal_objects(
+    journal: Journal, run_id: str
+) -> None:
     # Two objects on one SQL URL stand for two processes; memory:// is one object by nature.
     other = journal if journal.url.startswith("memory:") else open_journal(journal.url)
     try:

@@ -41,6 +41,7 @@ def sql(shared_journal_url: str) -> Iterator[SqlJournal]:
 
 def stopped_run(journal: Journal, run_id: str) -> None:
     """A run with one decision and one succeeded record that has not ended (the process died)."""
+
     def planner(state: Any) -> Any:
         if state.step == 1:
             raise Crash
@@ -59,9 +60,12 @@ def names_the_run(error: pytest.ExceptionInfo[MalformedRecordError], run_id: str
     return run_id in str(error.value) and error.value.detail["run_id"] == run_id
 
 
-@pytest.mark.parametrize("column, value", [("input", "{not json"), ("output", '{"a": '), ("status", "exploded")])
-def test_a_malformed_tool_record_is_reported_naming_the_run(sql: SqlJournal, run_id: str, column: str,
-                                                            value: str) -> None:
+@pytest.mark.parametrize(
+    "column, value", [("input", "{not json"), ("output", '{"a": '), ("status", "exploded")]
+)
+def test_a_malformed_tool_record_is_reported_naming_the_run(
+    sql: SqlJournal, run_id: str, column: str, value: str
+) -> None:
     stopped_run(sql, run_id)
     corrupt(sql, records, run_id, **{column: value})
     for read in (lambda: sql.get_record(run_id, "call-1"), lambda: sql.list_records(run_id)):
@@ -73,7 +77,9 @@ def test_a_malformed_tool_record_is_reported_naming_the_run(sql: SqlJournal, run
     assert names_the_run(info, run_id)
 
 
-def test_a_decision_that_is_not_json_is_reported_naming_the_run_and_step(sql: SqlJournal, run_id: str) -> None:
+def test_a_decision_that_is_not_json_is_reported_naming_the_run_and_step(
+    sql: SqlJournal, run_id: str
+) -> None:
     stopped_run(sql, run_id)
     corrupt(sql, decisions, run_id, payload="[[[")
     with pytest.raises(MalformedRecordError, match="decision 1") as info:
@@ -91,10 +97,18 @@ def test_a_run_row_with_an_unknown_status_is_reported_naming_the_run(sql: SqlJou
         run_durable(run_id, journal=sql, tools=TOOLS, planner=PLANNER)
 
 
-@pytest.mark.parametrize("payload", [{"kind": "maybe"}, [1, 2], {"kind": "calls", "calls": [{"id": "x"}]},
-                                     {"kind": "calls", "calls": "call-1"}])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"kind": "maybe"},
+        [1, 2],
+        {"kind": "calls", "calls": [{"id": "x"}]},
+        {"kind": "calls", "calls": "call-1"},
+    ],
+)
 def test_a_journaled_decision_of_the_wrong_shape_is_reported_naming_the_run(
-        journal: Journal, run_id: str, payload: Any) -> None:
+    journal: Journal, run_id: str, payload: Any
+) -> None:
     journal.start_run(run_id, "")
     journal.record_decision(run_id, 1, payload)
     with pytest.raises(MalformedRecordError, match="decision 1") as info:

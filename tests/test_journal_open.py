@@ -59,14 +59,21 @@ def schema_drift(engine: sa.Engine) -> list[object]:
 
 # -- bad URLs -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("url, named", [
-    ("mysql://user@127.0.0.1/saga", "mysql://user@127.0.0.1/saga"),
-    ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
-    ("not a url at all", "not a url at all"),
-    ("sqlite://", "sqlite://"),
-    ("sqlite:///:memory:", "sqlite:///:memory:"),
-    ("postgresql+psycopg2://postgres@127.0.0.1:5432/test", "postgresql+psycopg2://postgres@127.0.0.1:5432/test"),
-])
+
+@pytest.mark.parametrize(
+    "url, named",
+    [
+        ("mysql://user@127.0.0.1/saga", "mysql://user@127.0.0.1/saga"),
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+        ("not a url at all", "not a url at all"),
+        ("sqlite://", "sqlite://"),
+        ("sqlite:///:memory:", "sqlite:///:memory:"),
+        (
+            "postgresql+psycopg2://postgres@127.0.0.1:5432/test",
+            "postgresql+psycopg2://postgres@127.0.0.1:5432/test",
+        ),
+    ],
+)
 def test_a_url_that_cannot_be_a_journal_gives_a_journal_error_naming_it(url: str, named: str) -> None:
     with pytest.raises(JournalError) as info:
         open_journal(url)
@@ -108,6 +115,7 @@ def test_plain_postgresql_urls_mean_psycopg_3(empty_pg_url: str) -> None:
 
 # -- migrations -----------------------------------------------------------------------------------
 
+
 def test_a_fresh_sqlite_file_is_migrated_on_open(sqlite_url: str) -> None:
     with open_journal(sqlite_url) as journal:
         assert isinstance(journal, SqlJournal)
@@ -132,12 +140,18 @@ def test_an_unmigrated_postgres_refuses_to_open_and_names_the_upgrade_command(em
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_downgrade_to_base_then_upgrade_round_trips_the_schema(backend: str, request: pytest.FixtureRequest) -> None:
+def test_downgrade_to_base_then_upgrade_round_trips_the_schema(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
     url = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "empty_pg_url")
     with open_journal(url, migrate=True) as journal:
         assert isinstance(journal, SqlJournal)
-        run_durable("before-downgrade", journal=journal, tools={"t": Tool(lambda i, o: 1)},
-                    planner=scripted(ToolCall("t", {})))
+        run_durable(
+            "before-downgrade",
+            journal=journal,
+            tools={"t": Tool(lambda i, o: 1)},
+            planner=scripted(ToolCall("t", {})),
+        )
         migrate.downgrade(journal.engine, "base")
         assert migrate.current_revision(journal.engine) is None
         assert not TABLES & set(sa.inspect(journal.engine).get_table_names())
@@ -145,14 +159,19 @@ def test_downgrade_to_base_then_upgrade_round_trips_the_schema(backend: str, req
         assert migrate.current_revision(journal.engine) == migrate.head_revision()
         assert schema_drift(journal.engine) == []
         assert journal.get_run("before-downgrade") is None  # the tables are new and empty
-        result = run_durable("after-upgrade", journal=journal, tools={"t": Tool(lambda i, o: 2)},
-                             planner=scripted(ToolCall("t", {})))
+        result = run_durable(
+            "after-upgrade",
+            journal=journal,
+            tools={"t": Tool(lambda i, o: 2)},
+            planner=scripted(ToolCall("t", {})),
+        )
         assert result.status == "finished"
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_processes_migrating_a_fresh_journal_at_once_all_open_it(backend: str, request: pytest.FixtureRequest,
-                                                                  tmp_path: Path) -> None:
+def test_processes_migrating_a_fresh_journal_at_once_all_open_it(
+    backend: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
     url = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "empty_pg_url")
     start = tmp_path / "go"
     children = [spawn(url, "s", "r", mode="show", migrate=True, start_file=start) for _ in range(4)]

@@ -66,8 +66,14 @@ def test_call_options_are_frozen() -> None:
 
 def test_call_mode_execute_key_is_run_id_colon_tool_call_id(journal: Journal, run_id: str) -> None:
     seen: list[CallOptions] = []
-    run_durable(run_id, journal=journal, tools={"charge": recording_tool(seen)},
-                planner=scripted(ToolCall("charge", {"amount": 10}), ToolCall("charge", {"amount": 5}, id="refund-x")))
+    run_durable(
+        run_id,
+        journal=journal,
+        tools={"charge": recording_tool(seen)},
+        planner=scripted(
+            ToolCall("charge", {"amount": 10}), ToolCall("charge", {"amount": 5}, id="refund-x")
+        ),
+    )
     assert [o.idempotency_key for o in seen] == [f"{run_id}:call-1", f"{run_id}:refund-x"]
     assert [o.tool_call_id for o in seen] == ["call-1", "refund-x"]
     assert {o.run_id for o in seen} == {run_id}
@@ -77,15 +83,21 @@ def test_call_mode_execute_key_is_run_id_colon_tool_call_id(journal: Journal, ru
 def test_args_mode_execute_key_is_run_id_tool_and_hash16_of_the_input(journal: Journal, run_id: str) -> None:
     seen: list[CallOptions] = []
     payload = {"to": "ana@example.com", "subject": "Bestätigung", "lines": [3, 1]}
-    run_durable(run_id, journal=journal, tools={"email": recording_tool(seen, idempotency="args")},
-                planner=scripted(ToolCall("email", payload)))
+    run_durable(
+        run_id,
+        journal=journal,
+        tools={"email": recording_tool(seen, idempotency="args")},
+        planner=scripted(ToolCall("email", payload)),
+    )
     h = expected_hash16(payload)
     assert [o.idempotency_key for o in seen] == [f"{run_id}:email:{h}"]
     record = journal.get_record(run_id, f"args-email-{h}")
     assert record is not None and record.tool_call_id == "call-1"
 
 
-def test_calls_without_ids_are_numbered_by_position_among_all_the_runs_calls(journal: Journal, run_id: str) -> None:
+def test_calls_without_ids_are_numbered_by_position_among_all_the_runs_calls(
+    journal: Journal, run_id: str
+) -> None:
     seen: list[CallOptions] = []
     tools = {"a": recording_tool(seen), "b": recording_tool(seen)}
     planner = scripted(
@@ -95,7 +107,13 @@ def test_calls_without_ids_are_numbered_by_position_among_all_the_runs_calls(jou
     )
     assert run_durable(run_id, journal=journal, tools=tools, planner=planner).status == "finished"
     assert [o.tool_call_id for o in seen] == ["call-1", "call-2", "named", "call-4", "call-5"]
-    assert [r.suffix for r in journal.list_records(run_id)] == ["call-1", "call-2", "named", "call-4", "call-5"]
+    assert [r.suffix for r in journal.list_records(run_id)] == [
+        "call-1",
+        "call-2",
+        "named",
+        "call-4",
+        "call-5",
+    ]
     assert [r.step for r in journal.list_records(run_id)] == [1, 2, 2, 2, 3]
 
 
@@ -142,7 +160,9 @@ def test_hash16_does_not_depend_on_key_order(value: dict[str, int]) -> None:
     assert hash16(dict(reversed(list(value.items())))) == hash16(value)
 
 
-def test_call_numbering_continues_from_the_journaled_calls_after_a_resume(journal: Journal, run_id: str) -> None:
+def test_call_numbering_continues_from_the_journaled_calls_after_a_resume(
+    journal: Journal, run_id: str
+) -> None:
     seen: list[CallOptions] = []
 
     class Crash(BaseException):

@@ -49,31 +49,41 @@ def ledger(shared_journal_url: str, scope: str) -> Ledger:
     led.close()
 
 
-def test_a_run_written_here_is_read_by_another_process(shared: Journal, shared_journal_url: str,
-                                                       ledger: Ledger, run_id: str) -> None:
+def test_a_run_written_here_is_read_by_another_process(
+    shared: Journal, shared_journal_url: str, ledger: Ledger, run_id: str
+) -> None:
     run_durable(run_id, journal=shared, tools=run_tools(ledger), planner=PLANNER, prompt="from the test")
     seen = finish(spawn(shared_journal_url, ledger.scope, run_id, mode="show"))
     assert seen["run"] == {"status": "finished", "prompt": "from the test", "text": "ok"}
     assert seen["decisions"] == shared.list_decisions(run_id)
     assert [(r["suffix"], r["status"], r["seq"]) for r in seen["records"]] == [
-        (r.suffix, r.status.value, r.seq) for r in shared.list_records(run_id)]
+        (r.suffix, r.status.value, r.seq) for r in shared.list_records(run_id)
+    ]
 
 
-def test_a_run_written_by_another_process_is_read_here(shared: Journal, shared_journal_url: str,
-                                                       ledger: Ledger, run_id: str) -> None:
+def test_a_run_written_by_another_process_is_read_here(
+    shared: Journal, shared_journal_url: str, ledger: Ledger, run_id: str
+) -> None:
     assert finish(spawn(shared_journal_url, ledger.scope, run_id))["status"] == "finished"
     run = shared.get_run(run_id)
     assert run is not None and run.status is RunStatus.FINISHED and run.prompt == "sample order"
-    assert [r.suffix for r in shared.list_records(run_id, [RecordStatus.SUCCEEDED])] == ["call-1", "call-2", "call-3"]
+    assert [r.suffix for r in shared.list_records(run_id, [RecordStatus.SUCCEEDED])] == [
+        "call-1",
+        "call-2",
+        "call-3",
+    ]
     assert ledger.effect_counts() == {f"{run_id}:call-{n}": 1 for n in (1, 2, 3)}
 
 
 @pytest.mark.parametrize("flavour", ["plain", "recover", "idempotent"])
 def test_processes_running_the_same_run_at_once_execute_each_call_once(
-        shared: Journal, shared_journal_url: str, ledger: Ledger, run_id: str, tmp_path: Path, flavour: str) -> None:
+    shared: Journal, shared_journal_url: str, ledger: Ledger, run_id: str, tmp_path: Path, flavour: str
+) -> None:
     start = tmp_path / "go"
-    children = [spawn(shared_journal_url, ledger.scope, run_id, pause=0.05, start_file=start, flavour=flavour)
-                for _ in range(3)]
+    children = [
+        spawn(shared_journal_url, ledger.scope, run_id, pause=0.05, start_file=start, flavour=flavour)
+        for _ in range(3)
+    ]
     start.touch()
     statuses = sorted(finish(child)["status"] for child in children)
     # A process that meets a call a live rival is executing waits for it and replays its outcome: the
@@ -101,7 +111,8 @@ def crash_child(shared: Journal, url: str, ledger: Ledger, run_id: str, when: st
 
 
 def test_a_process_killed_inside_execute_leaves_a_running_record_that_resume_refuses_to_repeat(
-        shared: Journal, shared_journal_url: str, ledger: Ledger, run_id: str) -> None:
+    shared: Journal, shared_journal_url: str, ledger: Ledger, run_id: str
+) -> None:
     crash_child(shared, shared_journal_url, ledger, run_id, "after")
     before = shared.get_record(run_id, "call-2")
     with pytest.raises(SideEffectRetryBlockedError, match="call-2"):
@@ -112,8 +123,8 @@ def test_a_process_killed_inside_execute_leaves_a_running_record_that_resume_ref
 
 @pytest.mark.parametrize("when, executed_again", [("before", True), ("after", False)])
 def test_resume_asks_recover_about_the_call_a_killed_process_left_running(
-        shared: Journal, shared_journal_url: str, ledger: Ledger, run_id: str, when: str,
-        executed_again: bool) -> None:
+    shared: Journal, shared_journal_url: str, ledger: Ledger, run_id: str, when: str, executed_again: bool
+) -> None:
     crash_child(shared, shared_journal_url, ledger, run_id, when)
     result = resume_run(run_id, journal=shared, tools=run_tools(ledger, recover=True), planner=PLANNER)
     assert result.status == "finished"
@@ -131,7 +142,8 @@ def test_resume_asks_recover_about_the_call_a_killed_process_left_running(
 
 
 def test_resume_executes_an_idempotent_tool_a_killed_process_left_running_again_with_the_same_key(
-        shared: Journal, shared_journal_url: str, ledger: Ledger, run_id: str) -> None:
+    shared: Journal, shared_journal_url: str, ledger: Ledger, run_id: str
+) -> None:
     crash_child(shared, shared_journal_url, ledger, run_id, "after")
     seen: list[str] = []
     tools = run_tools(ledger, idempotent=True)
@@ -147,4 +159,3 @@ def test_resume_executes_an_idempotent_tool_a_killed_process_left_running_again_
     # The provider saw the key twice and kept one effect: that is what idempotent=True promises.
     assert ledger.call_counts("execute:reserve") == {f"{run_id}:call-2": 2}
     assert ledger.effect_counts()[f"{run_id}:call-2"] == 1
-

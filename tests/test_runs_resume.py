@@ -53,6 +53,7 @@ def leave_record(journal: Journal, run_id: str, status: RecordStatus) -> ToolRec
         with pytest.raises(Crash):
             run_durable(run_id, journal=journal, tools={"charge": Tool(crash)}, planner=PLANNER)
     else:
+
         def dies_on_error(state: RunState) -> Any:
             if state.results:
                 raise Crash  # the process dies after the failure is recorded, before the run ends
@@ -90,26 +91,38 @@ STATUSES = [RecordStatus.RUNNING, RecordStatus.FAILED]
 
 @pytest.mark.parametrize("status", STATUSES, ids=lambda s: s.value)
 def test_recover_done_records_the_call_succeeded_without_executing_it(
-        journal: Journal, run_id: str, status: RecordStatus) -> None:
+    journal: Journal, run_id: str, status: RecordStatus
+) -> None:
     leave_record(journal, run_id, status)
     probe = Probe(lambda: RecoverResult(done=True, output={"charged": "found"}))
-    events = list(stream_durable(run_id, journal=journal, tools={"charge": Tool(probe.execute, recover=probe.recover)},
-                                 planner=PLANNER))
+    events = list(
+        stream_durable(
+            run_id,
+            journal=journal,
+            tools={"charge": Tool(probe.execute, recover=probe.recover)},
+            planner=PLANNER,
+        )
+    )
     assert probe.executed == [] and probe.recovered == [f"{run_id}:call-1"]
     assert [e.outcome for e in events if e.kind == "tool"] == ["recovered"]
     record = journal.get_record(run_id, "call-1")
     assert record is not None and (record.status, record.output, record.error) == (
-        RecordStatus.SUCCEEDED, {"charged": "found"}, None)
+        RecordStatus.SUCCEEDED,
+        {"charged": "found"},
+        None,
+    )
     assert events[-1].result is not None and events[-1].result.status == "finished"
 
 
 @pytest.mark.parametrize("status", STATUSES, ids=lambda s: s.value)
 def test_recover_not_done_executes_the_call_again_with_the_same_key(
-        journal: Journal, run_id: str, status: RecordStatus) -> None:
+    journal: Journal, run_id: str, status: RecordStatus
+) -> None:
     before = leave_record(journal, run_id, status)
     probe = Probe(lambda: RecoverResult(done=False))
-    result = resume_run(run_id, journal=journal, tools={"charge": Tool(probe.execute, recover=probe.recover)},
-                        planner=PLANNER)
+    result = resume_run(
+        run_id, journal=journal, tools={"charge": Tool(probe.execute, recover=probe.recover)}, planner=PLANNER
+    )
     assert result.status == "finished"
     assert probe.recovered == probe.executed == [f"{run_id}:call-1"]
     record = journal.get_record(run_id, "call-1")
@@ -118,12 +131,17 @@ def test_recover_not_done_executes_the_call_again_with_the_same_key(
 
 
 @pytest.mark.parametrize("status", STATUSES, ids=lambda s: s.value)
-@pytest.mark.parametrize("flags", [{"idempotent": True}, {"side_effect": False}], ids=["idempotent", "read-only"])
+@pytest.mark.parametrize(
+    "flags", [{"idempotent": True}, {"side_effect": False}], ids=["idempotent", "read-only"]
+)
 def test_a_tool_safe_to_repeat_is_executed_again_with_the_same_key(
-        journal: Journal, run_id: str, status: RecordStatus, flags: dict[str, bool]) -> None:
+    journal: Journal, run_id: str, status: RecordStatus, flags: dict[str, bool]
+) -> None:
     leave_record(journal, run_id, status)
     probe = Probe()
-    result = resume_run(run_id, journal=journal, tools={"charge": Tool(probe.execute, **flags)}, planner=PLANNER)
+    result = resume_run(
+        run_id, journal=journal, tools={"charge": Tool(probe.execute, **flags)}, planner=PLANNER
+    )
     assert result.status == "finished" and probe.executed == [f"{run_id}:call-1"]
     record = journal.get_record(run_id, "call-1")
     assert record is not None and record.status is RecordStatus.SUCCEEDED and record.attempts == 2
@@ -131,7 +149,9 @@ def test_a_tool_safe_to_repeat_is_executed_again_with_the_same_key(
 
 def test_a_failed_call_retried_and_failing_again_counts_its_attempts(journal: Journal, run_id: str) -> None:
     leave_record(journal, run_id, RecordStatus.FAILED)
-    result = resume_run(run_id, journal=journal, tools={"charge": Tool(fail, idempotent=True)}, planner=PLANNER)
+    result = resume_run(
+        run_id, journal=journal, tools={"charge": Tool(fail, idempotent=True)}, planner=PLANNER
+    )
     assert result.status == "failed"
     record = journal.get_record(run_id, "call-1")
     assert record is not None and record.status is RecordStatus.FAILED and record.attempts == 2
@@ -153,7 +173,8 @@ def blocked_cases() -> list[Any]:
 @pytest.mark.parametrize("status", STATUSES, ids=lambda s: s.value)
 @pytest.mark.parametrize("answer, reason", blocked_cases())
 def test_a_call_that_may_have_happened_is_blocked_and_its_record_left_as_it_was(
-        journal: Journal, run_id: str, status: RecordStatus, answer: Any, reason: str) -> None:
+    journal: Journal, run_id: str, status: RecordStatus, answer: Any, reason: str
+) -> None:
     before = leave_record(journal, run_id, status)
     probe = Probe(answer)
     tool = Tool(probe.execute, recover=probe.recover if answer is not None else None)
@@ -167,30 +188,40 @@ def test_a_call_that_may_have_happened_is_blocked_and_its_record_left_as_it_was(
     assert run is not None and run.status is RunStatus.RUNNING and len(journal.list_decisions(run_id)) == 1
 
 
-def test_a_blocked_call_can_be_resumed_later_once_a_recover_hook_answers(journal: Journal, run_id: str) -> None:
+def test_a_blocked_call_can_be_resumed_later_once_a_recover_hook_answers(
+    journal: Journal, run_id: str
+) -> None:
     leave_record(journal, run_id, RecordStatus.RUNNING)
     with pytest.raises(SideEffectRetryBlockedError):
         resume_run(run_id, journal=journal, tools={"charge": Tool(fail)}, planner=PLANNER)
     probe = Probe(lambda: RecoverResult(done=True, output={"charged": 10}))
-    result = resume_run(run_id, journal=journal, tools={"charge": Tool(probe.execute, recover=probe.recover)},
-                        planner=PLANNER)
+    result = resume_run(
+        run_id, journal=journal, tools={"charge": Tool(probe.execute, recover=probe.recover)}, planner=PLANNER
+    )
     assert result.status == "finished" and probe.executed == []
 
 
-def test_recover_done_with_non_json_output_is_blocked_and_leaves_the_record(journal: Journal, run_id: str) -> None:
+def test_recover_done_with_non_json_output_is_blocked_and_leaves_the_record(
+    journal: Journal, run_id: str
+) -> None:
     before = leave_record(journal, run_id, RecordStatus.RUNNING)
     probe = Probe(lambda: RecoverResult(done=True, output=object()))
     with pytest.raises(SideEffectRetryBlockedError, match="JSON"):
-        resume_run(run_id, journal=journal, tools={"charge": Tool(probe.execute, recover=probe.recover)},
-                   planner=PLANNER)
+        resume_run(
+            run_id,
+            journal=journal,
+            tools={"charge": Tool(probe.execute, recover=probe.recover)},
+            planner=PLANNER,
+        )
     assert journal.get_record(run_id, "call-1") == before
 
 
 def test_run_durable_continues_a_crashed_run_as_resume_run_does(journal: Journal, run_id: str) -> None:
     leave_record(journal, run_id, RecordStatus.RUNNING)
     probe = Probe()
-    result = run_durable(run_id, journal=journal, tools={"charge": Tool(probe.execute, idempotent=True)},
-                         planner=PLANNER)
+    result = run_durable(
+        run_id, journal=journal, tools={"charge": Tool(probe.execute, idempotent=True)}, planner=PLANNER
+    )
     assert result.status == "finished" and probe.executed == [f"{run_id}:call-1"]
 
 
@@ -206,7 +237,8 @@ def test_a_condemned_run_refuses_resume_before_recover_or_execute(journal: Journ
 
 
 def test_a_call_still_executing_in_another_thread_is_neither_probed_nor_executed_again(
-        journal: Journal, run_id: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    journal: Journal, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(runs_module, "_GUARD_WAIT_S", 0.1)
     entered, release = threading.Event(), threading.Event()
 
@@ -215,8 +247,11 @@ def test_a_call_still_executing_in_another_thread_is_neither_probed_nor_executed
         release.wait(60)
         return {"charged": input["amount"]}
 
-    first = threading.Thread(target=run_durable, args=(run_id,),
-                             kwargs={"journal": journal, "tools": {"charge": Tool(slow)}, "planner": PLANNER})
+    first = threading.Thread(
+        target=run_durable,
+        args=(run_id,),
+        kwargs={"journal": journal, "tools": {"charge": Tool(slow)}, "planner": PLANNER},
+    )
     first.start()
     try:
         assert entered.wait(60)

@@ -30,16 +30,24 @@ class Crash(BaseException):
 
 def test_tool_defaults_match_the_contract() -> None:
     tool = Tool(lambda i, o: None)
-    assert (tool.idempotency, tool.side_effect, tool.idempotent, tool.description) == ("call", True, False, "")
+    assert (tool.idempotency, tool.side_effect, tool.idempotent, tool.description) == (
+        "call",
+        True,
+        False,
+        "",
+    )
     assert tool.compensate is None and tool.recover is None
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"execute": 3}, "execute"),
-    ({"execute": print, "compensate": "no"}, "compensate"),
-    ({"execute": print, "recover": 1}, "recover"),
-    ({"execute": print, "idempotency": "key"}, "idempotency"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"execute": 3}, "execute"),
+        ({"execute": print, "compensate": "no"}, "compensate"),
+        ({"execute": print, "recover": 1}, "recover"),
+        ({"execute": print, "idempotency": "key"}, "idempotency"),
+    ],
+)
 def test_a_tool_with_a_bad_hook_or_mode_is_refused_naming_it(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidInputError, match=message):
         Tool(**kwargs)
@@ -101,10 +109,14 @@ def async_tools(log: list[str]) -> dict[str, Tool]:
     return {"charge": Tool(execute, compensate, recover)}
 
 
-def test_async_execute_and_compensate_hooks_work_in_a_run_and_its_unwind(journal: Journal, run_id: str) -> None:
+def test_async_execute_and_compensate_hooks_work_in_a_run_and_its_unwind(
+    journal: Journal, run_id: str
+) -> None:
     log: list[str] = []
     tools = async_tools(log)
-    result = run_durable(run_id, journal=journal, tools=tools, planner=scripted(ToolCall("charge", {"amount": 3})))
+    result = run_durable(
+        run_id, journal=journal, tools=tools, planner=scripted(ToolCall("charge", {"amount": 3}))
+    )
     assert result.status == "finished"
     assert journal.get_record(run_id, "call-1").output == {"charged": 3}  # type: ignore[union-attr]
     report = compensate_run(run_id, journal=journal, tools=tools)
@@ -113,13 +125,16 @@ def test_async_execute_and_compensate_hooks_work_in_a_run_and_its_unwind(journal
     assert log[1] == f"compensate {run_id}:comp:call-1 {{'charged': 3}}"
 
 
-def test_async_hooks_work_when_a_run_and_its_unwind_are_driven_from_inside_an_event_loop(journal: Journal, run_id: str) -> None:
+def test_async_hooks_work_when_a_run_and_its_unwind_are_driven_from_inside_an_event_loop(
+    journal: Journal, run_id: str
+) -> None:
     log: list[str] = []
     tools = async_tools(log)
 
     async def app() -> tuple[str, list[str]]:
-        status = run_durable(run_id, journal=journal, tools=tools,
-                             planner=scripted(ToolCall("charge", {"amount": 5}))).status
+        status = run_durable(
+            run_id, journal=journal, tools=tools, planner=scripted(ToolCall("charge", {"amount": 5}))
+        ).status
         report = compensate_run(run_id, journal=journal, tools=tools)
         return status, [e.status.value for e in report.entries]
 

@@ -4,5 +4,11 @@ from .engine import compensate_run
 from .guards import assert_not_compensated, run_compensated
 from .report import CompensationEntry, CompensationReport, CompensationStatus
 
-__all__ = ["CompensationEntry", "CompensationReport", "CompensationStatus", "assert_not_compensated",
-           "compensate_run", "run_compensated"]
+__all__ = [
+    "CompensationEntry",
+    "CompensationReport",
+    "CompensationStatus",
+    "assert_not_compensated",
+    "compensate_run",
+    "run_compensated",
+]

@@ -45,19 +45,34 @@ def begin_unwind(journal: Journal, run_id: str, *, dry_run: bool) -> list[ToolRe
     return list(reversed(journal.list_records(run_id, UNWOUND)))
 
 
-def entry_for(record: ToolRecord, status: CompensationStatus, error: str | None = None,
-              attempts: int = 0) -> CompensationEntry:
+def entry_for(
+    record: ToolRecord, status: CompensationStatus, error: str | None = None, attempts: int = 0
+) -> CompensationEntry:
     return CompensationEntry(
-        suffix=record.suffix, tool_call_id=record.tool_call_id, tool_name=record.tool_name, status=status,
-        error=error, record_status=record.status.value, origin_run_id=record.origin_run_id, attempts=attempts,
+        suffix=record.suffix,
+        tool_call_id=record.tool_call_id,
+        tool_name=record.tool_name,
+        status=status,
+        error=error,
+        record_status=record.status.value,
+        origin_run_id=record.origin_run_id,
+        attempts=attempts,
         idempotency_key=compensate_key(record.origin_run_id, record.suffix),
     )
 
 
-def compensate_step(journal: Journal, run_id: str, record: ToolRecord, tools: Mapping[str, Tool], *,
-                    dry_run: bool = False, claim_ttl: float | None = None, lock: StepLock | None = None,
-                    owner: str | None = None,
-                    claims: Mapping[tuple[str, str], CompensationClaim] | None = None) -> CompensationEntry:
+def compensate_step(
+    journal: Journal,
+    run_id: str,
+    record: ToolRecord,
+    tools: Mapping[str, Tool],
+    *,
+    dry_run: bool = False,
+    claim_ttl: float | None = None,
+    lock: StepLock | None = None,
+    owner: str | None = None,
+    claims: Mapping[tuple[str, str], CompensationClaim] | None = None,
+) -> CompensationEntry:
     """Apply DESIGN.md §3 rule 3 to one step: the first rule that applies decides.
 
     ``claims``, when given, holds the step's claim as read for the whole worklist at once."""
@@ -80,20 +95,36 @@ def compensate_step(journal: Journal, run_id: str, record: ToolRecord, tools: Ma
     output = record.output
     if record.status is not RecordStatus.SUCCEEDED:
         if tool is None or tool.recover is None:
-            why = f"tool {record.tool_name!r} is not in tools" if tool is None else "the tool has no recover hook"
-            return entry_for(record, CompensationStatus.UNCERTAIN, f"call is {record.status.value} and {why}: "
-                             "cannot tell whether its side effect happened", attempts)
+            why = (
+                f"tool {record.tool_name!r} is not in tools"
+                if tool is None
+                else "the tool has no recover hook"
+            )
+            return entry_for(
+                record,
+                CompensationStatus.UNCERTAIN,
+                f"call is {record.status.value} and {why}: cannot tell whether its side effect happened",
+                attempts,
+            )
         if record.status is RecordStatus.RUNNING:
             # A running record may be a call still executing in a live process (its run was live when
             # condemned), not a crash: a probe now could read "not done" just before its effect lands and
             # the step would be lost. The record's execution guard tells the two apart.
             with journal.execution_guard(record.run_id, record.suffix) as free:
                 if not free:
-                    return entry_for(record, CompensationStatus.UNCERTAIN, "call is executing right now in "
-                                     "another process; the unwind looks again once it settles", attempts)
+                    return entry_for(
+                        record,
+                        CompensationStatus.UNCERTAIN,
+                        "call is executing right now in "
+                        "another process; the unwind looks again once it settles",
+                        attempts,
+                    )
                 record = journal.get_record(record.run_id, record.suffix) or record
-                probed = record if record.status is RecordStatus.SUCCEEDED else _probe(run_id, record, tool,
-                                                                                       attempts)
+                probed = (
+                    record
+                    if record.status is RecordStatus.SUCCEEDED
+                    else _probe(run_id, record, tool, attempts)
+                )
         else:
             probed = _probe(run_id, record, tool, attempts)
         if isinstance(probed, CompensationEntry):
@@ -113,15 +144,20 @@ def compensate_step(journal: Journal, run_id: str, record: ToolRecord, tools: Ma
     if lock is not None and not _lock_op(lock.acquire, key, owner, ttl):
         return entry_for(record, CompensationStatus.BUSY, "another unwinder holds this step's lock", attempts)
     try:
-        attempt = journal.claim_compensation(record.origin_run_id, record.suffix, via_run_id=run_id, owner=owner,
-                                             ttl=ttl, idempotency_key=key)
+        attempt = journal.claim_compensation(
+            record.origin_run_id, record.suffix, via_run_id=run_id, owner=owner, ttl=ttl, idempotency_key=key
+        )
         held = attempt.claim
         if not attempt.acquired:
             if held is not None and held.status is ClaimStatus.COMPENSATED:
                 return entry_for(record, CompensationStatus.ALREADY_COMPENSATED, attempts=held.attempts)
             holder = held.owner if held is not None else "?"
-            return entry_for(record, CompensationStatus.BUSY, f"step is being compensated by {holder}",
-                             held.attempts if held is not None else attempts)
+            return entry_for(
+                record,
+                CompensationStatus.BUSY,
+                f"step is being compensated by {holder}",
+                held.attempts if held is not None else attempts,
+            )
         assert held is not None
         faults.point("after_claim", key)
         return _run_hook(journal, run_id, record, tool, output, key, owner, ttl, lock, held.attempts)
@@ -143,22 +179,47 @@ def _lock_op(op: Callable[..., Any], *args: Any) -> Any:
 def _probe(run_id: str, record: ToolRecord, tool: Tool, attempts: int) -> CompensationEntry | RecoverResult:
     """Ask ``recover`` whether an interrupted or failed call took effect: its answer, or the entry it decides."""
     assert tool.recover is not None
-    opts = CallOptions(execute_key(record.origin_run_id, record.mode, record.tool_name,  # type: ignore[arg-type]
-                                   record.tool_call_id, record.input), record.tool_call_id, run_id)
+    opts = CallOptions(
+        execute_key(
+            record.origin_run_id,
+            record.mode,
+            record.tool_name,
+            record.tool_call_id,
+            record.input,
+        ),
+        record.tool_call_id,
+        run_id,
+    )
     try:
         answer = call_hook(tool.recover, record.input, opts)
     except Exception as exc:
-        return entry_for(record, CompensationStatus.UNCERTAIN, f"recover raised {type(exc).__name__}: {exc}", attempts)
+        return entry_for(
+            record, CompensationStatus.UNCERTAIN, f"recover raised {type(exc).__name__}: {exc}", attempts
+        )
     if not isinstance(answer, RecoverResult):
-        return entry_for(record, CompensationStatus.UNCERTAIN,
-                         f"recover answered {type(answer).__name__}, not a RecoverResult", attempts)
+        return entry_for(
+            record,
+            CompensationStatus.UNCERTAIN,
+            f"recover answered {type(answer).__name__}, not a RecoverResult",
+            attempts,
+        )
     if not answer.done:
         return entry_for(record, CompensationStatus.SKIPPED_NOT_EXECUTED, attempts=attempts)
     return answer
 
 
-def _run_hook(journal: Journal, run_id: str, record: ToolRecord, tool: Tool, output: object, key: str,
-              owner: str, ttl: float, lock: StepLock | None, attempts: int) -> CompensationEntry:
+def _run_hook(
+    journal: Journal,
+    run_id: str,
+    record: ToolRecord,
+    tool: Tool,
+    output: object,
+    key: str,
+    owner: str,
+    ttl: float,
+    lock: StepLock | None,
+    attempts: int,
+) -> CompensationEntry:
     assert tool.compensate is not None
 
     def renew() -> bool:
@@ -179,8 +240,12 @@ def _run_hook(journal: Journal, run_id: str, record: ToolRecord, tool: Tool, out
     if not journal.finish_claim(record.origin_run_id, record.suffix, owner, ClaimStatus.COMPENSATED):
         # Our lease lapsed and another unwinder took the step: its outcome stands, ours is not written.
         faults.point("after_outcome", key)
-        return entry_for(record, CompensationStatus.COMPENSATED,
-                         "lease expired before the outcome was written; another unwinder owns the step", attempts)
+        return entry_for(
+            record,
+            CompensationStatus.COMPENSATED,
+            "lease expired before the outcome was written; another unwinder owns the step",
+            attempts,
+        )
     faults.point("after_outcome", key)
     return entry_for(record, CompensationStatus.COMPENSATED, attempts=attempts)
 
@@ -195,17 +260,28 @@ def finish_unwind(journal: Journal, report: CompensationReport) -> None:
     run = journal.get_run(report.run_id)
     if run is not None and run.unwind_state is UnwindState.ATTENTION:
         return
-    pending = [e for e in report.entries if e.status not in (CompensationStatus.COMPENSATED,
-                                                              CompensationStatus.ALREADY_COMPENSATED)]
+    pending = [
+        e
+        for e in report.entries
+        if e.status not in (CompensationStatus.COMPENSATED, CompensationStatus.ALREADY_COMPENSATED)
+    ]
     note = ", ".join(f"{e.suffix}: {e.status.value}" for e in pending[:5])
     # Due now: the sweeper applies its own backoff when it re-drives a run.
-    next_at = journal.now() if run is None or run.unwind_next_at is None else max(run.unwind_next_at,
-                                                                                   journal.now())
+    next_at = (
+        journal.now() if run is None or run.unwind_next_at is None else max(run.unwind_next_at, journal.now())
+    )
     journal.set_unwind_state(report.run_id, UnwindState.INCOMPLETE, note=note, next_at=next_at)
 
 
-def compensate_run(run_id: str, *, journal: Journal, tools: Mapping[str, Tool] | None = None, dry_run: bool = False,
-                   claim_ttl: float | None = None, lock: StepLock | None = None) -> CompensationReport:
+def compensate_run(
+    run_id: str,
+    *,
+    journal: Journal,
+    tools: Mapping[str, Tool] | None = None,
+    dry_run: bool = False,
+    claim_ttl: float | None = None,
+    lock: StepLock | None = None,
+) -> CompensationReport:
     """Condemn the run, then undo its steps in reverse execution order; one entry per step."""
     check_run_id(run_id)
     checked = check_tools(tools)
@@ -216,8 +292,16 @@ def compensate_run(run_id: str, *, journal: Journal, tools: Mapping[str, Tool] |
     return report
 
 
-def unwind(journal: Journal, run_id: str, worklist: Sequence[ToolRecord], tools: Mapping[str, Tool], *,
-           dry_run: bool, claim_ttl: float | None = None, lock: StepLock | None = None) -> list[CompensationEntry]:
+def unwind(
+    journal: Journal,
+    run_id: str,
+    worklist: Sequence[ToolRecord],
+    tools: Mapping[str, Tool],
+    *,
+    dry_run: bool,
+    claim_ttl: float | None = None,
+    lock: StepLock | None = None,
+) -> list[CompensationEntry]:
     entries: list[CompensationEntry] = []
     stopped = False
     claims: dict[tuple[str, str], CompensationClaim] = {}
@@ -226,16 +310,21 @@ def unwind(journal: Journal, run_id: str, worklist: Sequence[ToolRecord], tools:
             entries.append(entry_for(record, CompensationStatus.NOT_ATTEMPTED))
             continue
         if i % _CLAIMS_PER_READ == 0:  # one read for the next steps' claims, not one per step
-            claims = journal.get_claims([(r.origin_run_id, r.suffix) for r in worklist[i:i + _CLAIMS_PER_READ]])
-        entry = compensate_step(journal, run_id, record, tools, dry_run=dry_run, claim_ttl=claim_ttl, lock=lock,
-                                claims=claims)
+            claims = journal.get_claims(
+                [(r.origin_run_id, r.suffix) for r in worklist[i : i + _CLAIMS_PER_READ]]
+            )
+        entry = compensate_step(
+            journal, run_id, record, tools, dry_run=dry_run, claim_ttl=claim_ttl, lock=lock, claims=claims
+        )
         stopped = entry.status in HALTING
         entries.append(entry)
     return entries
 
 
-def build_report(journal: Journal, run_id: str, entries: list[CompensationEntry], *,
-                 dry_run: bool) -> CompensationReport:
+def build_report(
+    journal: Journal, run_id: str, entries: list[CompensationEntry], *, dry_run: bool
+) -> CompensationReport:
     run = journal.get_run(run_id)
-    return CompensationReport(run_id=run_id, dry_run=dry_run, condemned=run is not None and run.condemned,
-                              entries=entries)
+    return CompensationReport(
+        run_id=run_id, dry_run=dry_run, condemned=run is not None and run.condemned, entries=entries
+    )

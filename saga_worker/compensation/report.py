@@ -21,10 +21,14 @@ class CompensationStatus(str, Enum):
 
 HALTING = frozenset({CompensationStatus.BUSY, CompensationStatus.FAILED})
 # Steps that need nothing more: an unwind whose entries are all settled is complete.
-SETTLED = frozenset({
-    CompensationStatus.COMPENSATED, CompensationStatus.ALREADY_COMPENSATED,
-    CompensationStatus.SKIPPED_NO_HOOK, CompensationStatus.SKIPPED_NOT_EXECUTED,
-})
+SETTLED = frozenset(
+    {
+        CompensationStatus.COMPENSATED,
+        CompensationStatus.ALREADY_COMPENSATED,
+        CompensationStatus.SKIPPED_NO_HOOK,
+        CompensationStatus.SKIPPED_NOT_EXECUTED,
+    }
+)
 
 
 class CompensationEntry(BaseModel):

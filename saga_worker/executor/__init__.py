@@ -14,6 +14,18 @@ from .sweeper import SweepOutcome, backoff_delay, sweep
 from .unwind import Finalize, Next, Step, finalize_unwind, run_step, start_unwind, step_owner
 
 __all__ = [
-    "Finalize", "Next", "Step", "SweepOutcome", "WorkerContext", "backoff_delay", "current", "finalize_unwind",
-    "load_tools", "reset", "run_step", "start_unwind", "step_owner", "sweep",
+    "Finalize",
+    "Next",
+    "Step",
+    "SweepOutcome",
+    "WorkerContext",
+    "backoff_delay",
+    "current",
+    "finalize_unwind",
+    "load_tools",
+    "reset",
+    "run_step",
+    "start_unwind",
+    "step_owner",
+    "sweep",
 ]

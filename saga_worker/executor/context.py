@@ -34,19 +34,27 @@ def load_tools(spec: str) -> dict[str, Tool]:
         try:
             value = getattr(value, part)
         except AttributeError as exc:
-            raise InvalidInputError(f"SAGA_TOOLS={spec!r}: {module_name!r} has no attribute {attribute!r}") from exc
+            raise InvalidInputError(
+                f"SAGA_TOOLS={spec!r}: {module_name!r} has no attribute {attribute!r}"
+            ) from exc
     if callable(value) and not isinstance(value, Mapping):
         value = value()
     if not isinstance(value, Mapping):
-        raise InvalidInputError(f"SAGA_TOOLS={spec!r} is a {type(value).__name__}, not a mapping of name to Tool")
+        raise InvalidInputError(
+            f"SAGA_TOOLS={spec!r} is a {type(value).__name__}, not a mapping of name to Tool"
+        )
     return check_tools(value)
 
 
 class WorkerContext:
     """One process's journal, tools and lock, each opened on first use."""
 
-    def __init__(self, settings: SagaSettings | None = None, *,
-                 tools_loader: Callable[[str], dict[str, Tool]] = load_tools) -> None:
+    def __init__(
+        self,
+        settings: SagaSettings | None = None,
+        *,
+        tools_loader: Callable[[str], dict[str, Tool]] = load_tools,
+    ) -> None:
         self.settings = settings if settings is not None else get_settings()
         self._tools_loader = tools_loader
         self._lock = threading.Lock()

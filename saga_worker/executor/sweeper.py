@@ -31,8 +31,14 @@ def backoff_delay(attempt: int, *, base: float, cap: float) -> float:
     return float(min(cap, base * 2.0 ** min(attempt, 62)))
 
 
-def sweep(journal: Journal, *, enqueue: Callable[[str], object], settings: SagaSettings | None = None,
-          now: float | None = None, limit: int = 100) -> SweepOutcome:
+def sweep(
+    journal: Journal,
+    *,
+    enqueue: Callable[[str], object],
+    settings: SagaSettings | None = None,
+    now: float | None = None,
+    limit: int = 100,
+) -> SweepOutcome:
     """Re-drive every due run once (``enqueue(run_id)``) or flag it for a person."""
     s = settings if settings is not None else get_settings()
     now = journal.now() if now is None else now
@@ -40,14 +46,19 @@ def sweep(journal: Journal, *, enqueue: Callable[[str], object], settings: SagaS
     for run in journal.runs_to_sweep(now, limit=limit):
         if run.unwind_attempts >= s.sweep_max_attempts:
             why = run.unwind_note or "unwind never completed"
-            journal.set_unwind_state(run.run_id, UnwindState.ATTENTION, next_at=None,
-                                     note=f"gave up after {run.unwind_attempts} re-drives: {why}"[:2000])
+            journal.set_unwind_state(
+                run.run_id,
+                UnwindState.ATTENTION,
+                next_at=None,
+                note=f"gave up after {run.unwind_attempts} re-drives: {why}"[:2000],
+            )
             outcome.flagged.append(run.run_id)
             continue
         delay = backoff_delay(run.unwind_attempts, base=s.sweep_backoff, cap=s.sweep_backoff_max)
         # Book the next look before enqueueing: a lost message just makes the run due again later.
-        journal.set_unwind_state(run.run_id, run.unwind_state, note=run.unwind_note, next_at=now + delay,
-                                 count_attempt=True)
+        journal.set_unwind_state(
+            run.run_id, run.unwind_state, note=run.unwind_note, next_at=now + delay, count_attempt=True
+        )
         enqueue(run.run_id)
         outcome.redriven.append(run.run_id)
     return outcome

@@ -58,8 +58,7 @@ def step_owner(unwind_id: str, suffix: str) -> str:
     return f"unwind:{unwind_id[:60]}:{digest}"
 
 
-def start_unwind(journal: Journal, run_id: str, unwind_id: str, *, dry_run: bool,
-                 claim_ttl: float) -> Next:
+def start_unwind(journal: Journal, run_id: str, unwind_id: str, *, dry_run: bool, claim_ttl: float) -> Next:
     """The coordinator: tombstone first, then the worklist, recorded once per unwind."""
     check_run_id(run_id)
     worklist = begin_unwind(journal, run_id, dry_run=dry_run)
@@ -81,7 +80,9 @@ def _hold_off_sweeper(journal: Journal, run_id: str, unwind_id: str, grace: floa
 
 def _next(info: UnwindInfo, position: int) -> Next:
     if position < len(info.suffixes):
-        return Step(info.run_id, info.unwind_id, info.suffixes[position], info.dry_run, position, len(info.suffixes))
+        return Step(
+            info.run_id, info.unwind_id, info.suffixes[position], info.dry_run, position, len(info.suffixes)
+        )
     return Finalize(info.run_id, info.unwind_id)
 
 
@@ -95,9 +96,17 @@ def _unwind(journal: Journal, run_id: str, unwind_id: str) -> UnwindInfo:
     return info
 
 
-def run_step(journal: Journal, tools: Mapping[str, Tool], run_id: str, unwind_id: str, suffix: str, *,
-             claim_ttl: float, lock: StepLock | None = None,
-             sleep: Callable[[float], None] = time.sleep) -> Next | None:
+def run_step(
+    journal: Journal,
+    tools: Mapping[str, Tool],
+    run_id: str,
+    unwind_id: str,
+    suffix: str,
+    *,
+    claim_ttl: float,
+    lock: StepLock | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Next | None:
     """One step task: apply the engine's rules to one step, store the entry, say what comes next.
 
     Returns None when a live duplicate delivery of this very step holds it: that delivery carries
@@ -118,19 +127,34 @@ def run_step(journal: Journal, tools: Mapping[str, Tool], run_id: str, unwind_id
     return _next(info, position + 1)
 
 
-def _compensate(journal: Journal, tools: Mapping[str, Tool], info: UnwindInfo, suffix: str, *, claim_ttl: float,
-                lock: StepLock | None, sleep: Callable[[float], None]) -> CompensationEntry | None:
+def _compensate(
+    journal: Journal,
+    tools: Mapping[str, Tool],
+    info: UnwindInfo,
+    suffix: str,
+    *,
+    claim_ttl: float,
+    lock: StepLock | None,
+    sleep: Callable[[float], None],
+) -> CompensationEntry | None:
     record = journal.get_record(info.run_id, suffix)
     if record is None:  # records are never deleted: say so honestly rather than crash the worker
         return CompensationEntry(
-            suffix=suffix, tool_call_id="", tool_name="", status=CompensationStatus.UNCERTAIN,
-            error="the step's tool record is missing from the journal", record_status="missing",
-            idempotency_key=compensate_key(info.run_id, suffix), origin_run_id=info.run_id)
+            suffix=suffix,
+            tool_call_id="",
+            tool_name="",
+            status=CompensationStatus.UNCERTAIN,
+            error="the step's tool record is missing from the journal",
+            record_status="missing",
+            idempotency_key=compensate_key(info.run_id, suffix),
+            origin_run_id=info.run_id,
+        )
     owner = step_owner(info.unwind_id, suffix)
     if not info.dry_run and _live_twin(journal, record, owner, claim_ttl, sleep):
         return None
-    entry = compensate_step(journal, info.run_id, record, tools, dry_run=info.dry_run, claim_ttl=claim_ttl,
-                            lock=lock, owner=owner)
+    entry = compensate_step(
+        journal, info.run_id, record, tools, dry_run=info.dry_run, claim_ttl=claim_ttl, lock=lock, owner=owner
+    )
     if entry.status is CompensationStatus.ALREADY_COMPENSATED:
         claim = journal.get_claim(record.origin_run_id, record.suffix)
         if claim is not None and claim.owner == owner:
@@ -140,8 +164,9 @@ def _compensate(journal: Journal, tools: Mapping[str, Tool], info: UnwindInfo, s
     return entry
 
 
-def _live_twin(journal: Journal, record: ToolRecord, owner: str, ttl: float,
-               sleep: Callable[[float], None]) -> bool:
+def _live_twin(
+    journal: Journal, record: ToolRecord, owner: str, ttl: float, sleep: Callable[[float], None]
+) -> bool:
     """Is another delivery of this same step alive and holding it right now?
 
     Our owner token holding a live lease means either our own attempt died mid-hook (a redelivery:
@@ -190,9 +215,13 @@ def finalize_unwind(journal: Journal, run_id: str, unwind_id: str) -> Compensati
 def _not_attempted(journal: Journal, run_id: str, suffix: str) -> CompensationEntry:
     record = journal.get_record(run_id, suffix)
     if record is None:
-        return CompensationEntry(suffix=suffix, tool_call_id="", tool_name="", status=CompensationStatus.NOT_ATTEMPTED,
-                                 record_status="missing", idempotency_key=compensate_key(run_id, suffix),
-                                 origin_run_id=run_id)
+        return CompensationEntry(
+            suffix=suffix,
+            tool_call_id="",
+            tool_name="",
+            status=CompensationStatus.NOT_ATTEMPTED,
+            record_status="missing",
+            idempotency_key=compensate_key(run_id, suffix),
+            origin_run_id=run_id,
+        )
     return entry_for(record, CompensationStatus.NOT_ATTEMPTED)
-
-

@@ -39,6 +39,14 @@ def open_journal(url: str, *, migrate: bool | None = None) -> Journal:
 
 
 __all__ = [
-    "ClaimStatus", "CompensationClaim", "Journal", "MemoryJournal", "RecordStatus", "RunInfo", "RunStatus",
-    "ToolRecord", "UnwindState", "open_journal",
+    "ClaimStatus",
+    "CompensationClaim",
+    "Journal",
+    "MemoryJournal",
+    "RecordStatus",
+    "RunInfo",
+    "RunStatus",
+    "ToolRecord",
+    "UnwindState",
+    "open_journal",
 ]

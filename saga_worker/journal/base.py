@@ -80,17 +80,22 @@ class Journal(abc.ABC):
         raises CompensatedRunError (writing nothing) if the run is condemned."""
 
     @abc.abstractmethod
-    def reclaim_record(self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool) -> ToolRecord | None:
+    def reclaim_record(
+        self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool
+    ) -> ToolRecord | None:
         """Compare-and-set ``expected`` (failed or running) → ``running`` with attempts + 1, for a
         re-execution. None if the record moved on. Gated as ``claim_record``."""
 
     @abc.abstractmethod
-    def complete_record(self, run_id: str, suffix: str, status: RecordStatus, *, output: Any = None,
-                        error: str | None = None) -> ToolRecord | None:
+    def complete_record(
+        self, run_id: str, suffix: str, status: RecordStatus, *, output: Any = None, error: str | None = None
+    ) -> ToolRecord | None:
         """Compare-and-set ``running`` → succeeded/failed. None if the record was not running."""
 
     @abc.abstractmethod
-    def resolve_record(self, run_id: str, suffix: str, expected: RecordStatus, output: Any) -> ToolRecord | None:
+    def resolve_record(
+        self, run_id: str, suffix: str, expected: RecordStatus, output: Any
+    ) -> ToolRecord | None:
         """Compare-and-set ``expected`` → succeeded with ``output``, when ``recover`` says it happened."""
 
     @abc.abstractmethod
@@ -105,12 +110,22 @@ class Journal(abc.ABC):
     def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None: ...
 
     @abc.abstractmethod
-    def get_claims(self, origin_and_suffixes: Sequence[tuple[str, str]]) -> dict[tuple[str, str], CompensationClaim]:
+    def get_claims(
+        self, origin_and_suffixes: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], CompensationClaim]:
         """Claims for many steps in one read."""
 
     @abc.abstractmethod
-    def claim_compensation(self, origin_run_id: str, suffix: str, *, via_run_id: str, owner: str, ttl: float,
-                           idempotency_key: str) -> ClaimAttempt:
+    def claim_compensation(
+        self,
+        origin_run_id: str,
+        suffix: str,
+        *,
+        via_run_id: str,
+        owner: str,
+        ttl: float,
+        idempotency_key: str,
+    ) -> ClaimAttempt:
         """Compare-and-set: take the step if nobody has, its last attempt failed, or its lease expired."""
 
     @abc.abstractmethod
@@ -118,14 +133,22 @@ class Journal(abc.ABC):
         """Extend the lease while the hook runs; False once another owner has it."""
 
     @abc.abstractmethod
-    def finish_claim(self, origin_run_id: str, suffix: str, owner: str, status: ClaimStatus,
-                     error: str | None = None) -> bool:
+    def finish_claim(
+        self, origin_run_id: str, suffix: str, owner: str, status: ClaimStatus, error: str | None = None
+    ) -> bool:
         """Write the outcome only while still the owner: a holder that lost its lease writes nothing."""
 
     # -- unwind bookkeeping (for the sweeper) -------------------------------------------------------
     @abc.abstractmethod
-    def set_unwind_state(self, run_id: str, state: UnwindState, *, note: str | None = None,
-                         next_at: float | None = None, count_attempt: bool = False) -> None: ...
+    def set_unwind_state(
+        self,
+        run_id: str,
+        state: UnwindState,
+        *,
+        note: str | None = None,
+        next_at: float | None = None,
+        count_attempt: bool = False,
+    ) -> None: ...
 
     @abc.abstractmethod
     def runs_to_sweep(self, now: float, *, limit: int = 100) -> list[RunInfo]:
@@ -133,7 +156,9 @@ class Journal(abc.ABC):
 
     # -- distributed unwinds (the Celery executor's bookkeeping, saga_worker.executor) ---------------
     # Not abstract, so a journal without them still serves the in-process engine.
-    def record_unwind(self, unwind_id: str, run_id: str, *, dry_run: bool, suffixes: Sequence[str]) -> UnwindInfo:
+    def record_unwind(
+        self, unwind_id: str, run_id: str, *, dry_run: bool, suffixes: Sequence[str]
+    ) -> UnwindInfo:
         """Insert the unwind if absent; return the stored one (a redelivered coordinator keeps the first)."""
         raise NotImplementedError(f"{type(self).__name__} does not keep distributed unwinds")
 

@@ -90,8 +90,13 @@ class MemoryJournal(Journal):
             if run is None:
                 run = RunInfo(run_id, RunStatus.UNKNOWN, "", "", None, None, now, now)
             if run.condemned_at is None:
-                run = replace(run, condemned_at=now, updated_at=now, unwind_state=UnwindState.PENDING,
-                              unwind_next_at=now)
+                run = replace(
+                    run,
+                    condemned_at=now,
+                    updated_at=now,
+                    unwind_state=UnwindState.PENDING,
+                    unwind_next_at=now,
+                )
                 self._runs[run_id] = run
             assert run.condemned_at is not None
             return run.condemned_at
@@ -138,8 +143,23 @@ class MemoryJournal(Journal):
                 return None
             self._seq += 1
             now = self.now()
-            record = ToolRecord(run_id, new.suffix, self._seq, new.step, new.tool_call_id, new.tool_name, new.mode,
-                                _copy(new.input), RecordStatus.RUNNING, None, None, 1, new.origin_run_id, now, now)
+            record = ToolRecord(
+                run_id,
+                new.suffix,
+                self._seq,
+                new.step,
+                new.tool_call_id,
+                new.tool_name,
+                new.mode,
+                _copy(new.input),
+                RecordStatus.RUNNING,
+                None,
+                None,
+                1,
+                new.origin_run_id,
+                now,
+                now,
+            )
             self._records[(run_id, new.suffix)] = record
             return _out(record)
 
@@ -151,22 +171,32 @@ class MemoryJournal(Journal):
         self._records[(run_id, suffix)] = record
         return _out(record)
 
-    def reclaim_record(self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool) -> ToolRecord | None:
+    def reclaim_record(
+        self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool
+    ) -> ToolRecord | None:
         with self._lock:
             self._gate(run_id, gated)
             current = self._records.get((run_id, suffix))
             attempts = current.attempts + 1 if current else 1
-            return self._cas(run_id, suffix, expected, status=RecordStatus.RUNNING, attempts=attempts, error=None)
+            return self._cas(
+                run_id, suffix, expected, status=RecordStatus.RUNNING, attempts=attempts, error=None
+            )
 
-    def complete_record(self, run_id: str, suffix: str, status: RecordStatus, *, output: Any = None,
-                        error: str | None = None) -> ToolRecord | None:
+    def complete_record(
+        self, run_id: str, suffix: str, status: RecordStatus, *, output: Any = None, error: str | None = None
+    ) -> ToolRecord | None:
         with self._lock:
-            return self._cas(run_id, suffix, RecordStatus.RUNNING, status=status, output=_copy(output), error=error)
+            return self._cas(
+                run_id, suffix, RecordStatus.RUNNING, status=status, output=_copy(output), error=error
+            )
 
-    def resolve_record(self, run_id: str, suffix: str, expected: RecordStatus, output: Any) -> ToolRecord | None:
+    def resolve_record(
+        self, run_id: str, suffix: str, expected: RecordStatus, output: Any
+    ) -> ToolRecord | None:
         with self._lock:
-            return self._cas(run_id, suffix, expected, status=RecordStatus.SUCCEEDED, output=_copy(output),
-                             error=None)
+            return self._cas(
+                run_id, suffix, expected, status=RecordStatus.SUCCEEDED, output=_copy(output), error=None
+            )
 
     def fork(self, source_run_id: str, step: int, new_run_id: str) -> None:
         with self._lock:
@@ -181,41 +211,83 @@ class MemoryJournal(Journal):
                     raise CompensatedRunError(new_run_id)
                 raise RunExistsError(new_run_id)
             now = self.now()
-            self._runs[new_run_id] = RunInfo(new_run_id, RunStatus.RUNNING, source.prompt, "", None, None, now, now,
-                                             source_run_id=source_run_id)
+            self._runs[new_run_id] = RunInfo(
+                new_run_id,
+                RunStatus.RUNNING,
+                source.prompt,
+                "",
+                None,
+                None,
+                now,
+                now,
+                source_run_id=source_run_id,
+            )
             self._decisions[new_run_id] = [_copy(p) for p in self._decisions.get(source_run_id, [])[:step]]
             for record in self.list_records(source_run_id):
                 if record.step <= step:
                     self._seq += 1
-                    self._records[(new_run_id, record.suffix)] = replace(record, run_id=new_run_id, seq=self._seq)
+                    self._records[(new_run_id, record.suffix)] = replace(
+                        record, run_id=new_run_id, seq=self._seq
+                    )
 
     # -- compensation claims ----------------------------------------------------------------------
     def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None:
         with self._lock:
             return self._claims.get((origin_run_id, suffix))
 
-    def get_claims(self, origin_and_suffixes: Sequence[tuple[str, str]]) -> dict[tuple[str, str], CompensationClaim]:
+    def get_claims(
+        self, origin_and_suffixes: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], CompensationClaim]:
         with self._lock:
             return {k: self._claims[k] for k in origin_and_suffixes if k in self._claims}
 
-    def claim_compensation(self, origin_run_id: str, suffix: str, *, via_run_id: str, owner: str, ttl: float,
-                           idempotency_key: str) -> ClaimAttempt:
+    def claim_compensation(
+        self,
+        origin_run_id: str,
+        suffix: str,
+        *,
+        via_run_id: str,
+        owner: str,
+        ttl: float,
+        idempotency_key: str,
+    ) -> ClaimAttempt:
         with self._lock:
             now = self.now()
             key = (origin_run_id, suffix)
             current = self._claims.get(key)
             if current is None:
-                claim = CompensationClaim(origin_run_id, suffix, ClaimStatus.CLAIMED, owner, now + ttl, 1,
-                                          idempotency_key, via_run_id, None, now, None)
+                claim = CompensationClaim(
+                    origin_run_id,
+                    suffix,
+                    ClaimStatus.CLAIMED,
+                    owner,
+                    now + ttl,
+                    1,
+                    idempotency_key,
+                    via_run_id,
+                    None,
+                    now,
+                    None,
+                )
                 self._claims[key] = claim
                 return ClaimAttempt(True, claim)
             takeable = current.status is ClaimStatus.FAILED or (
-                current.status is ClaimStatus.CLAIMED and (current.lease_expires_at < now or current.owner == owner))
+                current.status is ClaimStatus.CLAIMED
+                and (current.lease_expires_at < now or current.owner == owner)
+            )
             if not takeable:
                 return ClaimAttempt(False, current)
-            claim = replace(current, status=ClaimStatus.CLAIMED, owner=owner, lease_expires_at=now + ttl,
-                            attempts=current.attempts + 1, via_run_id=via_run_id, error=None, started_at=now,
-                            finished_at=None)
+            claim = replace(
+                current,
+                status=ClaimStatus.CLAIMED,
+                owner=owner,
+                lease_expires_at=now + ttl,
+                attempts=current.attempts + 1,
+                via_run_id=via_run_id,
+                error=None,
+                started_at=now,
+                finished_at=None,
+            )
             self._claims[key] = claim
             return ClaimAttempt(True, claim)
 
@@ -227,36 +299,56 @@ class MemoryJournal(Journal):
             self._claims[(origin_run_id, suffix)] = replace(current, lease_expires_at=self.now() + ttl)
             return True
 
-    def finish_claim(self, origin_run_id: str, suffix: str, owner: str, status: ClaimStatus,
-                     error: str | None = None) -> bool:
+    def finish_claim(
+        self, origin_run_id: str, suffix: str, owner: str, status: ClaimStatus, error: str | None = None
+    ) -> bool:
         with self._lock:
             current = self._claims.get((origin_run_id, suffix))
             if current is None or current.owner != owner or current.status is not ClaimStatus.CLAIMED:
                 return False
-            self._claims[(origin_run_id, suffix)] = replace(current, status=status, error=error,
-                                                            finished_at=self.now())
+            self._claims[(origin_run_id, suffix)] = replace(
+                current, status=status, error=error, finished_at=self.now()
+            )
             return True
 
     # -- unwind bookkeeping -----------------------------------------------------------------------
-    def set_unwind_state(self, run_id: str, state: UnwindState, *, note: str | None = None,
-                         next_at: float | None = None, count_attempt: bool = False) -> None:
+    def set_unwind_state(
+        self,
+        run_id: str,
+        state: UnwindState,
+        *,
+        note: str | None = None,
+        next_at: float | None = None,
+        count_attempt: bool = False,
+    ) -> None:
         with self._lock:
             run = self._runs.get(run_id)
             if run is None:
                 return
-            self._runs[run_id] = replace(run, unwind_state=state, unwind_note=note, unwind_next_at=next_at,
-                                         unwind_attempts=run.unwind_attempts + (1 if count_attempt else 0),
-                                         updated_at=self.now())
+            self._runs[run_id] = replace(
+                run,
+                unwind_state=state,
+                unwind_note=note,
+                unwind_next_at=next_at,
+                unwind_attempts=run.unwind_attempts + (1 if count_attempt else 0),
+                updated_at=self.now(),
+            )
 
     def runs_to_sweep(self, now: float, *, limit: int = 100) -> list[RunInfo]:
         with self._lock:
-            due = [r for r in self._runs.values() if r.condemned
-                   and r.unwind_state in (UnwindState.PENDING, UnwindState.INCOMPLETE)
-                   and (r.unwind_next_at or 0.0) <= now]
+            due = [
+                r
+                for r in self._runs.values()
+                if r.condemned
+                and r.unwind_state in (UnwindState.PENDING, UnwindState.INCOMPLETE)
+                and (r.unwind_next_at or 0.0) <= now
+            ]
         return sorted(due, key=lambda r: r.unwind_next_at or 0.0)[:limit]
 
     # -- distributed unwinds ----------------------------------------------------------------------
-    def record_unwind(self, unwind_id: str, run_id: str, *, dry_run: bool, suffixes: Sequence[str]) -> UnwindInfo:
+    def record_unwind(
+        self, unwind_id: str, run_id: str, *, dry_run: bool, suffixes: Sequence[str]
+    ) -> UnwindInfo:
         with self._lock:
             stored = self._unwinds.get(unwind_id)
             if stored is None:

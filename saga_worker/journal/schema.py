@@ -8,7 +8,8 @@ import sqlalchemy as sa
 metadata = sa.MetaData()
 
 runs = sa.Table(
-    "saga_runs", metadata,
+    "saga_runs",
+    metadata,
     sa.Column("run_id", sa.String(200), primary_key=True),
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("prompt", sa.Text, nullable=False, server_default=""),
@@ -30,7 +31,8 @@ sa.Index("ix_saga_runs_updated", runs.c.updated_at)
 sa.Index("ix_saga_runs_unwind_due", runs.c.unwind_state, runs.c.unwind_next_at)
 
 decisions = sa.Table(
-    "saga_decisions", metadata,
+    "saga_decisions",
+    metadata,
     sa.Column("run_id", sa.String(200), primary_key=True),
     sa.Column("step", sa.Integer, primary_key=True),
     sa.Column("payload", sa.Text, nullable=False),
@@ -38,7 +40,8 @@ decisions = sa.Table(
 )
 
 records = sa.Table(
-    "saga_tool_records", metadata,
+    "saga_tool_records",
+    metadata,
     sa.Column("run_id", sa.String(200), primary_key=True),
     sa.Column("suffix", sa.String(300), primary_key=True),
     sa.Column("seq", sa.BigInteger, nullable=False),
@@ -58,7 +61,8 @@ records = sa.Table(
 sa.Index("ix_saga_tool_records_order", records.c.run_id, records.c.seq)
 
 claims = sa.Table(
-    "saga_compensations", metadata,
+    "saga_compensations",
+    metadata,
     sa.Column("origin_run_id", sa.String(200), primary_key=True),
     sa.Column("suffix", sa.String(300), primary_key=True),
     sa.Column("status", sa.String(16), nullable=False),
@@ -76,7 +80,8 @@ claims = sa.Table(
 # fixed when it began) and one per step outcome, keyed by position: a redelivered step task finds
 # its outcome already written and goes straight on to the next step.
 unwinds = sa.Table(
-    "saga_unwinds", metadata,
+    "saga_unwinds",
+    metadata,
     sa.Column("unwind_id", sa.String(200), primary_key=True),
     sa.Column("run_id", sa.String(200), nullable=False),
     sa.Column("dry_run", sa.Boolean, nullable=False),
@@ -86,7 +91,8 @@ unwinds = sa.Table(
 sa.Index("ix_saga_unwinds_run", unwinds.c.run_id)
 
 unwind_entries = sa.Table(
-    "saga_unwind_entries", metadata,
+    "saga_unwind_entries",
+    metadata,
     sa.Column("unwind_id", sa.String(200), primary_key=True),
     sa.Column("position", sa.Integer, primary_key=True),
     sa.Column("entry", sa.Text, nullable=False),

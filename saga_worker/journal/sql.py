@@ -66,7 +66,9 @@ def _enum(kind: Any, value: str, run_id: str, what: str) -> Any:
 class SqlJournal(Journal):
     """A journal in a SQL database. Every process that opens the same URL sees the same journal."""
 
-    def __init__(self, url: str, *, migrate_schema: bool | None = None, engine: sa.Engine | None = None) -> None:
+    def __init__(
+        self, url: str, *, migrate_schema: bool | None = None, engine: sa.Engine | None = None
+    ) -> None:
         self.url = url
         self.engine = engine if engine is not None else _create_engine(url)
         self.dialect = self.engine.dialect.name
@@ -79,7 +81,9 @@ class SqlJournal(Journal):
                 if not migrate_schema:
                     raise JournalError(
                         f"journal at {_safe(url)} has schema revision {current or 'none'}, expected "
-                        f"{migrate.head_revision()}: run `saga-worker db upgrade`", url=_safe(url))
+                        f"{migrate.head_revision()}: run `saga-worker db upgrade`",
+                        url=_safe(url),
+                    )
                 migrate.upgrade(self.engine)
         except sa.exc.OperationalError as exc:
             self.engine.dispose()
@@ -138,11 +142,19 @@ class SqlJournal(Journal):
     def _run(row: sa.Row[Any]) -> RunInfo:
         m = row._mapping
         return RunInfo(
-            run_id=m["run_id"], status=_enum(RunStatus, m["status"], m["run_id"], "run status"),
-            prompt=m["prompt"], text=m["text"], error=m["error"], condemned_at=m["condemned_at"],
-            created_at=m["created_at"], updated_at=m["updated_at"], source_run_id=m["source_run_id"],
+            run_id=m["run_id"],
+            status=_enum(RunStatus, m["status"], m["run_id"], "run status"),
+            prompt=m["prompt"],
+            text=m["text"],
+            error=m["error"],
+            condemned_at=m["condemned_at"],
+            created_at=m["created_at"],
+            updated_at=m["updated_at"],
+            source_run_id=m["source_run_id"],
             unwind_state=_enum(UnwindState, m["unwind_state"], m["run_id"], "unwind state"),
-            unwind_attempts=m["unwind_attempts"], unwind_next_at=m["unwind_next_at"], unwind_note=m["unwind_note"],
+            unwind_attempts=m["unwind_attempts"],
+            unwind_next_at=m["unwind_next_at"],
+            unwind_note=m["unwind_note"],
         )
 
     @staticmethod
@@ -150,31 +162,57 @@ class SqlJournal(Journal):
         m = row._mapping
         rid, what = m["run_id"], f"{m['suffix']!r}"
         return ToolRecord(
-            run_id=rid, suffix=m["suffix"], seq=m["seq"], step=m["step"], tool_call_id=m["tool_call_id"],
-            tool_name=m["tool_name"], mode=m["mode"], input=_load(m["input"], rid, what + " input"),
-            status=_enum(RecordStatus, m["status"], rid, what), output=_load(m["output"], rid, what + " output"),
-            error=m["error"], attempts=m["attempts"], origin_run_id=m["origin_run_id"],
-            created_at=m["created_at"], updated_at=m["updated_at"],
+            run_id=rid,
+            suffix=m["suffix"],
+            seq=m["seq"],
+            step=m["step"],
+            tool_call_id=m["tool_call_id"],
+            tool_name=m["tool_name"],
+            mode=m["mode"],
+            input=_load(m["input"], rid, what + " input"),
+            status=_enum(RecordStatus, m["status"], rid, what),
+            output=_load(m["output"], rid, what + " output"),
+            error=m["error"],
+            attempts=m["attempts"],
+            origin_run_id=m["origin_run_id"],
+            created_at=m["created_at"],
+            updated_at=m["updated_at"],
         )
 
     @staticmethod
     def _claim(row: sa.Row[Any]) -> CompensationClaim:
         m = row._mapping
         return CompensationClaim(
-            origin_run_id=m["origin_run_id"], suffix=m["suffix"],
+            origin_run_id=m["origin_run_id"],
+            suffix=m["suffix"],
             status=_enum(ClaimStatus, m["status"], m["origin_run_id"], f"compensation {m['suffix']!r}"),
-            owner=m["owner"], lease_expires_at=m["lease_expires_at"], attempts=m["attempts"],
-            idempotency_key=m["idempotency_key"], via_run_id=m["via_run_id"], error=m["error"],
-            started_at=m["started_at"], finished_at=m["finished_at"],
+            owner=m["owner"],
+            lease_expires_at=m["lease_expires_at"],
+            attempts=m["attempts"],
+            idempotency_key=m["idempotency_key"],
+            via_run_id=m["via_run_id"],
+            error=m["error"],
+            started_at=m["started_at"],
+            finished_at=m["finished_at"],
         )
 
     # -- runs -------------------------------------------------------------------------------------
     def start_run(self, run_id: str, prompt: str) -> tuple[RunInfo, bool]:
         now = time.time()
         with self._tx() as conn:
-            ins = self._insert(runs).values(
-                run_id=run_id, status=RunStatus.RUNNING.value, prompt=prompt, text="", created_at=now, updated_at=now,
-            ).on_conflict_do_nothing(index_elements=["run_id"]).returning(*runs.c)
+            ins = (
+                self._insert(runs)
+                .values(
+                    run_id=run_id,
+                    status=RunStatus.RUNNING.value,
+                    prompt=prompt,
+                    text="",
+                    created_at=now,
+                    updated_at=now,
+                )
+                .on_conflict_do_nothing(index_elements=["run_id"])
+                .returning(*runs.c)
+            )
             row = conn.execute(ins).first()
             if row is not None:
                 return self._run(row), True
@@ -197,8 +235,11 @@ class SqlJournal(Journal):
 
     def end_run(self, run_id: str, status: RunStatus, text: str, error: str | None) -> RunInfo:
         with self._tx() as conn:
-            conn.execute(sa.update(runs).where(runs.c.run_id == run_id, runs.c.status == RunStatus.RUNNING.value)
-                         .values(status=status.value, text=text, error=error, updated_at=time.time()))
+            conn.execute(
+                sa.update(runs)
+                .where(runs.c.run_id == run_id, runs.c.status == RunStatus.RUNNING.value)
+                .values(status=status.value, text=text, error=error, updated_at=time.time())
+            )
             row = conn.execute(sa.select(runs).where(runs.c.run_id == run_id)).first()
         if row is None:
             raise UnknownRunError(run_id)
@@ -211,43 +252,76 @@ class SqlJournal(Journal):
             # the INSERT a no-op once it commits; the next UPDATE (a fresh snapshot) sees it and stamps it.
             for _ in range(3):
                 stamped = conn.execute(
-                    sa.update(runs).where(runs.c.run_id == run_id, runs.c.condemned_at.is_(None))
-                    .values(condemned_at=now, updated_at=now, unwind_state=UnwindState.PENDING.value,
-                            unwind_next_at=now)
-                    .returning(runs.c.condemned_at)).scalar()
+                    sa.update(runs)
+                    .where(runs.c.run_id == run_id, runs.c.condemned_at.is_(None))
+                    .values(
+                        condemned_at=now,
+                        updated_at=now,
+                        unwind_state=UnwindState.PENDING.value,
+                        unwind_next_at=now,
+                    )
+                    .returning(runs.c.condemned_at)
+                ).scalar()
                 if stamped is not None:
                     return float(stamped)
-                made = conn.execute(self._insert(runs).values(
-                    run_id=run_id, status=RunStatus.UNKNOWN.value, prompt="", text="", condemned_at=now,
-                    unwind_state=UnwindState.PENDING.value, unwind_next_at=now, created_at=now, updated_at=now,
-                ).on_conflict_do_nothing(index_elements=["run_id"]).returning(runs.c.condemned_at)).scalar()
+                made = conn.execute(
+                    self._insert(runs)
+                    .values(
+                        run_id=run_id,
+                        status=RunStatus.UNKNOWN.value,
+                        prompt="",
+                        text="",
+                        condemned_at=now,
+                        unwind_state=UnwindState.PENDING.value,
+                        unwind_next_at=now,
+                        created_at=now,
+                        updated_at=now,
+                    )
+                    .on_conflict_do_nothing(index_elements=["run_id"])
+                    .returning(runs.c.condemned_at)
+                ).scalar()
                 if made is not None:
                     return float(made)
                 kept = conn.execute(sa.select(runs.c.condemned_at).where(runs.c.run_id == run_id)).scalar()
                 if kept is not None:
                     return float(kept)
-        raise JournalError(f"run {run_id!r}: could not write its tombstone (its row kept changing)", run_id=run_id)
+        raise JournalError(
+            f"run {run_id!r}: could not write its tombstone (its row kept changing)", run_id=run_id
+        )
 
     # -- decisions --------------------------------------------------------------------------------
     def record_decision(self, run_id: str, step: int, payload: Any) -> Any:
         with self._tx() as conn:
-            conn.execute(self._insert(decisions).values(
-                run_id=run_id, step=step, payload=_dump(payload), created_at=time.time(),
-            ).on_conflict_do_nothing(index_elements=["run_id", "step"]))
-            stored = conn.execute(sa.select(decisions.c.payload).where(
-                decisions.c.run_id == run_id, decisions.c.step == step)).scalar_one()
+            conn.execute(
+                self._insert(decisions)
+                .values(
+                    run_id=run_id,
+                    step=step,
+                    payload=_dump(payload),
+                    created_at=time.time(),
+                )
+                .on_conflict_do_nothing(index_elements=["run_id", "step"])
+            )
+            stored = conn.execute(
+                sa.select(decisions.c.payload).where(decisions.c.run_id == run_id, decisions.c.step == step)
+            ).scalar_one()
         return _load(stored, run_id, f"decision {step}")
 
     def list_decisions(self, run_id: str) -> list[Any]:
         with self._read() as conn:
-            rows = conn.execute(sa.select(decisions.c.step, decisions.c.payload)
-                                .where(decisions.c.run_id == run_id).order_by(decisions.c.step)).all()
+            rows = conn.execute(
+                sa.select(decisions.c.step, decisions.c.payload)
+                .where(decisions.c.run_id == run_id)
+                .order_by(decisions.c.step)
+            ).all()
         return [_load(payload, run_id, f"decision {step}") for step, payload in rows]
 
     # -- records ----------------------------------------------------------------------------------
     def get_record(self, run_id: str, suffix: str) -> ToolRecord | None:
         with self._read() as conn:
-            row = conn.execute(sa.select(records).where(records.c.run_id == run_id, records.c.suffix == suffix)).first()
+            row = conn.execute(
+                sa.select(records).where(records.c.run_id == run_id, records.c.suffix == suffix)
+            ).first()
         return None if row is None else self._record(row)
 
     def list_records(self, run_id: str, statuses: Sequence[RecordStatus] | None = None) -> list[ToolRecord]:
@@ -278,94 +352,168 @@ class SqlJournal(Journal):
         try:
             with self._tx() as conn:
                 seq = self._gate(conn, run_id, gated)
-                row = conn.execute(self._insert(records).values(
-                    run_id=run_id, suffix=new.suffix, seq=seq, step=new.step, tool_call_id=new.tool_call_id,
-                    tool_name=new.tool_name, mode=new.mode, input=_dump(new.input),
-                    status=RecordStatus.RUNNING.value, attempts=1, origin_run_id=new.origin_run_id,
-                    created_at=now, updated_at=now,
-                ).on_conflict_do_nothing(index_elements=["run_id", "suffix"]).returning(*records.c)).first()
+                row = conn.execute(
+                    self._insert(records)
+                    .values(
+                        run_id=run_id,
+                        suffix=new.suffix,
+                        seq=seq,
+                        step=new.step,
+                        tool_call_id=new.tool_call_id,
+                        tool_name=new.tool_name,
+                        mode=new.mode,
+                        input=_dump(new.input),
+                        status=RecordStatus.RUNNING.value,
+                        attempts=1,
+                        origin_run_id=new.origin_run_id,
+                        created_at=now,
+                        updated_at=now,
+                    )
+                    .on_conflict_do_nothing(index_elements=["run_id", "suffix"])
+                    .returning(*records.c)
+                ).first()
                 if row is None:
                     raise _Conflict
                 return self._record(row)
         except _Conflict:
             return None
 
-    def _cas(self, conn: sa.Connection, run_id: str, suffix: str, expected: RecordStatus,
-             **values: Any) -> ToolRecord | None:
+    def _cas(
+        self, conn: sa.Connection, run_id: str, suffix: str, expected: RecordStatus, **values: Any
+    ) -> ToolRecord | None:
         row = conn.execute(
-            sa.update(records).where(records.c.run_id == run_id, records.c.suffix == suffix,
-                                     records.c.status == expected.value)
-            .values(updated_at=time.time(), **values).returning(*records.c)).first()
+            sa.update(records)
+            .where(records.c.run_id == run_id, records.c.suffix == suffix, records.c.status == expected.value)
+            .values(updated_at=time.time(), **values)
+            .returning(*records.c)
+        ).first()
         return None if row is None else self._record(row)
 
-    def reclaim_record(self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool) -> ToolRecord | None:
+    def reclaim_record(
+        self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool
+    ) -> ToolRecord | None:
         try:
             with self._tx() as conn:
                 self._gate(conn, run_id, gated)
-                record = self._cas(conn, run_id, suffix, expected, status=RecordStatus.RUNNING.value,
-                                   attempts=records.c.attempts + 1, error=None)
+                record = self._cas(
+                    conn,
+                    run_id,
+                    suffix,
+                    expected,
+                    status=RecordStatus.RUNNING.value,
+                    attempts=records.c.attempts + 1,
+                    error=None,
+                )
                 if record is None:
                     raise _Conflict
                 return record
         except _Conflict:
             return None
 
-    def complete_record(self, run_id: str, suffix: str, status: RecordStatus, *, output: Any = None,
-                        error: str | None = None) -> ToolRecord | None:
+    def complete_record(
+        self, run_id: str, suffix: str, status: RecordStatus, *, output: Any = None, error: str | None = None
+    ) -> ToolRecord | None:
         with self._tx() as conn:
-            return self._cas(conn, run_id, suffix, RecordStatus.RUNNING, status=status.value,
-                             output=None if output is None else _dump(output), error=error)
+            return self._cas(
+                conn,
+                run_id,
+                suffix,
+                RecordStatus.RUNNING,
+                status=status.value,
+                output=None if output is None else _dump(output),
+                error=error,
+            )
 
-    def resolve_record(self, run_id: str, suffix: str, expected: RecordStatus, output: Any) -> ToolRecord | None:
+    def resolve_record(
+        self, run_id: str, suffix: str, expected: RecordStatus, output: Any
+    ) -> ToolRecord | None:
         with self._tx() as conn:
-            return self._cas(conn, run_id, suffix, expected, status=RecordStatus.SUCCEEDED.value,
-                             output=None if output is None else _dump(output), error=None)
+            return self._cas(
+                conn,
+                run_id,
+                suffix,
+                expected,
+                status=RecordStatus.SUCCEEDED.value,
+                output=None if output is None else _dump(output),
+                error=None,
+            )
 
     def fork(self, source_run_id: str, step: int, new_run_id: str) -> None:
         now = time.time()
         with self._tx() as conn:
             # Lock the source's row, as a claim does, so a concurrent condemn is ordered against the fork.
-            source = conn.execute(sa.update(runs).where(runs.c.run_id == source_run_id)
-                                  .values(next_seq=runs.c.next_seq).returning(*runs.c)).first()
+            source = conn.execute(
+                sa.update(runs)
+                .where(runs.c.run_id == source_run_id)
+                .values(next_seq=runs.c.next_seq)
+                .returning(*runs.c)
+            ).first()
             if source is None:
                 raise UnknownRunError(source_run_id)
             src = self._run(source)
             if src.condemned:
                 raise CompensatedRunError(source_run_id)
-            created = conn.execute(self._insert(runs).values(
-                run_id=new_run_id, status=RunStatus.RUNNING.value, prompt=src.prompt, text="",
-                next_seq=source._mapping["next_seq"], source_run_id=source_run_id, created_at=now, updated_at=now,
-            ).on_conflict_do_nothing(index_elements=["run_id"]).returning(runs.c.run_id)).first()
+            created = conn.execute(
+                self._insert(runs)
+                .values(
+                    run_id=new_run_id,
+                    status=RunStatus.RUNNING.value,
+                    prompt=src.prompt,
+                    text="",
+                    next_seq=source._mapping["next_seq"],
+                    source_run_id=source_run_id,
+                    created_at=now,
+                    updated_at=now,
+                )
+                .on_conflict_do_nothing(index_elements=["run_id"])
+                .returning(runs.c.run_id)
+            ).first()
             if created is None:
-                target = conn.execute(sa.select(runs.c.condemned_at).where(runs.c.run_id == new_run_id)).first()
+                target = conn.execute(
+                    sa.select(runs.c.condemned_at).where(runs.c.run_id == new_run_id)
+                ).first()
                 if target is not None and target[0] is not None:
                     raise CompensatedRunError(new_run_id)
                 raise RunExistsError(new_run_id)
-            conn.execute(decisions.insert().from_select(
-                ["run_id", "step", "payload", "created_at"],
-                sa.select(sa.literal(new_run_id), decisions.c.step, decisions.c.payload, sa.literal(now))
-                .where(decisions.c.run_id == source_run_id, decisions.c.step <= step)))
+            conn.execute(
+                decisions.insert().from_select(
+                    ["run_id", "step", "payload", "created_at"],
+                    sa.select(
+                        sa.literal(new_run_id), decisions.c.step, decisions.c.payload, sa.literal(now)
+                    ).where(decisions.c.run_id == source_run_id, decisions.c.step <= step),
+                )
+            )
             copied = [c for c in records.c if c.name != "run_id"]
-            conn.execute(records.insert().from_select(
-                ["run_id", *[c.name for c in copied]],
-                sa.select(sa.literal(new_run_id), *copied)
-                .where(records.c.run_id == source_run_id, records.c.step <= step)))
+            conn.execute(
+                records.insert().from_select(
+                    ["run_id", *[c.name for c in copied]],
+                    sa.select(sa.literal(new_run_id), *copied).where(
+                        records.c.run_id == source_run_id, records.c.step <= step
+                    ),
+                )
+            )
 
     # -- compensation claims ----------------------------------------------------------------------
     def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None:
         with self._read() as conn:
-            row = conn.execute(sa.select(claims).where(claims.c.origin_run_id == origin_run_id,
-                                                       claims.c.suffix == suffix)).first()
+            row = conn.execute(
+                sa.select(claims).where(claims.c.origin_run_id == origin_run_id, claims.c.suffix == suffix)
+            ).first()
         return None if row is None else self._claim(row)
 
-    def get_claims(self, origin_and_suffixes: Sequence[tuple[str, str]]) -> dict[tuple[str, str], CompensationClaim]:
+    def get_claims(
+        self, origin_and_suffixes: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], CompensationClaim]:
         if not origin_and_suffixes:
             return {}
         wanted = set(origin_and_suffixes)
         origins = sorted({o for o, _ in wanted})
         with self._read() as conn:
-            rows = conn.execute(sa.select(claims).where(claims.c.origin_run_id.in_(origins),
-                                                        claims.c.suffix.in_(sorted({s for _, s in wanted}))))
+            rows = conn.execute(
+                sa.select(claims).where(
+                    claims.c.origin_run_id.in_(origins), claims.c.suffix.in_(sorted({s for _, s in wanted}))
+                )
+            )
             found = [self._claim(r) for r in rows]
         return {(c.origin_run_id, c.suffix): c for c in found if (c.origin_run_id, c.suffix) in wanted}
 
@@ -381,24 +529,50 @@ class SqlJournal(Journal):
         pk = (claims.c.origin_run_id == b("o"), claims.c.suffix == b("s"))
         mine = (*pk, claims.c.owner == b("holder"), claims.c.status == ClaimStatus.CLAIMED.value)
         # The same owner may take its own claim back: a redelivered task re-drives its dead attempt.
-        takeable = sa.or_(claims.c.status == ClaimStatus.FAILED.value,
-                          sa.and_(claims.c.status == ClaimStatus.CLAIMED.value,
-                                  sa.or_(claims.c.lease_expires_at < now, claims.c.owner == b("holder"))))
+        takeable = sa.or_(
+            claims.c.status == ClaimStatus.FAILED.value,
+            sa.and_(
+                claims.c.status == ClaimStatus.CLAIMED.value,
+                sa.or_(claims.c.lease_expires_at < now, claims.c.owner == b("holder")),
+            ),
+        )
         stmts = {
-            "insert": self._insert(claims).values(
-                origin_run_id=b("o"), suffix=b("s"), status=ClaimStatus.CLAIMED.value, owner=b("holder"),
-                lease_expires_at=now + b("ttl", type_=sa.Double), attempts=1, idempotency_key=b("key"),
-                via_run_id=b("via"), started_at=now,
-            ).on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"]).returning(*claims.c),
-            "take": sa.update(claims).where(*pk, takeable).values(
-                status=ClaimStatus.CLAIMED.value, owner=b("holder"), lease_expires_at=now + b("ttl", type_=sa.Double),
-                attempts=claims.c.attempts + 1, via_run_id=b("via"), error=None, started_at=now, finished_at=None,
-            ).returning(*claims.c),
+            "insert": self._insert(claims)
+            .values(
+                origin_run_id=b("o"),
+                suffix=b("s"),
+                status=ClaimStatus.CLAIMED.value,
+                owner=b("holder"),
+                lease_expires_at=now + b("ttl", type_=sa.Double),
+                attempts=1,
+                idempotency_key=b("key"),
+                via_run_id=b("via"),
+                started_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
+            .returning(*claims.c),
+            "take": sa.update(claims)
+            .where(*pk, takeable)
+            .values(
+                status=ClaimStatus.CLAIMED.value,
+                owner=b("holder"),
+                lease_expires_at=now + b("ttl", type_=sa.Double),
+                attempts=claims.c.attempts + 1,
+                via_run_id=b("via"),
+                error=None,
+                started_at=now,
+                finished_at=None,
+            )
+            .returning(*claims.c),
             "get": sa.select(claims).where(*pk),
-            "renew": sa.update(claims).where(*mine).values(lease_expires_at=now + b("ttl", type_=sa.Double))
+            "renew": sa.update(claims)
+            .where(*mine)
+            .values(lease_expires_at=now + b("ttl", type_=sa.Double))
             .returning(claims.c.owner),
-            "finish": sa.update(claims).where(*mine).values(
-                status=b("new_status"), error=b("error_text"), finished_at=now).returning(claims.c.owner),
+            "finish": sa.update(claims)
+            .where(*mine)
+            .values(status=b("new_status"), error=b("error_text"), finished_at=now)
+            .returning(claims.c.owner),
         }
         self._claim_stmts = stmts
         return stmts
@@ -408,11 +582,20 @@ class SqlJournal(Journal):
             params["now"] = time.time()
         return params
 
-    def claim_compensation(self, origin_run_id: str, suffix: str, *, via_run_id: str, owner: str, ttl: float,
-                           idempotency_key: str) -> ClaimAttempt:
+    def claim_compensation(
+        self,
+        origin_run_id: str,
+        suffix: str,
+        *,
+        via_run_id: str,
+        owner: str,
+        ttl: float,
+        idempotency_key: str,
+    ) -> ClaimAttempt:
         stmts = self._claim_statements()
-        params = self._claim_params(o=origin_run_id, s=suffix, holder=owner, ttl=float(ttl), key=idempotency_key,
-                                    via=via_run_id)
+        params = self._claim_params(
+            o=origin_run_id, s=suffix, holder=owner, ttl=float(ttl), key=idempotency_key, via=via_run_id
+        )
         with self._tx() as conn:
             row = conn.execute(stmts["insert"], params).first()
             if row is not None:
@@ -426,30 +609,56 @@ class SqlJournal(Journal):
     def renew_claim(self, origin_run_id: str, suffix: str, owner: str, ttl: float) -> bool:
         stmt = self._claim_statements()["renew"]
         with self._tx() as conn:
-            row = conn.execute(stmt, self._claim_params(o=origin_run_id, s=suffix, holder=owner, ttl=float(ttl))).first()
+            row = conn.execute(
+                stmt, self._claim_params(o=origin_run_id, s=suffix, holder=owner, ttl=float(ttl))
+            ).first()
         return row is not None
 
-    def finish_claim(self, origin_run_id: str, suffix: str, owner: str, status: ClaimStatus,
-                     error: str | None = None) -> bool:
+    def finish_claim(
+        self, origin_run_id: str, suffix: str, owner: str, status: ClaimStatus, error: str | None = None
+    ) -> bool:
         stmt = self._claim_statements()["finish"]
-        params = self._claim_params(o=origin_run_id, s=suffix, holder=owner, new_status=status.value, error_text=error)
+        params = self._claim_params(
+            o=origin_run_id, s=suffix, holder=owner, new_status=status.value, error_text=error
+        )
         with self._tx() as conn:
             row = conn.execute(stmt, params).first()
         return row is not None
 
     # -- unwind bookkeeping -----------------------------------------------------------------------
-    def set_unwind_state(self, run_id: str, state: UnwindState, *, note: str | None = None,
-                         next_at: float | None = None, count_attempt: bool = False) -> None:
+    def set_unwind_state(
+        self,
+        run_id: str,
+        state: UnwindState,
+        *,
+        note: str | None = None,
+        next_at: float | None = None,
+        count_attempt: bool = False,
+    ) -> None:
         with self._tx() as conn:
-            conn.execute(sa.update(runs).where(runs.c.run_id == run_id).values(
-                unwind_state=state.value, unwind_note=note, unwind_next_at=next_at, updated_at=time.time(),
-                unwind_attempts=runs.c.unwind_attempts + (1 if count_attempt else 0)))
+            conn.execute(
+                sa.update(runs)
+                .where(runs.c.run_id == run_id)
+                .values(
+                    unwind_state=state.value,
+                    unwind_note=note,
+                    unwind_next_at=next_at,
+                    updated_at=time.time(),
+                    unwind_attempts=runs.c.unwind_attempts + (1 if count_attempt else 0),
+                )
+            )
 
     def runs_to_sweep(self, now: float, *, limit: int = 100) -> list[RunInfo]:
-        query = (sa.select(runs).where(
-            runs.c.unwind_state.in_([UnwindState.PENDING.value, UnwindState.INCOMPLETE.value]),
-            runs.c.condemned_at.is_not(None), sa.func.coalesce(runs.c.unwind_next_at, 0.0) <= now,
-        ).order_by(runs.c.unwind_next_at).limit(limit))
+        query = (
+            sa.select(runs)
+            .where(
+                runs.c.unwind_state.in_([UnwindState.PENDING.value, UnwindState.INCOMPLETE.value]),
+                runs.c.condemned_at.is_not(None),
+                sa.func.coalesce(runs.c.unwind_next_at, 0.0) <= now,
+            )
+            .order_by(runs.c.unwind_next_at)
+            .limit(limit)
+        )
         with self._read() as conn:
             return [self._run(r) for r in conn.execute(query)]
 
@@ -458,15 +667,29 @@ class SqlJournal(Journal):
     def _unwind(row: sa.Row[Any]) -> UnwindInfo:
         m = row._mapping
         suffixes = _load(m["suffixes"], m["run_id"], f"unwind {m['unwind_id']!r} worklist")
-        return UnwindInfo(unwind_id=m["unwind_id"], run_id=m["run_id"], dry_run=bool(m["dry_run"]),
-                          suffixes=tuple(suffixes), created_at=m["created_at"])
+        return UnwindInfo(
+            unwind_id=m["unwind_id"],
+            run_id=m["run_id"],
+            dry_run=bool(m["dry_run"]),
+            suffixes=tuple(suffixes),
+            created_at=m["created_at"],
+        )
 
-    def record_unwind(self, unwind_id: str, run_id: str, *, dry_run: bool, suffixes: Sequence[str]) -> UnwindInfo:
+    def record_unwind(
+        self, unwind_id: str, run_id: str, *, dry_run: bool, suffixes: Sequence[str]
+    ) -> UnwindInfo:
         with self._tx() as conn:
-            conn.execute(self._insert(unwinds).values(
-                unwind_id=unwind_id, run_id=run_id, dry_run=bool(dry_run), suffixes=_dump(list(suffixes)),
-                created_at=time.time(),
-            ).on_conflict_do_nothing(index_elements=["unwind_id"]))
+            conn.execute(
+                self._insert(unwinds)
+                .values(
+                    unwind_id=unwind_id,
+                    run_id=run_id,
+                    dry_run=bool(dry_run),
+                    suffixes=_dump(list(suffixes)),
+                    created_at=time.time(),
+                )
+                .on_conflict_do_nothing(index_elements=["unwind_id"])
+            )
             row = conn.execute(sa.select(unwinds).where(unwinds.c.unwind_id == unwind_id)).one()
         return self._unwind(row)
 
@@ -478,17 +701,26 @@ class SqlJournal(Journal):
     def record_unwind_entry(self, unwind_id: str, position: int, entry: dict[str, Any]) -> dict[str, Any]:
         where = (unwind_entries.c.unwind_id == unwind_id, unwind_entries.c.position == position)
         with self._tx() as conn:
-            conn.execute(self._insert(unwind_entries).values(
-                unwind_id=unwind_id, position=position, entry=_dump(entry), created_at=time.time(),
-            ).on_conflict_do_nothing(index_elements=["unwind_id", "position"]))
+            conn.execute(
+                self._insert(unwind_entries)
+                .values(
+                    unwind_id=unwind_id,
+                    position=position,
+                    entry=_dump(entry),
+                    created_at=time.time(),
+                )
+                .on_conflict_do_nothing(index_elements=["unwind_id", "position"])
+            )
             stored = conn.execute(sa.select(unwind_entries.c.entry).where(*where)).scalar_one()
         return _load(stored, unwind_id, f"unwind entry {position}")  # type: ignore[no-any-return]
 
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
         with self._read() as conn:
-            rows = conn.execute(sa.select(unwind_entries.c.position, unwind_entries.c.entry)
-                                .where(unwind_entries.c.unwind_id == unwind_id)
-                                .order_by(unwind_entries.c.position)).all()
+            rows = conn.execute(
+                sa.select(unwind_entries.c.position, unwind_entries.c.entry)
+                .where(unwind_entries.c.unwind_id == unwind_id)
+                .order_by(unwind_entries.c.position)
+            ).all()
         return {int(p): _load(e, unwind_id, f"unwind entry {p}") for p, e in rows}
 
 
@@ -505,7 +737,7 @@ def normalize_url(url: str) -> str:
     """``postgres://`` and ``postgresql://`` mean psycopg 3 here (the driver we install)."""
     for prefix in ("postgres://", "postgresql://"):
         if url.startswith(prefix):
-            return "postgresql+psycopg://" + url[len(prefix):]
+            return "postgresql+psycopg://" + url[len(prefix) :]
     return url
 
 
@@ -516,30 +748,42 @@ def _create_engine(url: str) -> sa.Engine:
         return _sqlite_engine(parsed, _safe(url))
     if backend == "postgresql":
         if parsed.get_driver_name() != "psycopg":
-            raise JournalError(f"PostgreSQL journals use psycopg 3: write the URL as postgresql+psycopg://… "
-                               f"(got {_safe(url)})", url=_safe(url))
+            raise JournalError(
+                f"PostgreSQL journals use psycopg 3: write the URL as postgresql+psycopg://… "
+                f"(got {_safe(url)})",
+                url=_safe(url),
+            )
         try:
             import psycopg  # noqa: F401
         except ImportError as exc:
-            raise JournalError(f"PostgreSQL journal {_safe(url)} needs psycopg 3: pip install "
-                               "'saga-worker[postgres]'", url=_safe(url)) from exc
+            raise JournalError(
+                f"PostgreSQL journal {_safe(url)} needs psycopg 3: pip install 'saga-worker[postgres]'",
+                url=_safe(url),
+            ) from exc
         return sa.create_engine(parsed, pool_pre_ping=True, pool_size=5, max_overflow=10)
-    raise JournalError(f"no journal backend for {_safe(url)}: use memory://, sqlite:///path.db or "
-                       "postgresql+psycopg://…", url=_safe(url))
+    raise JournalError(
+        f"no journal backend for {_safe(url)}: use memory://, sqlite:///path.db or postgresql+psycopg://…",
+        url=_safe(url),
+    )
 
 
 def _sqlite_engine(parsed: sa.URL, url: str) -> sa.Engine:
     database = parsed.database
     if not database or database == ":memory:":
         # An in-memory SQLite database lives and dies with one connection: no other process could share it.
-        raise JournalError(f"SQLite journal {url} is in memory: a SQLite journal needs a file "
-                           "(sqlite:///path.db); use memory:// for an in-process one", url=url)
+        raise JournalError(
+            f"SQLite journal {url} is in memory: a SQLite journal needs a file "
+            "(sqlite:///path.db); use memory:// for an in-process one",
+            url=url,
+        )
     path = Path(database)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise JournalError(f"cannot create the folder of SQLite journal {url}: {exc}", url=url) from exc
-    engine = sa.create_engine(parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False})
+    engine = sa.create_engine(
+        parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False}
+    )
 
     @sa.event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:

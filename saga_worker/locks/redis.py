@@ -44,8 +44,10 @@ class RedisStepLock(StepLock):
     def from_url(cls, url: str, **kwargs: Any) -> RedisStepLock:
         import redis
 
-        return cls(redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5, health_check_interval=30),
-                   **kwargs)
+        return cls(
+            redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5, health_check_interval=30),
+            **kwargs,
+        )
 
     def acquire(self, key: str, owner: str, ttl: float) -> bool:
         return bool(self._acquire(keys=[self.prefix + key], args=[owner, max(1, int(ttl * 1000))]))

@@ -25,12 +25,15 @@ def test_tools_load_from_a_module_attribute_or_a_factory() -> None:
     assert load_tools(f"{__name__}:sample_factory") == SAMPLE
 
 
-@pytest.mark.parametrize("spec, says", [
-    ("saga_worker.demo", "package.module:attribute"),
-    ("no_such_module_xyz:TOOLS", "cannot import"),
-    ("saga_worker.demo:NOPE", "has no attribute"),
-    ("saga_worker.demo:order_planner", "not a mapping"),
-])
+@pytest.mark.parametrize(
+    "spec, says",
+    [
+        ("saga_worker.demo", "package.module:attribute"),
+        ("no_such_module_xyz:TOOLS", "cannot import"),
+        ("saga_worker.demo:NOPE", "has no attribute"),
+        ("saga_worker.demo:order_planner", "not a mapping"),
+    ],
+)
 def test_a_bad_tools_setting_is_named_in_a_clear_error(spec: str, says: str) -> None:
     with pytest.raises(InvalidInputError, match=says):
         load_tools(spec)
@@ -43,7 +46,10 @@ def test_redis_url_selects_redis_step_locks_and_none_means_the_journal_claim_alo
 
 
 def test_every_deployment_acks_late_requeues_lost_work_and_accepts_json_only(tmp_path: Path) -> None:
-    for settings in (SagaSettings(home=tmp_path), SagaSettings(home=tmp_path, broker_url="redis://127.0.0.1:6379/3")):
+    for settings in (
+        SagaSettings(home=tmp_path),
+        SagaSettings(home=tmp_path, broker_url="redis://127.0.0.1:6379/3"),
+    ):
         conf = celery_config(settings)
         assert conf["task_acks_late"] and conf["task_reject_on_worker_lost"]
         assert conf["worker_prefetch_multiplier"] == 1
@@ -52,16 +58,25 @@ def test_every_deployment_acks_late_requeues_lost_work_and_accepts_json_only(tmp
 
 
 def test_redis_broker_redelivers_a_dead_workers_message_after_the_visibility_timeout(tmp_path: Path) -> None:
-    conf = celery_config(SagaSettings(home=tmp_path, broker_url="redis://127.0.0.1:6379/3", visibility_timeout=120,
-                                      redis_url="redis://127.0.0.1:6379/3"))
+    conf = celery_config(
+        SagaSettings(
+            home=tmp_path,
+            broker_url="redis://127.0.0.1:6379/3",
+            visibility_timeout=120,
+            redis_url="redis://127.0.0.1:6379/3",
+        )
+    )
     options = conf["broker_transport_options"]
     assert options["visibility_timeout"] == 120
     assert options["unacked_restore_throttle"] == 1 and options["unacked_restore_interval"] <= 10
-    assert conf["beat_scheduler"] == "config.beat:ResilientRedBeatScheduler"  # one scheduler however many beats run
+    assert (
+        conf["beat_scheduler"] == "config.beat:ResilientRedBeatScheduler"
+    )  # one scheduler however many beats run
 
 
 def test_embedded_default_polls_its_sqlite_broker_every_50_ms_without_passing_it_to_create_engine(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     from kombu.transport.sqlalchemy import Transport
 
     settings = SagaSettings(home=tmp_path / "home")

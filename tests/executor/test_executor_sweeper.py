@@ -47,7 +47,9 @@ def test_sweep_redrives_a_due_incomplete_run_once_and_books_the_next_look_with_b
     assert journal.get_run(run_id).unwind_next_at == pytest.approx(now + 2.0 + 4.0)  # type: ignore[union-attr]
 
 
-def test_sweep_flags_a_run_for_a_person_after_the_retry_budget_and_never_redrives_it_again(run_id: str) -> None:
+def test_sweep_flags_a_run_for_a_person_after_the_retry_budget_and_never_redrives_it_again(
+    run_id: str,
+) -> None:
     journal = MemoryJournal()
     uncertain_run(journal, run_id)
     enqueued: list[str] = []
@@ -72,18 +74,24 @@ def test_sweep_leaves_complete_runs_and_runs_never_condemned_alone(run_id: str) 
     run_durable(run_id + "-live", journal=journal, tools=tools, planner=scripted(ToolCall("t", {})))
     compensate_run(run_id, journal=journal, tools=tools)
     enqueued: list[str] = []
-    assert ex.sweep(journal, enqueue=enqueued.append, settings=SETTINGS, now=journal.now() + 1e6).redriven == []
+    assert (
+        ex.sweep(journal, enqueue=enqueued.append, settings=SETTINGS, now=journal.now() + 1e6).redriven == []
+    )
     assert enqueued == []
 
 
-def test_sweep_redrives_an_unwind_that_began_and_never_finished_once_its_grace_has_passed(run_id: str) -> None:
+def test_sweep_redrives_an_unwind_that_began_and_never_finished_once_its_grace_has_passed(
+    run_id: str,
+) -> None:
     journal = MemoryJournal()
     tools = {"t": Tool(lambda i, o: 1, lambda i, out, o: None)}
     run_durable(run_id, journal=journal, tools=tools, planner=scripted(ToolCall("t", {})))
     ex.start_unwind(journal, run_id, "lost", dry_run=False, claim_ttl=10.0)  # its worker died right after
     enqueued: list[str] = []
     assert ex.sweep(journal, enqueue=enqueued.append, settings=SETTINGS).redriven == []
-    assert ex.sweep(journal, enqueue=enqueued.append, settings=SETTINGS, now=journal.now() + 21.0).redriven == [run_id]
+    assert ex.sweep(
+        journal, enqueue=enqueued.append, settings=SETTINGS, now=journal.now() + 21.0
+    ).redriven == [run_id]
 
 
 def test_redrive_of_a_run_whose_sweep_booked_a_backoff_keeps_that_backoff(run_id: str) -> None:

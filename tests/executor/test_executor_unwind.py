@@ -49,13 +49,19 @@ class Provider:
 
 
 def order(journal: MemoryJournal, provider: Provider, run_id: str) -> None:
-    run_durable(run_id, journal=journal, tools=provider.tools(),
-                planner=scripted(ToolCall("charge", {"a": 1}), ToolCall("reserve", {"b": 2}),
-                                 ToolCall("notify", {"c": 3})))
+    run_durable(
+        run_id,
+        journal=journal,
+        tools=provider.tools(),
+        planner=scripted(
+            ToolCall("charge", {"a": 1}), ToolCall("reserve", {"b": 2}), ToolCall("notify", {"c": 3})
+        ),
+    )
 
 
-def drive(journal: MemoryJournal, tools: dict[str, Tool], run_id: str, unwind_id: str, *,
-          dry_run: bool = False) -> CompensationReport:
+def drive(
+    journal: MemoryJournal, tools: dict[str, Tool], run_id: str, unwind_id: str, *, dry_run: bool = False
+) -> CompensationReport:
     """What the Celery tasks do, one message at a time."""
     nxt = ex.start_unwind(journal, run_id, unwind_id, dry_run=dry_run, claim_ttl=TTL)
     while isinstance(nxt, Step):
@@ -69,7 +75,9 @@ def same_but_run(report: CompensationReport, old: str, new: str) -> dict[str, An
     return json.loads(json.dumps(report.model_dump(mode="json")).replace(old, new))  # type: ignore[no-any-return]
 
 
-def test_chain_of_continuations_reports_exactly_what_the_library_reports_for_an_identical_run(run_id: str) -> None:
+def test_chain_of_continuations_reports_exactly_what_the_library_reports_for_an_identical_run(
+    run_id: str,
+) -> None:
     journal, provider = MemoryJournal(), Provider()
     order(journal, provider, run_id)
     order(journal, provider, run_id + "-twin")
@@ -95,7 +103,9 @@ def test_failing_step_halts_the_chain_and_later_steps_read_not_attempted(run_id:
     provider.fail.add("reserve")
     ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
     assert isinstance(ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL), Step)
-    assert ex.run_step(journal, provider.tools(), run_id, "u", "call-2", claim_ttl=TTL) == Finalize(run_id, "u")
+    assert ex.run_step(journal, provider.tools(), run_id, "u", "call-2", claim_ttl=TTL) == Finalize(
+        run_id, "u"
+    )
     report = ex.finalize_unwind(journal, run_id, "u")
     assert [e.status.value for e in report.entries] == ["compensated", "failed", "not-attempted"]
     assert "refund refused" in (report.entries[1].error or "")
@@ -113,7 +123,8 @@ def test_dry_run_chain_writes_no_tombstone_and_calls_no_hook(run_id: str) -> Non
 
 
 def test_duplicate_delivery_of_a_finished_step_passes_the_continuation_on_without_calling_the_hook(
-        run_id: str) -> None:
+    run_id: str,
+) -> None:
     journal, provider = MemoryJournal(), Provider()
     order(journal, provider, run_id)
     ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
@@ -123,14 +134,17 @@ def test_duplicate_delivery_of_a_finished_step_passes_the_continuation_on_withou
     assert provider.calls == [compensate_key(run_id, "call-3")]
 
 
-def test_redelivered_step_whose_attempt_died_mid_hook_retakes_its_own_claim_with_the_same_key(run_id: str) -> None:
+def test_redelivered_step_whose_attempt_died_mid_hook_retakes_its_own_claim_with_the_same_key(
+    run_id: str,
+) -> None:
     journal, provider = MemoryJournal(), Provider()
     order(journal, provider, run_id)
     ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
     key = compensate_key(run_id, "call-3")
     # The dead attempt: claimed under this step's owner token, lease still live, never renewed again.
-    journal.claim_compensation(run_id, "call-3", via_run_id=run_id, owner=ex.step_owner("u", "call-3"), ttl=TTL,
-                               idempotency_key=key)
+    journal.claim_compensation(
+        run_id, "call-3", via_run_id=run_id, owner=ex.step_owner("u", "call-3"), ttl=TTL, idempotency_key=key
+    )
     naps: list[float] = []
     nxt = ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL, sleep=naps.append)
     assert nxt == Step(run_id, "u", "call-2", False, 1, 3)
@@ -144,13 +158,22 @@ def test_duplicate_delivery_drops_itself_while_a_live_twin_renews_the_lease(run_
     order(journal, provider, run_id)
     ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
     owner = ex.step_owner("u", "call-3")
-    journal.claim_compensation(run_id, "call-3", via_run_id=run_id, owner=owner, ttl=TTL,
-                               idempotency_key=compensate_key(run_id, "call-3"))
+    journal.claim_compensation(
+        run_id,
+        "call-3",
+        via_run_id=run_id,
+        owner=owner,
+        ttl=TTL,
+        idempotency_key=compensate_key(run_id, "call-3"),
+    )
 
     def twin_renews(_: float) -> None:
         journal.renew_claim(run_id, "call-3", owner, TTL + 1.0)
 
-    assert ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL, sleep=twin_renews) is None
+    assert (
+        ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL, sleep=twin_renews)
+        is None
+    )
     assert provider.calls == []
     assert journal.list_unwind_entries("u") == {}
 
@@ -159,21 +182,37 @@ def test_step_held_by_another_unwind_reads_busy_and_halts_the_chain(run_id: str)
     journal, provider = MemoryJournal(), Provider()
     order(journal, provider, run_id)
     ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
-    journal.claim_compensation(run_id, "call-3", via_run_id=run_id, owner=ex.step_owner("other", "call-3"),
-                               ttl=TTL, idempotency_key=compensate_key(run_id, "call-3"))
-    assert ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL) == Finalize(run_id, "u")
+    journal.claim_compensation(
+        run_id,
+        "call-3",
+        via_run_id=run_id,
+        owner=ex.step_owner("other", "call-3"),
+        ttl=TTL,
+        idempotency_key=compensate_key(run_id, "call-3"),
+    )
+    assert ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL) == Finalize(
+        run_id, "u"
+    )
     report = ex.finalize_unwind(journal, run_id, "u")
     assert [e.status.value for e in report.entries] == ["busy", "not-attempted", "not-attempted"]
     assert provider.calls == []
 
 
-def test_step_whose_attempt_died_after_writing_its_outcome_reports_compensated_not_already(run_id: str) -> None:
+def test_step_whose_attempt_died_after_writing_its_outcome_reports_compensated_not_already(
+    run_id: str,
+) -> None:
     journal, provider = MemoryJournal(), Provider()
     order(journal, provider, run_id)
     ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
     owner = ex.step_owner("u", "call-3")
-    journal.claim_compensation(run_id, "call-3", via_run_id=run_id, owner=owner, ttl=TTL,
-                               idempotency_key=compensate_key(run_id, "call-3"))
+    journal.claim_compensation(
+        run_id,
+        "call-3",
+        via_run_id=run_id,
+        owner=owner,
+        ttl=TTL,
+        idempotency_key=compensate_key(run_id, "call-3"),
+    )
     journal.finish_claim(run_id, "call-3", owner, ClaimStatus.COMPENSATED)
     ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL)
     assert journal.list_unwind_entries("u")[0]["status"] == "compensated"
@@ -196,8 +235,9 @@ def test_redelivered_coordinator_keeps_the_first_worklist(run_id: str) -> None:
     journal, provider = MemoryJournal(), Provider()
     order(journal, provider, run_id)
     ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
-    assert ex.start_unwind(journal, run_id, "u", dry_run=True, claim_ttl=TTL) == Step(run_id, "u", "call-3", False,
-                                                                                     0, 3)
+    assert ex.start_unwind(journal, run_id, "u", dry_run=True, claim_ttl=TTL) == Step(
+        run_id, "u", "call-3", False, 0, 3
+    )
 
 
 def test_unwind_of_a_run_the_journal_never_saw_is_condemned_with_an_empty_report(run_id: str) -> None:
@@ -207,12 +247,17 @@ def test_unwind_of_a_run_the_journal_never_saw_is_condemned_with_an_empty_report
     assert report.condemned and report.entries == []
 
 
-@pytest.mark.parametrize("bad", [("run-x", "missing", "call-1"), ("other-run", "u", "call-3"), ("RUN", "u", "nope")])
-def test_step_messages_naming_an_unknown_unwind_run_or_step_get_a_clear_error(run_id: str,
-                                                                              bad: tuple[str, str, str]) -> None:
+@pytest.mark.parametrize(
+    "bad", [("run-x", "missing", "call-1"), ("other-run", "u", "call-3"), ("RUN", "u", "nope")]
+)
+def test_step_messages_naming_an_unknown_unwind_run_or_step_get_a_clear_error(
+    run_id: str, bad: tuple[str, str, str]
+) -> None:
     journal, provider = MemoryJournal(), Provider()
     order(journal, provider, run_id)
     ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
     rid, unwind_id, suffix = bad
     with pytest.raises(InvalidInputError):
-        ex.run_step(journal, provider.tools(), run_id if rid == "RUN" else rid, unwind_id, suffix, claim_ttl=TTL)
+        ex.run_step(
+            journal, provider.tools(), run_id if rid == "RUN" else rid, unwind_id, suffix, claim_ttl=TTL
+        )

@@ -19,5 +19,8 @@ def test_a_step_entry_is_written_once_and_read_back_by_position(journal: Journal
     assert journal.record_unwind_entry("u-2", 1, {"status": "failed", "n": 1}) == {"status": "failed", "n": 1}
     assert journal.record_unwind_entry("u-2", 1, {"status": "compensated"}) == {"status": "failed", "n": 1}
     journal.record_unwind_entry("u-2", 0, {"status": "compensated"})
-    assert journal.list_unwind_entries("u-2") == {0: {"status": "compensated"}, 1: {"status": "failed", "n": 1}}
+    assert journal.list_unwind_entries("u-2") == {
+        0: {"status": "compensated"},
+        1: {"status": "failed", "n": 1},
+    }
     assert journal.list_unwind_entries("u-other") == {}

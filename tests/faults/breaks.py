@@ -31,8 +31,10 @@ def _no_fencing(setter: Setter) -> None:
     from saga_worker.journal.schema import claims
 
     for cls in (sql.SqlJournal, memory.MemoryJournal):
-        def claim_anyway(self: Any, origin: str, suffix: str, *, _claim: Any = cls.claim_compensation,
-                         **kw: Any) -> ClaimAttempt:
+
+        def claim_anyway(
+            self: Any, origin: str, suffix: str, *, _claim: Any = cls.claim_compensation, **kw: Any
+        ) -> ClaimAttempt:
             got = _claim(self, origin, suffix, **kw)
             if got.acquired or (got.claim is not None and got.claim.status is ClaimStatus.COMPENSATED):
                 return got
@@ -42,18 +44,24 @@ def _no_fencing(setter: Setter) -> None:
 
     def sql_finish(self: Any, origin: str, suffix: str, owner: str, status: Any, error: Any = None) -> bool:
         with self._tx() as conn:
-            conn.execute(sa.update(claims).where(claims.c.origin_run_id == origin, claims.c.suffix == suffix)
-                         .values(status=status.value, owner=owner, error=error, finished_at=self._now_sql()))
+            conn.execute(
+                sa.update(claims)
+                .where(claims.c.origin_run_id == origin, claims.c.suffix == suffix)
+                .values(status=status.value, owner=owner, error=error, finished_at=self._now_sql())
+            )
         return True
 
-    def memory_finish(self: Any, origin: str, suffix: str, owner: str, status: Any, error: Any = None) -> bool:
+    def memory_finish(
+        self: Any, origin: str, suffix: str, owner: str, status: Any, error: Any = None
+    ) -> bool:
         from dataclasses import replace
 
         with self._lock:
             current = self._claims.get((origin, suffix))
             if current is not None:
-                self._claims[(origin, suffix)] = replace(current, status=status, owner=owner, error=error,
-                                                         finished_at=self.now())
+                self._claims[(origin, suffix)] = replace(
+                    current, status=status, owner=owner, error=error, finished_at=self.now()
+                )
         return True
 
     setter(sql.SqlJournal, "finish_claim", sql_finish)
@@ -66,9 +74,18 @@ def _no_tombstone_check(setter: Setter) -> None:
 
     for cls in (sql.SqlJournal, memory.MemoryJournal):
         claim, reclaim = cls.claim_record, cls.reclaim_record
-        setter(cls, "claim_record", lambda self, run_id, new, *, gated, _c=claim: _c(self, run_id, new, gated=False))
-        setter(cls, "reclaim_record", lambda self, run_id, suffix, expected, *, gated, _r=reclaim:
-               _r(self, run_id, suffix, expected, gated=False))
+        setter(
+            cls,
+            "claim_record",
+            lambda self, run_id, new, *, gated, _c=claim: _c(self, run_id, new, gated=False),
+        )
+        setter(
+            cls,
+            "reclaim_record",
+            lambda self, run_id, suffix, expected, *, gated, _r=reclaim: _r(
+                self, run_id, suffix, expected, gated=False
+            ),
+        )
 
 
 def _unstable_key(setter: Setter) -> None:

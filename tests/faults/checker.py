@@ -50,9 +50,11 @@ class Verdict:
         return self.violations == 0
 
     def summary(self) -> str:
-        lines = [f"runs={self.runs} steps={self.steps} reports={self.reports} lost={len(self.lost)} "
-                 f"double={len(self.double)} after_tombstone={len(self.after_tombstone)} "
-                 f"mismatches={len(self.mismatches)}"]
+        lines = [
+            f"runs={self.runs} steps={self.steps} reports={self.reports} lost={len(self.lost)} "
+            f"double={len(self.double)} after_tombstone={len(self.after_tombstone)} "
+            f"mismatches={len(self.mismatches)}"
+        ]
         for name in ("lost", "double", "after_tombstone", "mismatches"):
             lines += [f"  {name}: {item}" for item in getattr(self, name)[:10]]
         return "\n".join(lines)
@@ -63,8 +65,14 @@ class Verdict:
         return statistics.fmean(self.calls_per_step), max(self.calls_per_step)
 
 
-def check(ledger: Ledger, journal: Journal, run_ids: Iterable[str] | None = None, *,
-          excused_pids: Iterable[int] = (), settled: bool = True) -> Verdict:
+def check(
+    ledger: Ledger,
+    journal: Journal,
+    run_ids: Iterable[str] | None = None,
+    *,
+    excused_pids: Iterable[int] = (),
+    settled: bool = True,
+) -> Verdict:
     """Judge every condemned run (or ``run_ids``). ``settled``: the unwinds are over, so an undone
     effect is lost rather than pending. ``excused_pids`` were stopped or killed mid-hook by the test,
     so their calls may overlap a successor's (the provider's key deduplicates those)."""
@@ -102,7 +110,9 @@ def check(ledger: Ledger, journal: Journal, run_ids: Iterable[str] | None = None
             first = {e["suffix"] for e in reports[run_id][0][1]["entries"]}
             for step in sorted(run_steps):
                 if step.rsplit(":", 1)[1] not in first:
-                    verdict.after_tombstone.append(f"{step}: executed, absent from the first report after the tombstone")
+                    verdict.after_tombstone.append(
+                        f"{step}: executed, absent from the first report after the tombstone"
+                    )
         for step in sorted(run_steps):
             if settled and not comp_keys.get(step):
                 verdict.lost.append(f"{step}: executed and never compensated")
@@ -126,7 +136,9 @@ def check(ledger: Ledger, journal: Journal, run_ids: Iterable[str] | None = None
             live = [c for c in calls if c.pid not in excused]
             for a, b in zip(live, live[1:], strict=False):
                 if a.ended_at is not None and b.started_at < a.ended_at and a.outcome != "raised":
-                    verdict.double.append(f"{step}: two compensate calls in flight at once (pids {a.pid}, {b.pid})")
+                    verdict.double.append(
+                        f"{step}: two compensate calls in flight at once (pids {a.pid}, {b.pid})"
+                    )
 
         for at, report in reports[run_id]:
             verdict.reports += 1
@@ -134,8 +146,14 @@ def check(ledger: Ledger, journal: Journal, run_ids: Iterable[str] | None = None
     return verdict
 
 
-def _judge_report(run_id: str, at: float, report: dict[str, Any], seq: dict[str, int],
-                  exec_steps: dict[str, Any], comp_keys: dict[str, set[str]]) -> list[str]:
+def _judge_report(
+    run_id: str,
+    at: float,
+    report: dict[str, Any],
+    seq: dict[str, int],
+    exec_steps: dict[str, Any],
+    comp_keys: dict[str, set[str]],
+) -> list[str]:
     wrong: list[str] = []
     entries = report["entries"]
     if not report.get("condemned"):

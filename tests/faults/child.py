@@ -47,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
         time.sleep(0.01)
 
     def unwind(run_id: str) -> dict[str, object]:
-        report = compensate_run(run_id, journal=journal, tools=toolkit.TOOLS, lock=lock).model_dump(mode="json")
+        report = compensate_run(run_id, journal=journal, tools=toolkit.TOOLS, lock=lock).model_dump(
+            mode="json"
+        )
         led.add_report(run_id, report)
         return report
 

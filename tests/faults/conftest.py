@@ -52,8 +52,13 @@ def pg_journal(pg_url: str) -> Iterator[Journal]:
 def worker_env(pg_url: str, ledger: Ledger) -> dict[str, str]:
     """What a worker process is started with: the journal, the ledger, a short claim TTL, no faults."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGA_FAULTS", "FAULT_"))}
-    env.update(SAGA_JOURNAL_URL=pg_url, FAULT_LEDGER_URL=pg_url, SAGA_CLAIM_TTL="2",
-               PYTHONPATH=str(REPO), SAGA_TOOLS="tests.faults.toolkit:TOOLS")
+    env.update(
+        SAGA_JOURNAL_URL=pg_url,
+        FAULT_LEDGER_URL=pg_url,
+        SAGA_CLAIM_TTL="2",
+        PYTHONPATH=str(REPO),
+        SAGA_TOOLS="tests.faults.toolkit:TOOLS",
+    )
     return env
 
 

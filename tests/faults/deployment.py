@@ -16,8 +16,13 @@ from saga_worker.settings import SagaSettings
 
 from .harness import CeleryWorker, OwnRedis
 
-SAGA = {"claim_ttl": "2", "sweep_interval": "1", "sweep_backoff": "0.5", "sweep_backoff_max": "2",
-        "visibility_timeout": "6"}
+SAGA = {
+    "claim_ttl": "2",
+    "sweep_interval": "1",
+    "sweep_backoff": "0.5",
+    "sweep_backoff_max": "2",
+    "visibility_timeout": "6",
+}
 
 
 @dataclass
@@ -38,9 +43,16 @@ class Deployment:
 
     def saga(self) -> dict[str, str]:
         r = self.redis.url.rsplit("/", 1)[0]
-        return {**SAGA, "journal_url": self.journal_url, "broker_url": f"{r}/0", "result_backend": f"{r}/1",
-                "redis_url": f"{r}/2", "queue": self.queue, "home": str(self.tmp / "home"),
-                "tools": "tests.faults.toolkit:TOOLS"}
+        return {
+            **SAGA,
+            "journal_url": self.journal_url,
+            "broker_url": f"{r}/0",
+            "result_backend": f"{r}/1",
+            "redis_url": f"{r}/2",
+            "queue": self.queue,
+            "home": str(self.tmp / "home"),
+            "tools": "tests.faults.toolkit:TOOLS",
+        }
 
     def env(self, **extra: str) -> dict[str, str]:
         env = {k: v for k, v in self.base_env.items() if not k.startswith("SAGA_")}
@@ -50,8 +62,12 @@ class Deployment:
         return env
 
     def start_worker(self, *, beat: bool = False, concurrency: int = 1, **extra: str) -> CeleryWorker:
-        worker = CeleryWorker(self.env(**extra), self.tmp / f"worker-{len(self.workers)}.log", beat=beat,
-                              concurrency=concurrency)
+        worker = CeleryWorker(
+            self.env(**extra),
+            self.tmp / f"worker-{len(self.workers)}.log",
+            beat=beat,
+            concurrency=concurrency,
+        )
         self.workers.append(worker)
         return worker.wait_ready()
 
@@ -64,8 +80,12 @@ class Deployment:
                 continue
             worker.replaced = True
             crashes.append(worker.tail(3))
-            fresh = CeleryWorker(worker.env, self.tmp / f"worker-{len(self.workers)}.log", beat=worker.beat,
-                                 concurrency=worker.concurrency)
+            fresh = CeleryWorker(
+                worker.env,
+                self.tmp / f"worker-{len(self.workers)}.log",
+                beat=worker.beat,
+                concurrency=worker.concurrency,
+            )
             self.workers.append(fresh)
             fresh.wait_ready()
         return crashes

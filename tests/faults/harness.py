@@ -23,13 +23,30 @@ from saga_worker.errors import SagaError
 REPO = Path(__file__).resolve().parents[2]
 
 
-def start_run(journal: Journal, run_id: str, steps: int, *, last_sleep: float = 0.0, comp_sleep: float = 0.0,
-              comp_fail: int = 0) -> str:
+def start_run(
+    journal: Journal,
+    run_id: str,
+    steps: int,
+    *,
+    last_sleep: float = 0.0,
+    comp_sleep: float = 0.0,
+    comp_fail: int = 0,
+) -> str:
     """Run ``steps`` calls of ``pay`` (the last one slow if asked); the outcome as a word."""
     from .toolkit import TOOLS
 
-    calls = [ToolCall("pay", {"n": i, "comp_sleep": comp_sleep, "comp_fail": comp_fail,
-                              "sleep": last_sleep if i == steps else 0}) for i in range(1, steps + 1)]
+    calls = [
+        ToolCall(
+            "pay",
+            {
+                "n": i,
+                "comp_sleep": comp_sleep,
+                "comp_fail": comp_fail,
+                "sleep": last_sleep if i == steps else 0,
+            },
+        )
+        for i in range(1, steps + 1)
+    ]
     try:
         return run_durable(run_id, journal=journal, tools=TOOLS, planner=scripted(*calls)).status
     except CompensatedRunError:
@@ -58,12 +75,20 @@ def free_port() -> int:
 class Proc:
     """A child process in its own process group (so a kill reaches its whole tree)."""
 
-    def __init__(self, args: list[str], env: Mapping[str, str], *, cwd: Path = REPO, log: Path | None = None) -> None:
+    def __init__(
+        self, args: list[str], env: Mapping[str, str], *, cwd: Path = REPO, log: Path | None = None
+    ) -> None:
         self.args = args
         self.log = log
         out = open(log, "ab") if log else subprocess.PIPE  # noqa: SIM115
-        self.popen = subprocess.Popen(args, env=dict(env), cwd=cwd, stdout=out, stderr=subprocess.STDOUT
-                                      if log else subprocess.PIPE, start_new_session=True)
+        self.popen = subprocess.Popen(
+            args,
+            env=dict(env),
+            cwd=cwd,
+            stdout=out,
+            stderr=subprocess.STDOUT if log else subprocess.PIPE,
+            start_new_session=True,
+        )
         self.pid = self.popen.pid
         self.stderr = ""
 
@@ -133,11 +158,28 @@ class OwnRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
-        persist = ["--appendonly", "yes", "--appendfsync", "always"] if self.persistent else ["--appendonly", "no"]
+        persist = (
+            ["--appendonly", "yes", "--appendfsync", "always"] if self.persistent else ["--appendonly", "no"]
+        )
         self.proc = subprocess.Popen(
-            ["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),
-             "--save", "", "--protected-mode", "yes", *persist],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            [
+                "redis-server",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--dir",
+                str(self.dir),
+                "--save",
+                "",
+                "--protected-mode",
+                "yes",
+                *persist,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         wait_for(self._up, 20, f"redis on {self.port}")
 
     def _up(self) -> bool:
@@ -183,21 +225,26 @@ class OwnPostgres:
 
     def _as_postgres(self, *cmd: str, timeout: float = 120) -> None:
         prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        subprocess.run([*prefix, *cmd], check=True, timeout=timeout, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [*prefix, *cmd], check=True, timeout=timeout, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
 
     def init(self) -> None:
         self._as_postgres("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
         with open(self.data / "postgresql.conf", "a") as fh:
-            fh.write(f"listen_addresses = '127.0.0.1'\nport = {self.port}\nunix_socket_directories = '{self.dir}'\n"
-                     # fsync off only skips flushing the OS cache, which a restart of PostgreSQL (not of
-                     # the machine) keeps; commits stay synchronous: an acknowledged commit survives.
-                     "fsync = off\nsynchronous_commit = on\nshared_buffers = 32MB\n"
-                     "max_connections = 200\n")
+            fh.write(
+                f"listen_addresses = '127.0.0.1'\nport = {self.port}\nunix_socket_directories = '{self.dir}'\n"
+                # fsync off only skips flushing the OS cache, which a restart of PostgreSQL (not of
+                # the machine) keeps; commits stay synchronous: an acknowledged commit survives.
+                "fsync = off\nsynchronous_commit = on\nshared_buffers = 32MB\n"
+                "max_connections = 200\n"
+            )
         self.start()
 
     def start(self) -> None:
-        self._as_postgres("pg_ctl", "-D", str(self.data), "-l", str(self.dir / "log"), "-w", "-t", "60", "start")
+        self._as_postgres(
+            "pg_ctl", "-D", str(self.data), "-l", str(self.dir / "log"), "-w", "-t", "60", "start"
+        )
 
     def stop(self, mode: str = "fast") -> None:
         self._as_postgres("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
@@ -217,18 +264,34 @@ class OwnPostgres:
 class CeleryWorker:
     """A real Celery worker (main process, prefork pool, optional embedded beat) in its own process group."""
 
-    def __init__(self, env: Mapping[str, str], log: Path, *, concurrency: int = 1, beat: bool = False) -> None:
+    def __init__(
+        self, env: Mapping[str, str], log: Path, *, concurrency: int = 1, beat: bool = False
+    ) -> None:
         self.log = log
         self.env, self.beat, self.concurrency = dict(env), beat, concurrency
         self.replaced = False
-        argv = [sys.executable, "-m", "tests.faults.celery_worker", "--loglevel", "info", "--pool", "prefork",
-                "--concurrency", str(concurrency), "--hostname", f"f{os.getpid()}-{time.monotonic_ns()}@%h",
-                "--without-gossip", "--without-mingle", "--without-heartbeat"]
+        argv = [
+            sys.executable,
+            "-m",
+            "tests.faults.celery_worker",
+            "--loglevel",
+            "info",
+            "--pool",
+            "prefork",
+            "--concurrency",
+            str(concurrency),
+            "--hostname",
+            f"f{os.getpid()}-{time.monotonic_ns()}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
         if beat:
             argv.append("--beat")
         self._out = open(log, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(argv, cwd=REPO, env=dict(env), stdout=self._out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv, cwd=REPO, env=dict(env), stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
     def wait_ready(self, timeout: float = 60) -> CeleryWorker:
         def ready() -> bool:

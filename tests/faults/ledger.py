@@ -97,8 +97,11 @@ class Ledger:
 
     # -- what hooks do -----------------------------------------------------------------------------
     def begin_call(self, kind: str, key: str, step: str) -> int:
-        rows = self._exec(f"INSERT INTO fault_calls (kind, key, step, pid, started_at) VALUES (%s, %s, %s, %s, {NOW}) "
-                          "RETURNING id", (kind, key, step, os.getpid()))
+        rows = self._exec(
+            f"INSERT INTO fault_calls (kind, key, step, pid, started_at) VALUES (%s, %s, %s, %s, {NOW}) "
+            "RETURNING id",
+            (kind, key, step, os.getpid()),
+        )
         return int(rows[0][0])
 
     def end_call(self, call_id: int, outcome: str) -> None:
@@ -106,8 +109,11 @@ class Ledger:
 
     def apply(self, kind: str, key: str, step: str) -> bool:
         """The effect, once per key: False when the provider already has it (deduplicated)."""
-        rows = self._exec(f"INSERT INTO fault_effects (key, kind, step, pid, applied_at) VALUES (%s, %s, %s, %s, {NOW}) "
-                          "ON CONFLICT (key) DO NOTHING RETURNING key", (key, kind, step, os.getpid()))
+        rows = self._exec(
+            f"INSERT INTO fault_effects (key, kind, step, pid, applied_at) VALUES (%s, %s, %s, %s, {NOW}) "
+            "ON CONFLICT (key) DO NOTHING RETURNING key",
+            (key, kind, step, os.getpid()),
+        )
         return bool(rows)
 
     def has_effect(self, key: str) -> bool:
@@ -117,21 +123,31 @@ class Ledger:
         return int(self._exec("SELECT count(*) FROM fault_calls WHERE key = %s", (key,))[0][0])
 
     def add_report(self, run_id: str, report: dict[str, Any]) -> None:
-        self._exec(f"INSERT INTO fault_reports (run_id, pid, at, report) VALUES (%s, %s, {NOW}, %s)",
-                   (run_id, os.getpid(), json.dumps(report)))
+        self._exec(
+            f"INSERT INTO fault_reports (run_id, pid, at, report) VALUES (%s, %s, {NOW}, %s)",
+            (run_id, os.getpid(), json.dumps(report)),
+        )
 
     def now(self) -> float:
         return float(self._exec(f"SELECT {NOW}")[0][0])
 
     # -- what the checker reads --------------------------------------------------------------------
     def calls(self, kind: str | None = None) -> list[Call]:
-        rows = self._exec("SELECT id, kind, key, step, pid, started_at, ended_at, outcome FROM fault_calls "
-                          + ("WHERE kind = %s " if kind else "") + "ORDER BY id", (kind,) if kind else ())
+        rows = self._exec(
+            "SELECT id, kind, key, step, pid, started_at, ended_at, outcome FROM fault_calls "
+            + ("WHERE kind = %s " if kind else "")
+            + "ORDER BY id",
+            (kind,) if kind else (),
+        )
         return [Call(*r) for r in rows]
 
     def effects(self, kind: str | None = None) -> list[Effect]:
-        rows = self._exec("SELECT key, kind, step, pid, applied_at FROM fault_effects "
-                          + ("WHERE kind = %s " if kind else "") + "ORDER BY applied_at", (kind,) if kind else ())
+        rows = self._exec(
+            "SELECT key, kind, step, pid, applied_at FROM fault_effects "
+            + ("WHERE kind = %s " if kind else "")
+            + "ORDER BY applied_at",
+            (kind,) if kind else (),
+        )
         return [Effect(*r) for r in rows]
 
     def reports(self) -> list[tuple[str, float, dict[str, Any]]]:
@@ -166,7 +182,9 @@ class MemLedger(Ledger):
 
     def end_call(self, call_id: int, outcome: str) -> None:
         c = self._calls[call_id - 1]
-        self._calls[call_id - 1] = Call(c.id, c.kind, c.key, c.step, c.pid, c.started_at, self.clock(), outcome)
+        self._calls[call_id - 1] = Call(
+            c.id, c.kind, c.key, c.step, c.pid, c.started_at, self.clock(), outcome
+        )
 
     def apply(self, kind: str, key: str, step: str) -> bool:
         if key in self._effects:
@@ -190,8 +208,9 @@ class MemLedger(Ledger):
         return [c for c in self._calls if kind is None or c.kind == kind]
 
     def effects(self, kind: str | None = None) -> list[Effect]:
-        return sorted((e for e in self._effects.values() if kind is None or e.kind == kind),
-                      key=lambda e: e.applied_at)
+        return sorted(
+            (e for e in self._effects.values() if kind is None or e.kind == kind), key=lambda e: e.applied_at
+        )
 
     def reports(self) -> list[tuple[str, float, dict[str, Any]]]:
         return list(self._reports)

@@ -14,7 +14,9 @@ import threading
 
 class TcpProxy:
     def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
-        assert target_host in ("127.0.0.1", "localhost", "::1"), "the suite never targets a non-loopback address"
+        assert target_host in ("127.0.0.1", "localhost", "::1"), (
+            "the suite never targets a non-loopback address"
+        )
         self.target = (target_host, target_port)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]

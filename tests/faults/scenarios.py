@@ -22,22 +22,33 @@ class Outcome:
     detail: dict[str, Any]
 
 
-def kill_at_point(journal: Journal, ledger: Ledger, env: dict[str, str], run_id: str, point: str,
-                  extra: tuple[str, ...] = ()) -> Outcome:
+def kill_at_point(
+    journal: Journal,
+    ledger: Ledger,
+    env: dict[str, str],
+    run_id: str,
+    point: str,
+    extra: tuple[str, ...] = (),
+) -> Outcome:
     """SIGKILL of the unwinding process at ``point`` of the second step; the sweeper re-drives it."""
     assert start_run(journal, run_id, 3) == "finished"
     key = f"{run_id}:comp:call-2"
-    with child("compensate", run_id, env={**env, "SAGA_FAULTS": f"{point}=kill@{key}"}, extra=list(extra)) as proc:
+    with child(
+        "compensate", run_id, env={**env, "SAGA_FAULTS": f"{point}=kill@{key}"}, extra=list(extra)
+    ) as proc:
         code = proc.wait()
     killed = time.monotonic()
     waited = settle(journal, ledger, [run_id])
     calls = [c for c in ledger.calls("compensate") if c.step == f"{run_id}:call-2"]
-    return Outcome(judged(ledger, journal, [run_id], excused_pids=[proc.pid]),
-                   {"code": code, "redrive_s": time.monotonic() - killed, "settle_s": waited, "calls": calls})
+    return Outcome(
+        judged(ledger, journal, [run_id], excused_pids=[proc.pid]),
+        {"code": code, "redrive_s": time.monotonic() - killed, "settle_s": waited, "calls": calls},
+    )
 
 
-def stopped_holder(journal: Journal, ledger: Ledger, env: dict[str, str], run_id: str,
-                   extra: tuple[str, ...] = ()) -> Outcome:
+def stopped_holder(
+    journal: Journal, ledger: Ledger, env: dict[str, str], run_id: str, extra: tuple[str, ...] = ()
+) -> Outcome:
     """SIGSTOP of a claim holder past its lease, a new owner finishes the step, then SIGCONT: the
     late holder's outcome (a failure) must not overwrite the new owner's."""
     assert start_run(journal, run_id, 1) == "finished"
@@ -52,12 +63,20 @@ def stopped_holder(journal: Journal, ledger: Ledger, env: dict[str, str], run_id
         holder.signal(signal.SIGCONT)
         late = holder.last_json()
     after = journal.get_claim(run_id, "call-1")
-    return Outcome(judged(ledger, journal, [run_id], excused_pids=[holder.pid]),
-                   {"holder_pid": holder.pid, "taken": taken, "after": after, "late": late})
+    return Outcome(
+        judged(ledger, journal, [run_id], excused_pids=[holder.pid]),
+        {"holder_pid": holder.pid, "taken": taken, "after": after, "late": late},
+    )
 
 
-def redis_restart_mid_hook(journal: Journal, ledger: Ledger, env: dict[str, str], run_id: str, redis: OwnRedis,
-                           extra: tuple[str, ...] = ()) -> Outcome:
+def redis_restart_mid_hook(
+    journal: Journal,
+    ledger: Ledger,
+    env: dict[str, str],
+    run_id: str,
+    redis: OwnRedis,
+    extra: tuple[str, ...] = (),
+) -> Outcome:
     """The step-lock Redis restarts while a holder is in its hook (its lock lost without persistence):
     a second unwinder gets the Redis lock, and only the journal's claim can still say busy."""
     assert start_run(journal, run_id, 1, comp_sleep=4.0) == "finished"
@@ -72,14 +91,18 @@ def redis_restart_mid_hook(journal: Journal, ledger: Ledger, env: dict[str, str]
     return Outcome(judged(ledger, journal, [run_id]), {"second": report})
 
 
-def live_run_condemned(journal: Journal, ledger: Ledger, env: dict[str, str], run_id: str,
-                       extra: tuple[str, ...] = ()) -> Outcome:
+def live_run_condemned(
+    journal: Journal, ledger: Ledger, env: dict[str, str], run_id: str, extra: tuple[str, ...] = ()
+) -> Outcome:
     """Condemn a run while its second call executes in another process; it must stop there, and
     the call in flight must still be undone once it lands."""
     env = {**env, "SAGA_FAULTS": f"mid_execute=sleep:2@{run_id}:call-2"}
     with child("run", run_id, env=env, extra=["--steps", "4", *extra]) as runner:
-        wait_for(lambda: any(c.step == f"{run_id}:call-2" for c in ledger.calls("execute")), 30,
-                 "the live run's second call to start")
+        wait_for(
+            lambda: any(c.step == f"{run_id}:call-2" for c in ledger.calls("execute")),
+            30,
+            "the live run's second call to start",
+        )
         unwind(journal, ledger, run_id)  # the tombstone lands while call-2 executes
         out = runner.last_json()
     settle(journal, ledger, [run_id])  # the sweeper, for as long as the journal says work is left
@@ -87,8 +110,9 @@ def live_run_condemned(journal: Journal, ledger: Ledger, env: dict[str, str], ru
     return Outcome(judged(ledger, journal, [run_id]), {"runner": out, "late_calls": late})
 
 
-def celery_kill_pool_child(dep: Any, journal: Journal, ledger: Ledger, run_id: str, point: str,
-                           *, break_: str = "") -> Outcome:
+def celery_kill_pool_child(
+    dep: Any, journal: Journal, ledger: Ledger, run_id: str, point: str, *, break_: str = ""
+) -> Outcome:
     """SIGKILL of the pool child running step call-2 at ``point``; no beat: redelivery alone must
     finish the unwind, and the caller must still get the report."""
     from .harness import arm, fired
@@ -105,5 +129,7 @@ def celery_kill_pool_child(dep: Any, journal: Journal, ledger: Ledger, run_id: s
         error = f"{type(exc).__name__}: {exc}"
     pids = [f[1] for f in fired(dep.fault_dir)]
     calls = [c for c in ledger.calls("compensate") if c.step == f"{run_id}:call-2"]
-    return Outcome(judged(ledger, journal, [run_id], excused_pids=pids),
-                   {"report": report, "error": error, "fired": pids, "calls": calls})
+    return Outcome(
+        judged(ledger, journal, [run_id], excused_pids=pids),
+        {"report": report, "error": error, "fired": pids, "calls": calls},
+    )

@@ -71,7 +71,9 @@ def _pct(values: list[float], q: float) -> float:
 
 
 class Soak:
-    def __init__(self, dep: Deployment, pg: OwnPostgres, journal: Journal, ledger: Ledger, plan: Plan) -> None:
+    def __init__(
+        self, dep: Deployment, pg: OwnPostgres, journal: Journal, ledger: Ledger, plan: Plan
+    ) -> None:
         self.dep, self.pg, self.journal, self.ledger, self.plan = dep, pg, journal, ledger, plan
         self.fig = Figures()
         self.rng = random.Random(int(os.environ.get("SAGA_SOAK_SEED", "5")))
@@ -112,8 +114,12 @@ class Soak:
     def _schedule(self) -> list[tuple[float, str]]:
         """(run index, fault kind): point faults at random turns, restarts evenly spaced and apart."""
         p = self.plan
-        kinds = (["mid-hook kill"] * p.mid_hook_kills + ["kill at a point"] * p.point_kills
-                 + ["SIGSTOP past lease"] * p.stops + ["live run condemned"] * p.live_runs)
+        kinds = (
+            ["mid-hook kill"] * p.mid_hook_kills
+            + ["kill at a point"] * p.point_kills
+            + ["SIGSTOP past lease"] * p.stops
+            + ["live run condemned"] * p.live_runs
+        )
         out = [(self.rng.uniform(2, p.runs * 0.97), k) for k in kinds]
         restarts = ["broker restart"] * p.broker_restarts + ["database restart"] * p.db_restarts
         self.rng.shuffle(restarts)
@@ -156,7 +162,9 @@ class Soak:
             for run_id in list(self.pending):
                 run = self.journal.get_run(run_id)
                 if run is None or not run.condemned:
-                    if time.monotonic() - self.pending[run_id] > 15:  # the request was lost before the tombstone
+                    if (
+                        time.monotonic() - self.pending[run_id] > 15
+                    ):  # the request was lost before the tombstone
                         self.pending[run_id] = time.monotonic()
                         with contextlib.suppress(Exception):
                             self.results.append((run_id, self.dep.send(run_id)))
@@ -215,7 +223,7 @@ class Soak:
 
     def _note_fired(self) -> None:
         events = fired(self.dep.fault_dir)
-        for at, pid, _point, action, key in events[self.seen_fired:]:
+        for at, pid, _point, action, key in events[self.seen_fired :]:
             if action == "stop":
                 self.stopped.append((pid, time.monotonic() + 2.0 * 1.5))  # past a 2 s lease
             else:
@@ -279,8 +287,11 @@ class Soak:
         verdict = check(self.ledger, self.journal, self.all_runs, excused_pids=pids)
         self.fig.steps = verdict.steps
         self.fig.unfinished = len(self.pending)
-        self.fig.attention = sum(1 for r in self.all_runs if (run := self.journal.get_run(r)) is not None
-                                 and run.unwind_state.value == "attention")
+        self.fig.attention = sum(
+            1
+            for r in self.all_runs
+            if (run := self.journal.get_run(r)) is not None and run.unwind_state.value == "attention"
+        )
         # Re-drive latency: from a fault clearing to the step's outcome written (journal clock).
         for key, cleared in self.clears.items():
             origin, _, suffix = key.partition(":comp:")
@@ -296,24 +307,36 @@ class Soak:
 
     def diagnose(self, verdict: Verdict) -> str:
         """What the journal and the ledger say about every run the checker faulted, for the failure message."""
-        bad = sorted({item.split(":", 1)[0] for item in verdict.lost + verdict.double + verdict.after_tombstone
-                      + verdict.mismatches})
+        bad = sorted(
+            {
+                item.split(":", 1)[0]
+                for item in verdict.lost + verdict.double + verdict.after_tombstone + verdict.mismatches
+            }
+        )
         lines = []
         for run_id in bad[:5]:
             run = self.journal.get_run(run_id)
             lines.append(f"== {run_id}: {run}")
             for r in self.journal.list_records(run_id):
-                lines.append(f"   record {r.suffix} seq={r.seq} {r.status.value} created={r.created_at:.3f} "
-                             f"updated={r.updated_at:.3f} attempts={r.attempts}")
+                lines.append(
+                    f"   record {r.suffix} seq={r.seq} {r.status.value} created={r.created_at:.3f} "
+                    f"updated={r.updated_at:.3f} attempts={r.attempts}"
+                )
                 lines.append(f"   claim {self.journal.get_claim(r.origin_run_id, r.suffix)}")
             for c in self.ledger.calls():
                 if c.step.startswith(run_id + ":"):
-                    lines.append(f"   call {c.kind} {c.key} pid={c.pid} {c.started_at:.3f}-{c.ended_at} {c.outcome}")
+                    lines.append(
+                        f"   call {c.kind} {c.key} pid={c.pid} {c.started_at:.3f}-{c.ended_at} {c.outcome}"
+                    )
             for rid, at, report in self.ledger.reports():
                 if rid == run_id:
-                    lines.append(f"   report at {at:.3f}: {[(e['suffix'], e['status']) for e in report['entries']]}")
+                    lines.append(
+                        f"   report at {at:.3f}: {[(e['suffix'], e['status']) for e in report['entries']]}"
+                    )
         lines += [f"   fault {f}" for f in fired(self.dep.fault_dir)]
-        lines += [f"   restart back at {back:.3f}, claimed then: {steps}" for back, steps in self.restart_clears]
+        lines += [
+            f"   restart back at {back:.3f}, claimed then: {steps}" for back, steps in self.restart_clears
+        ]
         return "\n".join(lines)
 
     def table(self, verdict: Verdict) -> str:
@@ -324,20 +347,31 @@ class Soak:
             name = {"kill": "SIGKILL of a pool child", "stop": "SIGSTOP past the lease"}[action]
             landed[f"{name} at {point}"] = landed.get(f"{name} at {point}", 0) + 1
         rows += [(f"fault: {k}", v) for k, v in sorted(landed.items())]
-        rows += [(f"fault: {k}", v) for k, v in sorted(self.fig.faults.items())
-                 if k not in ("mid-hook kill", "kill at a point", "SIGSTOP past lease")]
-        rows += [("faults armed at points / landed", f"{sum(self.fig.faults.get(k, 0) for k in POINT_KINDS)}"
-                  f"/{sum(landed.values())}"),
-                 ("lost compensations", len(verdict.lost)), ("double effects", len(verdict.double)),
-                 ("effects after tombstone", len(verdict.after_tombstone)),
-                 ("report mismatches", len(verdict.mismatches)), ("reports checked", verdict.reports),
-                 ("raw hook calls per step (mean)", f"{mean:.3f}"), ("raw hook calls per step (max)", peak),
-                 ("re-drives measured", len(self.fig.latencies)),
-                 ("re-drive latency p50 (s)", f"{_pct(self.fig.latencies, 0.5):.2f}"),
-                 ("re-drive latency p99 (s)", f"{_pct(self.fig.latencies, 0.99):.2f}"),
-                 ("re-drive latency max (s)", f"{max(self.fig.latencies, default=0.0):.2f}"),
-                 ("runs flagged attention", self.fig.attention), ("runs unfinished at the end", self.fig.unfinished),
-                 ("wall time (s)", f"{self.fig.seconds:.0f}")]
+        rows += [
+            (f"fault: {k}", v)
+            for k, v in sorted(self.fig.faults.items())
+            if k not in ("mid-hook kill", "kill at a point", "SIGSTOP past lease")
+        ]
+        rows += [
+            (
+                "faults armed at points / landed",
+                f"{sum(self.fig.faults.get(k, 0) for k in POINT_KINDS)}/{sum(landed.values())}",
+            ),
+            ("lost compensations", len(verdict.lost)),
+            ("double effects", len(verdict.double)),
+            ("effects after tombstone", len(verdict.after_tombstone)),
+            ("report mismatches", len(verdict.mismatches)),
+            ("reports checked", verdict.reports),
+            ("raw hook calls per step (mean)", f"{mean:.3f}"),
+            ("raw hook calls per step (max)", peak),
+            ("re-drives measured", len(self.fig.latencies)),
+            ("re-drive latency p50 (s)", f"{_pct(self.fig.latencies, 0.5):.2f}"),
+            ("re-drive latency p99 (s)", f"{_pct(self.fig.latencies, 0.99):.2f}"),
+            ("re-drive latency max (s)", f"{max(self.fig.latencies, default=0.0):.2f}"),
+            ("runs flagged attention", self.fig.attention),
+            ("runs unfinished at the end", self.fig.unfinished),
+            ("wall time (s)", f"{self.fig.seconds:.0f}"),
+        ]
         width = max(len(k) for k, _ in rows)
         line = "+" + "-" * (width + 2) + "+" + "-" * 12 + "+"
         body = [f"| {k:<{width}} | {v!s:>10} |" for k, v in rows]

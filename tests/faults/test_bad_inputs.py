@@ -27,8 +27,12 @@ CORRUPTIBLE = {
     "unwind state": (runs, "unwind_state"),
     "claim status": (claims, "status"),
 }
-garbage = st.one_of(st.text(max_size=30), st.sampled_from(["{", "[1,", "nan", "", "succeeded", "running", "null",
-                                                           "\x00", "compensated", '{"a": 1}']))
+garbage = st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(
+        ["{", "[1,", "nan", "", "succeeded", "running", "null", "\x00", "compensated", '{"a": 1}']
+    ),
+)
 
 
 class Hooks:
@@ -58,13 +62,18 @@ def sqlite_journal() -> Any:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(what=st.sampled_from(sorted(CORRUPTIBLE)), value=garbage, step=st.sampled_from(["call-1", "call-2"]))
 def test_a_malformed_row_fails_closed_with_a_clear_error_and_no_hook_call_on_that_step(
-        sqlite_journal: Any, what: str, value: str, step: str) -> None:
+    sqlite_journal: Any, what: str, value: str, step: str
+) -> None:
     journal = sqlite_journal
     run_id = f"run-{uuid.uuid4().hex[:8]}"
     hooks = Hooks()
     tools = hooks.tools()
-    run_durable(run_id, journal=journal, tools=tools,
-                planner=scripted(ToolCall("pay", {"n": 1}), ToolCall("pay", {"n": 2})))
+    run_durable(
+        run_id,
+        journal=journal,
+        tools=tools,
+        planner=scripted(ToolCall("pay", {"n": 1}), ToolCall("pay", {"n": 2})),
+    )
     first = compensate_run(run_id, journal=journal, tools=tools)  # call-2 fails: a failed claim row exists
     assert [e.status.value for e in first.entries] == ["failed", "not-attempted"]
     table, column = CORRUPTIBLE[what]
@@ -89,19 +98,25 @@ def test_a_malformed_row_fails_closed_with_a_clear_error_and_no_hook_call_on_tha
                 assert entry.tool_call_id in hooks.compensated
 
 
-ids = st.one_of(st.text(max_size=40), st.integers(), st.none(), st.binary(max_size=8),
-                st.lists(st.integers(), max_size=2))
+ids = st.one_of(
+    st.text(max_size=40), st.integers(), st.none(), st.binary(max_size=8), st.lists(st.integers(), max_size=2)
+)
 CALLED: list[str] = []
 REAL = Tool(lambda i, o: None, lambda i, out, o: CALLED.append(o.tool_call_id), None)
-tools_junk = st.one_of(st.none(), st.dictionaries(st.text(max_size=8), st.sampled_from([None, 1, "x", object(), REAL]),
-                                                  max_size=2), st.integers(), st.text(max_size=5),
-                       st.just({"pay": REAL}))
+tools_junk = st.one_of(
+    st.none(),
+    st.dictionaries(st.text(max_size=8), st.sampled_from([None, 1, "x", object(), REAL]), max_size=2),
+    st.integers(),
+    st.text(max_size=5),
+    st.just({"pay": REAL}),
+)
 
 
 @settings(max_examples=80, deadline=None)
 @given(run_id=ids, tools=tools_junk, dry_run=st.sampled_from([False, True]))
 def test_bad_inputs_get_a_clear_error_or_an_honest_empty_report_and_call_nothing(
-        run_id: Any, tools: Any, dry_run: bool) -> None:
+    run_id: Any, tools: Any, dry_run: bool
+) -> None:
     journal = open_journal("memory://")
     CALLED.clear()
     try:

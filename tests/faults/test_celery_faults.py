@@ -30,7 +30,8 @@ def unwound(journal: Journal, run_id: str) -> bool:
 
 @pytest.mark.parametrize("point", POINTS)
 def test_sigkill_of_a_pool_child_at_each_point_is_redelivered_and_the_caller_gets_a_true_report(
-        point: str, deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str) -> None:
+    point: str, deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str
+) -> None:
     out = scenarios.celery_kill_pool_child(deployment, pg_journal, ledger, run_id, point)
     assert out.detail["fired"], "the fault never fired"
     assert out.detail["error"] == ""
@@ -41,7 +42,8 @@ def test_sigkill_of_a_pool_child_at_each_point_is_redelivered_and_the_caller_get
 
 @pytest.mark.parametrize("point", ["before_hook", "after_hook"])
 def test_sigkill_of_a_whole_worker_mid_step_is_finished_by_another_worker_with_the_same_key(
-        point: str, deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str) -> None:
+    point: str, deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str
+) -> None:
     assert start_run(pg_journal, run_id, 3) == "finished"
     arm(deployment.fault_dir, f"{point}=stop@{run_id}:comp:call-2")  # hold it there, then kill everything
     first = deployment.start_worker()
@@ -54,11 +56,14 @@ def test_sigkill_of_a_whole_worker_mid_step_is_finished_by_another_worker_with_t
     ledger.add_report(run_id, report)
     assert time.monotonic() - killed < 60
     assert {e["status"] for e in report["entries"]} <= SETTLED, report
-    assert_clean(judged(ledger, pg_journal, [run_id], excused_pids=[f[1] for f in fired(deployment.fault_dir)]))
+    assert_clean(
+        judged(ledger, pg_journal, [run_id], excused_pids=[f[1] for f in fired(deployment.fault_dir)])
+    )
 
 
 def test_the_same_message_delivered_twice_calls_each_hook_once_and_reports_once(
-        deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str) -> None:
+    deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str
+) -> None:
     assert start_run(pg_journal, run_id, 3, comp_sleep=0.3) == "finished"
     deployment.start_worker(concurrency=2)
     task_id = str(uuid.uuid4())
@@ -75,7 +80,8 @@ def test_the_same_message_delivered_twice_calls_each_hook_once_and_reports_once(
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["no-persistence", "aof"])
 def test_a_broker_restart_mid_unwind_loses_no_compensation(
-        persistent: bool, deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str) -> None:
+    persistent: bool, deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str
+) -> None:
     if persistent:  # the same deployment on a Redis that keeps an append-only file
         deployment.redis.close()
         deployment.redis.__init__(persistent=True, port=deployment.redis.port)  # type: ignore[misc]
@@ -83,8 +89,11 @@ def test_a_broker_restart_mid_unwind_loses_no_compensation(
     assert start_run(pg_journal, run_id, 3, comp_sleep=1.0) == "finished"
     deployment.start_worker(beat=True)
     deployment.send(run_id)
-    wait_for(lambda: any(c.step == f"{run_id}:call-2" for c in ledger.calls("compensate")), 60,
-             "the second step's hook to start")
+    wait_for(
+        lambda: any(c.step == f"{run_id}:call-2" for c in ledger.calls("compensate")),
+        60,
+        "the second step's hook to start",
+    )
     deployment.redis.restart(down_for=1.0)
     back = time.monotonic()
     wait_for(lambda: unwound(pg_journal, run_id), 60, "the unwind to complete after the broker came back")
@@ -93,7 +102,8 @@ def test_a_broker_restart_mid_unwind_loses_no_compensation(
 
 
 def test_a_postgresql_restart_mid_unwind_loses_no_compensation(
-        deployment: Deployment, ledger: Ledger, run_id: str) -> None:
+    deployment: Deployment, ledger: Ledger, run_id: str
+) -> None:
     from saga_worker import open_journal
 
     pg = OwnPostgres()
@@ -104,8 +114,11 @@ def test_a_postgresql_restart_mid_unwind_loses_no_compensation(
         assert start_run(journal, run_id, 3, comp_sleep=1.0) == "finished"
         deployment.start_worker(beat=True)
         deployment.send(run_id)
-        wait_for(lambda: any(c.step == f"{run_id}:call-2" for c in ledger.calls("compensate")), 60,
-                 "the second step's hook to start")
+        wait_for(
+            lambda: any(c.step == f"{run_id}:call-2" for c in ledger.calls("compensate")),
+            60,
+            "the second step's hook to start",
+        )
         pg.restart(down_for=1.0)
         back = time.monotonic()
         wait_for(lambda: unwound(journal, run_id), 60, "the unwind to complete after PostgreSQL came back")
@@ -119,9 +132,11 @@ def test_a_postgresql_restart_mid_unwind_loses_no_compensation(
 
 
 def test_without_reject_on_worker_lost_a_killed_pool_child_loses_the_unwind(
-        deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str) -> None:
-    out = scenarios.celery_kill_pool_child(deployment, pg_journal, ledger, run_id, "before_hook",
-                                           break_="no-reject-on-worker-lost")
+    deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str
+) -> None:
+    out = scenarios.celery_kill_pool_child(
+        deployment, pg_journal, ledger, run_id, "before_hook", break_="no-reject-on-worker-lost"
+    )
     assert out.detail["error"], "the broken build should have handed the caller an error, not a report"
     assert out.verdict.lost, out.verdict.summary()
 
@@ -130,10 +145,13 @@ _ = signal  # SIGKILL/SIGSTOP reach workers through harness helpers
 
 
 def test_the_beat_outlives_a_redis_restart_and_redrives_a_run_whose_messages_were_lost(
-        deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str) -> None:
+    deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str
+) -> None:
     assert start_run(pg_journal, run_id, 2) == "finished"
     worker = deployment.start_worker(beat=True)
-    wait_for(lambda: b"Sending due task saga-retry-uncertain" in worker.log.read_bytes(), 30, "the beat to tick")
+    wait_for(
+        lambda: b"Sending due task saga-retry-uncertain" in worker.log.read_bytes(), 30, "the beat to tick"
+    )
     deployment.redis.restart(down_for=2.0)  # no persistence: the schedule, the beat lock, every message gone
     pg_journal.condemn(run_id)  # condemned, its compensate_run message never sent (as if lost with Redis)
     wait_for(lambda: unwound(pg_journal, run_id), 60, "the sweeper to re-drive the run")

@@ -24,19 +24,23 @@ KILL_POINTS = ["after_claim", "before_hook", "mid_hook", "after_hook", "after_ou
 
 @pytest.mark.parametrize("point", KILL_POINTS)
 def test_sigkill_at_each_point_loses_no_compensation_and_redrives_with_the_same_key(
-        point: str, pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str) -> None:
+    point: str, pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str
+) -> None:
     out = scenarios.kill_at_point(pg_journal, ledger, worker_env, run_id, point)
     assert out.detail["code"] == -signal.SIGKILL
     assert_clean(out.verdict)
     assert out.detail["redrive_s"] < 30
     calls = out.detail["calls"]
-    assert {c.key for c in calls} == {f"{run_id}:comp:call-2"}, "the re-drive must use the same idempotency key"
+    assert {c.key for c in calls} == {f"{run_id}:comp:call-2"}, (
+        "the re-drive must use the same idempotency key"
+    )
     # Killed once the hook had run (or mid-hook): the re-drive calls again and the provider deduplicates.
     assert len(calls) == (2 if point in ("mid_hook", "after_hook") else 1)
 
 
 def test_a_stopped_holder_past_its_lease_cannot_overwrite_the_new_owners_outcome(
-        pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str) -> None:
+    pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str
+) -> None:
     out = scenarios.stopped_holder(pg_journal, ledger, worker_env, run_id)
     taken, holder = out.detail["taken"], str(out.detail["holder_pid"])
     assert taken.status.value == "compensated" and holder not in taken.owner
@@ -48,7 +52,8 @@ def test_a_stopped_holder_past_its_lease_cannot_overwrite_the_new_owners_outcome
 @pytest.mark.redis
 @pytest.mark.parametrize("persistent", [False, True], ids=["no-persistence", "aof"])
 def test_a_redis_restart_mid_hook_never_lets_a_second_unwinder_in(
-        persistent: bool, pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str) -> None:
+    persistent: bool, pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str
+) -> None:
     redis = OwnRedis(persistent=persistent)
     redis.start()
     try:
@@ -61,20 +66,26 @@ def test_a_redis_restart_mid_hook_never_lets_a_second_unwinder_in(
 
 
 def test_a_cut_database_connection_mid_hook_is_redriven_and_loses_nothing(
-        pg_url: str, pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str) -> None:
+    pg_url: str, pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str
+) -> None:
     start_run(pg_journal, run_id, 3, comp_sleep=1.0)
     port = int(pg_url.split("@127.0.0.1:")[1].split("/")[0])
     with TcpProxy(port) as proxy:
         proxied = pg_url.replace(f"127.0.0.1:{port}", f"127.0.0.1:{proxy.port}")
         with child("compensate", run_id, env={**worker_env, "SAGA_JOURNAL_URL": proxied}) as proc:
-            wait_for(lambda: any(c.step == f"{run_id}:call-2" for c in ledger.calls("compensate")), 30,
-                     "the second step's hook to start")
+            wait_for(
+                lambda: any(c.step == f"{run_id}:call-2" for c in ledger.calls("compensate")),
+                30,
+                "the second step's hook to start",
+            )
             proxy.pause()
             assert proxy.open_connections == 0
             time.sleep(1.5)  # the hook returns while the journal is unreachable
             proxy.resume()
             proc.output()
-            assert proc.popen.returncode != 0, "the outcome could not be written: the call must not claim success"
+            assert proc.popen.returncode != 0, (
+                "the outcome could not be written: the call must not claim success"
+            )
             assert "OperationalError" in proc.stderr or "connection" in proc.stderr.lower()
     cleared = time.monotonic()
     settle(pg_journal, ledger, [run_id])
@@ -83,7 +94,8 @@ def test_a_cut_database_connection_mid_hook_is_redriven_and_loses_nothing(
 
 
 def test_eight_concurrent_unwinds_of_one_run_call_each_hook_once(
-        pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str, tmp_path: Path) -> None:
+    pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str, tmp_path: Path
+) -> None:
     start_run(pg_journal, run_id, 5, comp_sleep=0.2)
     go = tmp_path / "go"
     procs = [child("compensate", run_id, env=worker_env, extra=["--go", str(go)]) for _ in range(8)]
@@ -102,7 +114,8 @@ def test_eight_concurrent_unwinds_of_one_run_call_each_hook_once(
 
 
 def test_a_worker_whose_clock_is_minutes_ahead_cannot_steal_a_live_lease(
-        pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str) -> None:
+    pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str
+) -> None:
     start_run(pg_journal, run_id, 1, comp_sleep=5.0)  # the hook outlives the 2 s lease: renewals keep it
     with child("compensate", run_id, env=worker_env) as holder:
         wait_for(lambda: ledger.calls("compensate"), 30, "the holder's hook to start")
@@ -117,7 +130,8 @@ def test_a_worker_whose_clock_is_minutes_ahead_cannot_steal_a_live_lease(
 
 
 def test_a_run_live_when_condemned_starts_no_side_effect_after_the_tombstone_and_loses_none(
-        pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str) -> None:
+    pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str
+) -> None:
     out = scenarios.live_run_condemned(pg_journal, ledger, worker_env, run_id)
     assert out.detail["runner"]["status"] == "condemned"
     assert out.detail["late_calls"] == []

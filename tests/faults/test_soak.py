@@ -20,7 +20,8 @@ pytestmark = [pytest.mark.soak, pytest.mark.celery, pytest.mark.postgres, pytest
 
 @pytest.mark.timeout(3600)
 def test_soak_loses_nothing_doubles_nothing_and_every_report_is_true(
-        deployment: Deployment, ledger: Ledger, tmp_path: Path) -> None:
+    deployment: Deployment, ledger: Ledger, tmp_path: Path
+) -> None:
     pg = OwnPostgres()
     pg.init()
     try:

@@ -126,8 +126,12 @@ class UnwindMachine(RuleBasedStateMachine):
             return
         before = len(self.ledger.calls("execute"))
         with pytest.raises(CompensatedRunError):
-            run_durable(run_id, journal=self.journal, tools=self.tools,
-                        planner=scripted(ToolCall("pay", {"n": 99}, id="late")))
+            run_durable(
+                run_id,
+                journal=self.journal,
+                tools=self.tools,
+                planner=scripted(ToolCall("pay", {"n": 99}, id="late")),
+            )
         assert len(self.ledger.calls("execute")) == before
 
     @rule()
@@ -144,7 +148,9 @@ class UnwindMachine(RuleBasedStateMachine):
         if not hasattr(self, "journal"):
             return
         verdict = check(self.ledger, self.journal, settled=False)
-        assert not verdict.double and not verdict.after_tombstone and not verdict.mismatches, verdict.summary()
+        assert not verdict.double and not verdict.after_tombstone and not verdict.mismatches, (
+            verdict.summary()
+        )
 
     def teardown(self) -> None:
         if not hasattr(self, "journal"):
@@ -161,8 +167,9 @@ class UnwindMachine(RuleBasedStateMachine):
         faults.configure()
 
 
-UnwindMachine.TestCase.settings = settings(max_examples=150, stateful_step_count=40, deadline=None,
-                                           suppress_health_check=[HealthCheck.too_slow])
+UnwindMachine.TestCase.settings = settings(
+    max_examples=150, stateful_step_count=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 test_unwinds_keep_every_promise_under_any_interleaving_of_faults = UnwindMachine.TestCase
 
 

@@ -14,15 +14,19 @@ from .ledger import Ledger
 from .toolkit import make_tools
 
 
-def unwind(journal: Journal, led: Ledger, run_id: str, *, claim_ttl: float = 2.0, lock: Any = None) -> dict[str, Any]:
-    report = compensate_run(run_id, journal=journal, tools=make_tools(lambda: led), claim_ttl=claim_ttl,
-                            lock=lock).model_dump(mode="json")
+def unwind(
+    journal: Journal, led: Ledger, run_id: str, *, claim_ttl: float = 2.0, lock: Any = None
+) -> dict[str, Any]:
+    report = compensate_run(
+        run_id, journal=journal, tools=make_tools(lambda: led), claim_ttl=claim_ttl, lock=lock
+    ).model_dump(mode="json")
     led.add_report(run_id, report)
     return report
 
 
-def settle(journal: Journal, led: Ledger, run_ids: Iterable[str], *, timeout: float = 30.0,
-           claim_ttl: float = 2.0) -> float:
+def settle(
+    journal: Journal, led: Ledger, run_ids: Iterable[str], *, timeout: float = 30.0, claim_ttl: float = 2.0
+) -> float:
     """Re-drive as the sweeper does (only runs the journal says are pending or incomplete and due)
     until none of ``run_ids`` needs more; the seconds it took. Never forces an unwind the journal
     calls complete: a step it has forgotten stays forgotten, and the checker counts it lost."""
@@ -46,8 +50,10 @@ def _open(journal: Journal, run_id: str) -> bool:
 
 
 def _complete(report: dict[str, Any]) -> bool:
-    return all(e["status"] in ("compensated", "already-compensated", "skipped-not-executed", "skipped-no-hook")
-               for e in report["entries"])
+    return all(
+        e["status"] in ("compensated", "already-compensated", "skipped-not-executed", "skipped-no-hook")
+        for e in report["entries"]
+    )
 
 
 def claim_status(journal: Journal, run_id: str, suffix: str) -> ClaimStatus | None:

@@ -44,8 +44,11 @@ class Setup:
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SAGA_")}
         env.update({f"SAGA_{k.upper()}": str(v) for k, v in self.saga.items() if v is not None})
-        env.update(SAGA_TEST_CONTROL=str(self.control), SAGA_TEST_SCOPE=self.scope,
-                   PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+        env.update(
+            SAGA_TEST_CONTROL=str(self.control),
+            SAGA_TEST_SCOPE=self.scope,
+            PYTHONPATH=os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        )
         return env
 
     def journal(self) -> Journal:
@@ -67,10 +70,20 @@ def make_setup(tmp: Path, **saga: Any) -> Setup:
     control = tmp / "control"
     control.mkdir(parents=True, exist_ok=True)
     # Every field named, so a SAGA_* variable in the test's own environment cannot leak into the client.
-    base = {"journal_url": None, "broker_url": None, "result_backend": None, "redis_url": None,
-            "home": str(tmp / "home"), "tools": "tests.integration.worker_tools:tools",
-            "queue": f"saga-t-{uuid.uuid4().hex[:10]}", "claim_ttl": 2.0, "sweep_interval": 1.0,
-            "sweep_backoff": 0.5, "sweep_backoff_max": 2.0, "visibility_timeout": 8.0}
+    base = {
+        "journal_url": None,
+        "broker_url": None,
+        "result_backend": None,
+        "redis_url": None,
+        "home": str(tmp / "home"),
+        "tools": "tests.integration.worker_tools:tools",
+        "queue": f"saga-t-{uuid.uuid4().hex[:10]}",
+        "claim_ttl": 2.0,
+        "sweep_interval": 1.0,
+        "sweep_backoff": 0.5,
+        "sweep_backoff_max": 2.0,
+        "visibility_timeout": 8.0,
+    }
     base.update(saga)
     return Setup(base, control)
 
@@ -83,14 +96,34 @@ def redis_db() -> int:
 class Worker:
     def __init__(self, setup: Setup, log: Path, *, beat: bool, concurrency: int) -> None:
         self.log = log
-        argv = [sys.executable, "-m", "celery", "-A", "tasks", "worker", "--loglevel", "info",
-                "--concurrency", str(concurrency), "--hostname", f"t{uuid.uuid4().hex[:8]}@%h",
-                "--without-gossip", "--without-mingle", "--without-heartbeat"]
+        argv = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tasks",
+            "worker",
+            "--loglevel",
+            "info",
+            "--concurrency",
+            str(concurrency),
+            "--hostname",
+            f"t{uuid.uuid4().hex[:8]}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
         if beat:
             argv.append("--beat")
         self._out = open(log, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(argv, cwd=REPO, env=setup.env(), stdout=self._out, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            cwd=REPO,
+            env=setup.env(),
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def wait_ready(self) -> Worker:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -123,7 +156,9 @@ class Workers:
         self.started: list[Worker] = []
 
     def start(self, setup: Setup, *, beat: bool = False, concurrency: int = 2) -> Worker:
-        worker = Worker(setup, self.tmp / f"worker-{len(self.started)}.log", beat=beat, concurrency=concurrency)
+        worker = Worker(
+            setup, self.tmp / f"worker-{len(self.started)}.log", beat=beat, concurrency=concurrency
+        )
         self.started.append(worker)
         return worker.wait_ready()
 

@@ -19,11 +19,15 @@ GET_TIMEOUT_S = 60.0
 
 
 def place_order(journal: Journal, ledger: Ledger, run_id: str) -> None:
-    result = run_durable(run_id, journal=journal, tools=order_tools(ledger), planner=scripted(*order_script()))
+    result = run_durable(
+        run_id, journal=journal, tools=order_tools(ledger), planner=scripted(*order_script())
+    )
     assert result.status == "finished"
 
 
-def unwind(client: Celery, run_id: str, *, dry_run: bool = False, timeout: float = GET_TIMEOUT_S) -> dict[str, Any]:
+def unwind(
+    client: Celery, run_id: str, *, dry_run: bool = False, timeout: float = GET_TIMEOUT_S
+) -> dict[str, Any]:
     """``compensate_run.delay(run_id, dry_run=...).get()``, through a client of the same deployment."""
     result = client.signature("saga.compensate_run").delay(run_id, dry_run=dry_run)
     return dict(result.get(timeout=timeout, interval=0.05))
@@ -43,8 +47,9 @@ def compensations(ledger: Ledger, run_id: str) -> dict[str, int]:
     return {s: counts[compensate_key(run_id, s)] for s in SUFFIXES}
 
 
-def report_equals_the_library_report(setup: Setup, client: Celery, journal: Journal, ledger: Ledger,
-                                     run_id: str) -> None:
+def report_equals_the_library_report(
+    setup: Setup, client: Celery, journal: Journal, ledger: Ledger, run_id: str
+) -> None:
     twin = run_id + "-lib"
     place_order(journal, ledger, run_id)
     place_order(journal, ledger, twin)
@@ -57,8 +62,9 @@ def report_equals_the_library_report(setup: Setup, client: Celery, journal: Jour
     assert compensations(ledger, run_id) == {s: 1 for s in SUFFIXES}
 
 
-def dry_run_plans_without_condemning(setup: Setup, client: Celery, journal: Journal, ledger: Ledger,
-                                     run_id: str) -> None:
+def dry_run_plans_without_condemning(
+    setup: Setup, client: Celery, journal: Journal, ledger: Ledger, run_id: str
+) -> None:
     place_order(journal, ledger, run_id)
     plan = unwind(client, run_id, dry_run=True)
     assert plan["dry_run"] is True and plan["condemned"] is False
@@ -68,8 +74,9 @@ def dry_run_plans_without_condemning(setup: Setup, client: Celery, journal: Jour
     assert [c for c in ledger.calls() if c.key.startswith(f"{run_id}:comp:")] == []
 
 
-def failing_step_halts_with_a_report(setup: Setup, client: Celery, journal: Journal, ledger: Ledger,
-                                     run_id: str) -> None:
+def failing_step_halts_with_a_report(
+    setup: Setup, client: Celery, journal: Journal, ledger: Ledger, run_id: str
+) -> None:
     twin = run_id + "-lib"
     place_order(journal, ledger, run_id)
     place_order(journal, ledger, twin)
@@ -86,11 +93,14 @@ def failing_step_halts_with_a_report(setup: Setup, client: Celery, journal: Jour
     assert "refused" in report["entries"][1]["error"]
     assert report == as_run(library.model_dump(mode="json"), twin, run_id)
     assert compensations(ledger, run_id) == {"call-3": 1, "call-2": 0, "call-1": 0}
-    assert ledger.call_counts("start:")[compensate_key(run_id, "call-1")] == 0  # nothing probed after the halt
+    assert (
+        ledger.call_counts("start:")[compensate_key(run_id, "call-1")] == 0
+    )  # nothing probed after the halt
 
 
-def task_sent_by_name_returns_the_report(setup: Setup, client: Celery, journal: Journal, ledger: Ledger,
-                                         run_id: str) -> None:
+def task_sent_by_name_returns_the_report(
+    setup: Setup, client: Celery, journal: Journal, ledger: Ledger, run_id: str
+) -> None:
     place_order(journal, ledger, run_id)
     result = client.send_task("saga.compensate_run", args=[run_id], kwargs={"dry_run": False})
     report = result.get(timeout=GET_TIMEOUT_S, interval=0.05)
@@ -98,8 +108,9 @@ def task_sent_by_name_returns_the_report(setup: Setup, client: Celery, journal: 
     assert statuses(report) == ["compensated"] * 3
 
 
-def two_unwinds_at_once_compensate_each_step_once(setup: Setup, client: Celery, journal: Journal, ledger: Ledger,
-                                                  run_id: str) -> None:
+def two_unwinds_at_once_compensate_each_step_once(
+    setup: Setup, client: Celery, journal: Journal, ledger: Ledger, run_id: str
+) -> None:
     place_order(journal, ledger, run_id)
     setup.control_file(run_id, "slow", "notify", "1")  # keep the first step held while the other arrives
     reports: list[dict[str, Any]] = []

@@ -53,27 +53,32 @@ def parts(running: Setup) -> Iterator[tuple[Celery, Journal, Ledger]]:
 
 
 def test_embedded_report_over_celery_equals_the_library_report_for_the_same_journal_state(
-        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
     scenarios.report_equals_the_library_report(running, *parts, run_id)
 
 
-def test_embedded_dry_run_plans_without_condemning(running: Setup, parts: tuple[Celery, Journal, Ledger],
-                                                   run_id: str) -> None:
+def test_embedded_dry_run_plans_without_condemning(
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
     scenarios.dry_run_plans_without_condemning(running, *parts, run_id)
 
 
-def test_embedded_failing_step_halts_the_chain_with_a_report(running: Setup, parts: tuple[Celery, Journal, Ledger],
-                                                             run_id: str) -> None:
+def test_embedded_failing_step_halts_the_chain_with_a_report(
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
     scenarios.failing_step_halts_with_a_report(running, *parts, run_id)
 
 
 def test_embedded_two_delay_calls_for_one_run_at_once_compensate_every_step_exactly_once(
-        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
     scenarios.two_unwinds_at_once_compensate_each_step_once(running, *parts, run_id)
 
 
 def test_embedded_whole_worker_killed_mid_hook_is_finished_by_the_sweeper_with_the_same_key(
-        tmp_path: Path, workers: Workers, run_id: str) -> None:
+    tmp_path: Path, workers: Workers, run_id: str
+) -> None:
     setup = embedded_setup(tmp_path)
     first = workers.start(setup, beat=True, concurrency=1)
     client, journal, ledger = setup.client(), setup.journal(), setup.ledger()
@@ -105,27 +110,48 @@ def test_embedded_whole_worker_killed_mid_hook_is_finished_by_the_sweeper_with_t
 def test_demo_places_the_sample_order_and_unwinds_it_on_a_real_embedded_worker(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAGA_")}
     env["SAGA_HOME"] = str(tmp_path / ".saga")
-    done = subprocess.run([sys.executable, "-m", "saga_worker.cli", "demo", "--run-id", "order-demo", "--json"],
-                          cwd=tmp_path, env=dict(env, COLUMNS="200", PYTHONPATH=str(REPO)), capture_output=True,
-                          text=True, timeout=100)
+    done = subprocess.run(
+        [sys.executable, "-m", "saga_worker.cli", "demo", "--run-id", "order-demo", "--json"],
+        cwd=tmp_path,
+        env=dict(env, COLUMNS="200", PYTHONPATH=str(REPO)),
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
-    report = json.loads(done.stdout[done.stdout.rindex("\n{\n") + 1:])
+    report = json.loads(done.stdout[done.stdout.rindex("\n{\n") + 1 :])
     assert report["run_id"] == "order-demo" and report["condemned"] is True
     assert [(e["tool_name"], e["status"]) for e in report["entries"]] == [
-        ("send_email", "skipped-no-hook"), ("reserve_stock", "compensated"), ("charge", "compensated")]
+        ("send_email", "skipped-no-hook"),
+        ("reserve_stock", "compensated"),
+        ("charge", "compensated"),
+    ]
     assert "refund" in done.stdout and "order-demo:comp:charge" in done.stdout
 
 
 def test_cli_compensate_enqueues_waits_and_prints_the_report_from_the_worker(
-        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
     _, journal, ledger = parts
     scenarios.place_order(journal, ledger, run_id)
     env = dict(running.env(), COLUMNS="200")
-    shown = subprocess.run([sys.executable, "-m", "saga_worker.cli", "compensate", run_id], cwd=REPO, env=env,
-                           capture_output=True, text=True, timeout=100)
+    shown = subprocess.run(
+        [sys.executable, "-m", "saga_worker.cli", "compensate", run_id],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert "step call-3 (notify): compensated" in shown.stdout  # progress, as the steps land
-    as_json = subprocess.run([sys.executable, "-m", "saga_worker.cli", "compensate", run_id, "--json"], cwd=REPO,
-                             env=env, capture_output=True, text=True, timeout=100)
+    as_json = subprocess.run(
+        [sys.executable, "-m", "saga_worker.cli", "compensate", run_id, "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
     assert as_json.returncode == 0, as_json.stderr[-2000:]
     assert scenarios.statuses(json.loads(as_json.stdout)) == ["already-compensated"] * 3

@@ -24,8 +24,9 @@ def rabbit_setup(tmp: Path) -> Setup:
     require("rabbitmq")
     require("redis")
     results = REDIS_URL.rsplit("/", 1)[0] + f"/{redis_db()}"
-    setup = make_setup(tmp, broker_url=AMQP_URL, result_backend=results,
-                       journal_url=f"sqlite:///{tmp / 'journal.db'}")
+    setup = make_setup(
+        tmp, broker_url=AMQP_URL, result_backend=results, journal_url=f"sqlite:///{tmp / 'journal.db'}"
+    )
     setup.journal().close()
     return setup
 
@@ -55,27 +56,32 @@ def parts(running: Setup) -> Iterator[tuple[Celery, Journal, Ledger]]:
 
 
 def test_rabbitmq_report_over_celery_equals_the_library_report_for_the_same_journal_state(
-        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
     scenarios.report_equals_the_library_report(running, *parts, run_id)
 
 
-def test_rabbitmq_failing_step_halts_the_chain_with_a_report(running: Setup, parts: tuple[Celery, Journal, Ledger],
-                                                             run_id: str) -> None:
+def test_rabbitmq_failing_step_halts_the_chain_with_a_report(
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
     scenarios.failing_step_halts_with_a_report(running, *parts, run_id)
 
 
-def test_rabbitmq_task_sent_by_name_unwinds_the_run(running: Setup, parts: tuple[Celery, Journal, Ledger],
-                                                    run_id: str) -> None:
+def test_rabbitmq_task_sent_by_name_unwinds_the_run(
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
     scenarios.task_sent_by_name_returns_the_report(running, *parts, run_id)
 
 
 def test_rabbitmq_two_delay_calls_for_one_run_at_once_compensate_every_step_exactly_once(
-        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
     scenarios.two_unwinds_at_once_compensate_each_step_once(running, *parts, run_id)
 
 
 def test_rabbitmq_pool_child_killed_mid_hook_is_redelivered_and_compensated_once_with_the_same_key(
-        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
     client, journal, ledger = parts
     scenarios.place_order(journal, ledger, run_id)
     running.control_file(run_id, "kill", "reserve")

@@ -53,32 +53,38 @@ def parts(setup: Setup) -> Iterator[tuple[Celery, Journal, Ledger]]:
 
 
 def test_report_over_celery_equals_the_library_report_for_the_same_journal_state(
-        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
     scenarios.report_equals_the_library_report(running, *parts, run_id)
 
 
 def test_dry_run_over_celery_plans_without_condemning_or_calling_a_hook(
-        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
     scenarios.dry_run_plans_without_condemning(running, *parts, run_id)
 
 
 def test_failing_step_halts_the_chain_and_the_caller_gets_a_report_not_an_exception(
-        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
     scenarios.failing_step_halts_with_a_report(running, *parts, run_id)
 
 
 def test_task_sent_by_name_unwinds_the_run_and_returns_the_report(
-        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
     scenarios.task_sent_by_name_returns_the_report(running, *parts, run_id)
 
 
 def test_two_delay_calls_for_one_run_at_once_compensate_every_step_exactly_once(
-        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
     scenarios.two_unwinds_at_once_compensate_each_step_once(running, *parts, run_id)
 
 
 def test_pool_child_killed_mid_hook_is_redelivered_and_every_step_is_compensated_once_with_the_same_key(
-        tmp_path: Path, pg_database_url: str, workers: Workers, run_id: str) -> None:
+    tmp_path: Path, pg_database_url: str, workers: Workers, run_id: str
+) -> None:
     setup = redis_setup(tmp_path, pg_database_url)
     workers.start(setup, concurrency=1)
     client, journal, ledger = setup.client(), setup.journal(), setup.ledger()
@@ -94,7 +100,8 @@ def test_pool_child_killed_mid_hook_is_redelivered_and_every_step_is_compensated
 
 
 def test_whole_worker_killed_mid_hook_is_redelivered_to_another_worker_and_every_step_compensated_once(
-        tmp_path: Path, pg_database_url: str, workers: Workers, run_id: str) -> None:
+    tmp_path: Path, pg_database_url: str, workers: Workers, run_id: str
+) -> None:
     setup = redis_setup(tmp_path, pg_database_url)
     first = workers.start(setup, concurrency=1)
     client, journal, ledger = setup.client(), setup.journal(), setup.ledger()
@@ -113,7 +120,8 @@ def test_whole_worker_killed_mid_hook_is_redelivered_to_another_worker_and_every
 
 
 def test_step_tasks_send_a_compensating_event_naming_the_run_and_the_step_for_flower(
-        running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str) -> None:
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
     client, journal, ledger = parts
     scenarios.place_order(journal, ledger, run_id)
     seen: list[dict[str, object]] = []
@@ -146,8 +154,9 @@ def test_step_tasks_send_a_compensating_event_naming_the_run_and_the_step_for_fl
     assert state.tasks[mine[0]["uuid"]].state == "COMPENSATING"
 
 
-
-def test_two_beat_processes_on_redis_run_one_sweeper_schedule_between_them(tmp_path: Path, pg_database_url: str) -> None:
+def test_two_beat_processes_on_redis_run_one_sweeper_schedule_between_them(
+    tmp_path: Path, pg_database_url: str
+) -> None:
     import redis
 
     setup = redis_setup(tmp_path, pg_database_url)
@@ -158,9 +167,16 @@ def test_two_beat_processes_on_redis_run_one_sweeper_schedule_between_them(tmp_p
     try:
         for log in logs:
             with open(log, "wb") as out:
-                procs.append(subprocess.Popen([sys.executable, "-m", "celery", "-A", "tasks", "beat", "--loglevel",
-                                               "info"], cwd=REPO, env=setup.env(), stdout=out,
-                                              stderr=subprocess.STDOUT, start_new_session=True))
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "celery", "-A", "tasks", "beat", "--loglevel", "info"],
+                        cwd=REPO,
+                        env=setup.env(),
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
         wait_for(lambda: client.llen(setup.saga["queue"]) >= 4, 60, "a few sweeps to be sent")
         holders = [log for log in logs if b"Acquired lock" in log.read_bytes()]
         assert len(holders) == 1, [log.read_text()[-500:] for log in logs]

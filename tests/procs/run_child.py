@@ -44,8 +44,15 @@ ROOT = Path(__file__).resolve().parents[2]
 NAMES = ("charge", "reserve", "notify")
 
 
-def run_tools(ledger: Ledger, *, pause: float = 0.0, crash_at: str | None = None, crash_when: str = "before",
-              recover: bool = False, idempotent: bool = False) -> dict[str, Tool]:
+def run_tools(
+    ledger: Ledger,
+    *,
+    pause: float = 0.0,
+    crash_at: str | None = None,
+    crash_when: str = "before",
+    recover: bool = False,
+    idempotent: bool = False,
+) -> dict[str, Tool]:
     """The order's tools: execute applies its effect once per key in ``ledger`` (as a provider would)."""
 
     def make(name: str) -> Tool:
@@ -70,17 +77,47 @@ def run_tools(ledger: Ledger, *, pause: float = 0.0, crash_at: str | None = None
     return {name: make(name) for name in NAMES}
 
 
-def spawn(journal_url: str, scope: str, run_id: str, *, mode: str = "run", crash_at: str = "reserve",
-          crash_when: str = "before", pause: float = 0.0, start_file: Path | None = None,
-          flavour: str = "plain", migrate: bool = False) -> subprocess.Popen[str]:
+def spawn(
+    journal_url: str,
+    scope: str,
+    run_id: str,
+    *,
+    mode: str = "run",
+    crash_at: str = "reserve",
+    crash_when: str = "before",
+    pause: float = 0.0,
+    start_file: Path | None = None,
+    flavour: str = "plain",
+    migrate: bool = False,
+) -> subprocess.Popen[str]:
     """Start this module as a child process (from the test's side)."""
-    argv = [sys.executable, "-m", "tests.procs.run_child", "--journal", journal_url, "--scope", scope,
-            "--run", run_id, "--mode", mode, "--crash-at", crash_at, "--crash-when", crash_when,
-            "--pause", str(pause), "--flavour", flavour] + (["--migrate"] if migrate else [])
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.procs.run_child",
+        "--journal",
+        journal_url,
+        "--scope",
+        scope,
+        "--run",
+        run_id,
+        "--mode",
+        mode,
+        "--crash-at",
+        crash_at,
+        "--crash-when",
+        crash_when,
+        "--pause",
+        str(pause),
+        "--flavour",
+        flavour,
+    ] + (["--migrate"] if migrate else [])
     if start_file is not None:
         argv += ["--start-file", str(start_file)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAGA_FAULTS")}
-    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def finish(proc: subprocess.Popen[str], *, expect: int = 0, timeout: float = 90.0) -> dict[str, Any]:
@@ -98,8 +135,10 @@ def show(journal: Journal, run_id: str) -> dict[str, Any]:
         "pid": os.getpid(),
         "run": None if run is None else {"status": run.status.value, "prompt": run.prompt, "text": run.text},
         "decisions": journal.list_decisions(run_id),
-        "records": [{"suffix": r.suffix, "status": r.status.value, "seq": r.seq, "output": r.output}
-                    for r in journal.list_records(run_id)],
+        "records": [
+            {"suffix": r.suffix, "status": r.status.value, "seq": r.seq, "output": r.output}
+            for r in journal.list_records(run_id)
+        ],
     }
 
 
@@ -128,12 +167,22 @@ def main(argv: list[str]) -> int:
         journal.close()
         return 0
     ledger = open_ledger(args.journal, args.scope)
-    tools = run_tools(ledger, pause=args.pause, crash_at=args.crash_at if args.mode == "crash" else None,
-                      crash_when=args.crash_when, recover=args.flavour == "recover",
-                      idempotent=args.flavour == "idempotent")
+    tools = run_tools(
+        ledger,
+        pause=args.pause,
+        crash_at=args.crash_at if args.mode == "crash" else None,
+        crash_when=args.crash_when,
+        recover=args.flavour == "recover",
+        idempotent=args.flavour == "idempotent",
+    )
     try:
-        status = run_durable(args.run, journal=journal, tools=tools, planner=scripted(*order_script(), final="ok"),
-                             prompt="sample order").status
+        status = run_durable(
+            args.run,
+            journal=journal,
+            tools=tools,
+            planner=scripted(*order_script(), final="ok"),
+            prompt="sample order",
+        ).status
     except SideEffectRetryBlockedError:
         status = "blocked"
     print(json.dumps({"pid": os.getpid(), "status": status}), flush=True)

@@ -28,17 +28,43 @@ EXIT_CODE = 17
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def spawn(journal_url: str, scope: str, run_id: str, *, mode: str = "unwind", step: str = "reserve",
-          ttl: float | None = None, pause: float = 0.0, start_file: Path | None = None) -> subprocess.Popen[str]:
+def spawn(
+    journal_url: str,
+    scope: str,
+    run_id: str,
+    *,
+    mode: str = "unwind",
+    step: str = "reserve",
+    ttl: float | None = None,
+    pause: float = 0.0,
+    start_file: Path | None = None,
+) -> subprocess.Popen[str]:
     """Start this module as a child process (from the test's side)."""
-    argv = [sys.executable, "-m", "tests.procs.unwind_child", "--journal", journal_url, "--scope", scope,
-            "--run", run_id, "--mode", mode, "--step", step, "--pause", str(pause)]
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.procs.unwind_child",
+        "--journal",
+        journal_url,
+        "--scope",
+        scope,
+        "--run",
+        run_id,
+        "--mode",
+        mode,
+        "--step",
+        step,
+        "--pause",
+        str(pause),
+    ]
     if ttl is not None:
         argv += ["--ttl", str(ttl)]
     if start_file is not None:
         argv += ["--start-file", str(start_file)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAGA_FAULTS")}
-    return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def result_of(proc: subprocess.Popen[str], timeout: float = 90.0) -> dict[str, Any]:
@@ -79,8 +105,12 @@ def main(argv: list[str]) -> int:
         deadline = time.monotonic() + 60
         while not start.exists() and time.monotonic() < deadline:
             time.sleep(0.01)
-    report = compensate_run(args.run, journal=journal, tools=order_tools(ledger, before_compensate=before_compensate),
-                            claim_ttl=args.ttl)
+    report = compensate_run(
+        args.run,
+        journal=journal,
+        tools=order_tools(ledger, before_compensate=before_compensate),
+        claim_ttl=args.ttl,
+    )
     print(json.dumps({"pid": os.getpid(), "report": report.model_dump(mode="json")}), flush=True)
     ledger.close()
     journal.close()

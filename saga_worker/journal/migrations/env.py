@@ -10,7 +10,11 @@ connection = context.config.attributes.get("connection")
 if connection is None:  # pragma: no cover - only through saga_worker.journal.migrate
     raise RuntimeError("run saga-worker migrations through `saga-worker db upgrade`")
 
-context.configure(connection=connection, target_metadata=metadata, version_table="saga_alembic_version",
-                  render_as_batch=connection.dialect.name == "sqlite")
+context.configure(
+    connection=connection,
+    target_metadata=metadata,
+    version_table="saga_alembic_version",
+    render_as_batch=connection.dialect.name == "sqlite",
+)
 with context.begin_transaction():
     context.run_migrations()
