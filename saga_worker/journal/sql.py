@@ -118,6 +118,16 @@ class SqlJournal(Journal):
         with self.engine.begin() as conn:
             yield conn
 
+    def _insert_if_absent(self, table: sa.Table, keys: dict[str, Any], **values: Any) -> sa.Row[Any]:
+        """Insert a row unless one with these keys exists; return the stored row (the first writer wins),
+        so a retried or duplicated write is harmless."""
+        with self._tx() as conn:
+            conn.execute(
+                self._insert(table).values(**keys, **values).on_conflict_do_nothing(index_elements=list(keys))
+            )
+            where = [table.c[name] == value for name, value in keys.items()]
+            return conn.execute(sa.select(table).where(*where)).one()
+
     @contextmanager
     def _read(self) -> Iterator[sa.Connection]:
         with self.engine.connect() as conn:
@@ -291,21 +301,10 @@ class SqlJournal(Journal):
 
     # -- decisions --------------------------------------------------------------------------------
     def record_decision(self, run_id: str, step: int, payload: Any) -> Any:
-        with self._tx() as conn:
-            conn.execute(
-                self._insert(decisions)
-                .values(
-                    run_id=run_id,
-                    step=step,
-                    payload=_dump(payload),
-                    created_at=time.time(),
-                )
-                .on_conflict_do_nothing(index_elements=["run_id", "step"])
-            )
-            stored = conn.execute(
-                sa.select(decisions.c.payload).where(decisions.c.run_id == run_id, decisions.c.step == step)
-            ).scalar_one()
-        return _load(stored, run_id, f"decision {step}")
+        row = self._insert_if_absent(
+            decisions, {"run_id": run_id, "step": step}, payload=_dump(payload), created_at=time.time()
+        )
+        return _load(row.payload, run_id, f"decision {step}")
 
     def list_decisions(self, run_id: str) -> list[Any]:
         with self._read() as conn:
@@ -678,19 +677,14 @@ class SqlJournal(Journal):
     def record_unwind(
         self, unwind_id: str, run_id: str, *, dry_run: bool, suffixes: Sequence[str]
     ) -> UnwindInfo:
-        with self._tx() as conn:
-            conn.execute(
-                self._insert(unwinds)
-                .values(
-                    unwind_id=unwind_id,
-                    run_id=run_id,
-                    dry_run=bool(dry_run),
-                    suffixes=_dump(list(suffixes)),
-                    created_at=time.time(),
-                )
-                .on_conflict_do_nothing(index_elements=["unwind_id"])
-            )
-            row = conn.execute(sa.select(unwinds).where(unwinds.c.unwind_id == unwind_id)).one()
+        row = self._insert_if_absent(
+            unwinds,
+            {"unwind_id": unwind_id},
+            run_id=run_id,
+            dry_run=bool(dry_run),
+            suffixes=_dump(list(suffixes)),
+            created_at=time.time(),
+        )
         return self._unwind(row)
 
     def get_unwind(self, unwind_id: str) -> UnwindInfo | None:
@@ -699,20 +693,13 @@ class SqlJournal(Journal):
         return None if row is None else self._unwind(row)
 
     def record_unwind_entry(self, unwind_id: str, position: int, entry: dict[str, Any]) -> dict[str, Any]:
-        where = (unwind_entries.c.unwind_id == unwind_id, unwind_entries.c.position == position)
-        with self._tx() as conn:
-            conn.execute(
-                self._insert(unwind_entries)
-                .values(
-                    unwind_id=unwind_id,
-                    position=position,
-                    entry=_dump(entry),
-                    created_at=time.time(),
-                )
-                .on_conflict_do_nothing(index_elements=["unwind_id", "position"])
-            )
-            stored = conn.execute(sa.select(unwind_entries.c.entry).where(*where)).scalar_one()
-        return _load(stored, unwind_id, f"unwind entry {position}")  # type: ignore[no-any-return]
+        row = self._insert_if_absent(
+            unwind_entries,
+            {"unwind_id": unwind_id, "position": position},
+            entry=_dump(entry),
+            created_at=time.time(),
+        )
+        return _load(row.entry, unwind_id, f"unwind entry {position}")  # type: ignore[no-any-return]
 
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
         with self._read() as conn:
