@@ -71,11 +71,14 @@ def compensate_step(
     claim_ttl: float | None = None,
     lock: StepLock | None = None,
     owner: str | None = None,
+    lock_owner: str | None = None,
     claims: Mapping[tuple[str, str], CompensationClaim] | None = None,
 ) -> CompensationEntry:
     """Apply DESIGN.md §3 rule 3 to one step: the first rule that applies decides.
 
-    ``claims``, when given, holds the step's claim as read for the whole worklist at once."""
+    ``claims``, when given, holds the step's claim as read for the whole worklist at once.
+    ``lock_owner`` (default: ``owner``) is the token of the fast-path lock: the executor shares it
+    between deliveries of one step, while each delivery claims the journal under its own owner."""
     ttl = claim_ttl if claim_ttl is not None else get_settings().claim_ttl
     key = compensate_key(record.origin_run_id, record.suffix)
 
@@ -141,7 +144,8 @@ def compensate_step(
 
     # 5./6. Claim, then call the hook under a lease kept alive while it runs.
     owner = owner or new_owner()
-    if lock is not None and not _lock_op(lock.acquire, key, owner, ttl):
+    lock_owner = lock_owner or owner
+    if lock is not None and not _lock_op(lock.acquire, key, lock_owner, ttl):
         return entry_for(record, CompensationStatus.BUSY, "another unwinder holds this step's lock", attempts)
     try:
         attempt = journal.claim_compensation(
@@ -160,10 +164,12 @@ def compensate_step(
             )
         assert held is not None
         faults.point("after_claim", key)
-        return _run_hook(journal, run_id, record, tool, output, key, owner, ttl, lock, held.attempts)
+        return _run_hook(
+            journal, run_id, record, tool, output, key, owner, ttl, lock, lock_owner, held.attempts
+        )
     finally:
         if lock is not None:
-            _lock_op(lock.release, key, owner)
+            _lock_op(lock.release, key, lock_owner)
 
 
 def _lock_op(op: Callable[..., Any], *args: Any) -> Any:
@@ -218,13 +224,14 @@ def _run_hook(
     owner: str,
     ttl: float,
     lock: StepLock | None,
+    lock_owner: str,
     attempts: int,
 ) -> CompensationEntry:
     assert tool.compensate is not None
 
     def renew() -> bool:
         if lock is not None:
-            _lock_op(lock.extend, key, owner, ttl)
+            _lock_op(lock.extend, key, lock_owner, ttl)
         return journal.renew_claim(record.origin_run_id, record.suffix, owner, ttl)
 
     opts = CallOptions(key, record.tool_call_id, run_id)

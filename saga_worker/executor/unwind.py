@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -52,10 +53,16 @@ Next = Step | Finalize
 
 
 def step_owner(unwind_id: str, suffix: str) -> str:
-    """The owner token of one step of one unwind: the same for every delivery of that step's message,
-    so a redelivered task re-takes its dead attempt's lock and claim instead of reading them as busy."""
+    """The token of one step of one unwind, the same for every delivery of that step's message: it
+    owns the step's fast-path lock (so a redelivered task re-takes its dead attempt's lock) and
+    prefixes each delivery's own journal owner (so a delivery can tell its twin's claim from a
+    stranger's). The journal claim itself is per delivery: two live copies can never both hold it."""
     digest = hashlib.sha256(f"{unwind_id}\n{suffix}".encode()).hexdigest()[:16]
     return f"unwind:{unwind_id[:60]}:{digest}"
+
+
+def _is_twin(claim_owner: str, step: str) -> bool:
+    return claim_owner == step or claim_owner.startswith(step + ":")
 
 
 def start_unwind(journal: Journal, run_id: str, unwind_id: str, *, dry_run: bool, claim_ttl: float) -> Next:
@@ -149,15 +156,27 @@ def _compensate(
             idempotency_key=compensate_key(info.run_id, suffix),
             origin_run_id=info.run_id,
         )
-    owner = step_owner(info.unwind_id, suffix)
-    if not info.dry_run and _live_twin(journal, record, owner, claim_ttl, sleep):
+    step = step_owner(info.unwind_id, suffix)
+    if not info.dry_run and _live_twin(journal, record, step, claim_ttl, sleep):
         return None
     entry = compensate_step(
-        journal, info.run_id, record, tools, dry_run=info.dry_run, claim_ttl=claim_ttl, lock=lock, owner=owner
+        journal,
+        info.run_id,
+        record,
+        tools,
+        dry_run=info.dry_run,
+        claim_ttl=claim_ttl,
+        lock=lock,
+        owner=f"{step}:{uuid.uuid4().hex[:8]}",
+        lock_owner=step,
     )
+    if entry.status is CompensationStatus.BUSY:
+        claim = journal.get_claim(record.origin_run_id, record.suffix)
+        if claim is not None and claim.status is ClaimStatus.CLAIMED and _is_twin(claim.owner, step):
+            return None  # another delivery of this very step won the claim: it carries the chain on
     if entry.status is CompensationStatus.ALREADY_COMPENSATED:
         claim = journal.get_claim(record.origin_run_id, record.suffix)
-        if claim is not None and claim.owner == owner:
+        if claim is not None and _is_twin(claim.owner, step):
             # Undone by this very unwind (an attempt that died after writing its outcome): it is
             # this unwind's compensation, not an earlier one's.
             entry = entry.model_copy(update={"status": CompensationStatus.COMPENSATED})
@@ -174,7 +193,7 @@ def _live_twin(
     re-sent continuation: leave it alone). A live holder renews its lease every ttl/3, so watch the
     lease for a little over one renewal period."""
     first = journal.get_claim(record.origin_run_id, record.suffix)
-    if first is None or first.status is not ClaimStatus.CLAIMED or first.owner != owner:
+    if first is None or first.status is not ClaimStatus.CLAIMED or not _is_twin(first.owner, owner):
         return False
     if first.lease_expires_at <= journal.now():
         return False
@@ -183,12 +202,17 @@ def _live_twin(
         sleep(step)
         waited += step
         now = journal.get_claim(record.origin_run_id, record.suffix)
-        if now is None or now.owner != owner:
+        if now is None or now.owner != first.owner:
             return False
         if now.status is not ClaimStatus.CLAIMED or now.lease_expires_at > first.lease_expires_at:
             return True  # renewed or finished by the twin
         if now.lease_expires_at <= journal.now():
             return False
+    # Not renewed: that attempt is dead. Its claim is its own, so wait out the lease; the take-over
+    # is then a compare-and-set on the expired lease, which only one redelivery can win.
+    remaining = first.lease_expires_at - journal.now()
+    if remaining > 0:
+        sleep(remaining + ttl / 20)
     return False
 
 

@@ -5,6 +5,7 @@ and survives duplicated and redelivered messages."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -134,30 +135,67 @@ def test_duplicate_delivery_of_a_finished_step_passes_the_continuation_on_withou
     assert provider.calls == [compensate_key(run_id, "call-3")]
 
 
-def test_redelivered_step_whose_attempt_died_mid_hook_retakes_its_own_claim_with_the_same_key(
+def test_redelivered_step_whose_attempt_died_mid_hook_retakes_the_step_with_the_same_key_once_its_lease_lapses(
     run_id: str,
 ) -> None:
     journal, provider = MemoryJournal(), Provider()
     order(journal, provider, run_id)
     ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
     key = compensate_key(run_id, "call-3")
-    # The dead attempt: claimed under this step's owner token, lease still live, never renewed again.
-    journal.claim_compensation(
-        run_id, "call-3", via_run_id=run_id, owner=ex.step_owner("u", "call-3"), ttl=TTL, idempotency_key=key
-    )
+    # The dead attempt: one delivery of this step claimed it, then died; its short lease is never renewed.
+    dead = f"{ex.step_owner('u', 'call-3')}:dead0001"
+    journal.claim_compensation(run_id, "call-3", via_run_id=run_id, owner=dead, ttl=0.3, idempotency_key=key)
     naps: list[float] = []
-    nxt = ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL, sleep=naps.append)
+
+    def nap(seconds: float) -> None:
+        naps.append(seconds)
+        time.sleep(seconds)
+
+    nxt = ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL, sleep=nap)
     assert nxt == Step(run_id, "u", "call-2", False, 1, 3)
     assert provider.calls == [key]
-    assert journal.get_claim(run_id, "call-3").status is ClaimStatus.COMPENSATED  # type: ignore[union-attr]
-    assert 0 < sum(naps) <= TTL  # it watched the lease for about one renewal period, not for the whole TTL
+    claim = journal.get_claim(run_id, "call-3")
+    assert claim is not None and claim.status is ClaimStatus.COMPENSATED and claim.owner != dead
+    assert 0 < sum(naps) < TTL  # it waited for the dead lease to lapse, not for a whole TTL
+
+
+def test_two_deliveries_of_one_step_at_once_call_its_hook_once(
+    run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal, provider = MemoryJournal(), Provider()
+    order(journal, provider, run_id)
+    ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
+    results: list[object] = []
+
+    def twin_arrives(*_: object) -> None:
+        # The twin delivery runs the very same step while the first is inside its hook, having looked
+        # for a live twin just before the first claimed (the race): only the claim itself can stop it.
+        from saga_worker.executor import unwind
+
+        monkeypatch.setattr(unwind, "_live_twin", lambda *args: False)
+        results.append(ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL))
+
+    tools = provider.tools()
+    inner = tools["notify"].compensate  # call-3 is notify
+    assert inner is not None
+
+    def compensate_with_twin(input: Any, output: Any, opts: CallOptions) -> Any:
+        if not results:
+            twin_arrives()
+        return inner(input, output, opts)
+
+    tools["notify"] = Tool(tools["notify"].execute, compensate_with_twin)
+    first = ex.run_step(journal, tools, run_id, "u", "call-3", claim_ttl=TTL)
+    assert first == Step(run_id, "u", "call-2", False, 1, 3)
+    assert results == [None]  # the twin saw the step held by a delivery of itself and stood down
+    assert provider.calls.count(compensate_key(run_id, "call-3")) == 1
 
 
 def test_duplicate_delivery_drops_itself_while_a_live_twin_renews_the_lease(run_id: str) -> None:
     journal, provider = MemoryJournal(), Provider()
     order(journal, provider, run_id)
     ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
-    owner = ex.step_owner("u", "call-3")
+    owner = f"{ex.step_owner('u', 'call-3')}:twin0001"
     journal.claim_compensation(
         run_id,
         "call-3",
@@ -204,7 +242,7 @@ def test_step_whose_attempt_died_after_writing_its_outcome_reports_compensated_n
     journal, provider = MemoryJournal(), Provider()
     order(journal, provider, run_id)
     ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
-    owner = ex.step_owner("u", "call-3")
+    owner = f"{ex.step_owner('u', 'call-3')}:twin0001"
     journal.claim_compensation(
         run_id,
         "call-3",
