@@ -184,16 +184,17 @@ def _compensate(
 
 
 def _live_twin(
-    journal: Journal, record: ToolRecord, owner: str, ttl: float, sleep: Callable[[float], None]
+    journal: Journal, record: ToolRecord, step: str, ttl: float, sleep: Callable[[float], None]
 ) -> bool:
     """Is another delivery of this same step alive and holding it right now?
 
-    Our owner token holding a live lease means either our own attempt died mid-hook (a redelivery:
-    re-take it) or a duplicate delivery is running it (a visibility timeout shorter than the hook, a
-    re-sent continuation: leave it alone). A live holder renews its lease every ttl/3, so watch the
-    lease for a little over one renewal period."""
+    A live lease held by a delivery of this step (its owner carries the ``step`` token) means either
+    that attempt died mid-hook (a redelivery: wait out its lease, then take the step over) or a
+    duplicate delivery is running it (a visibility timeout shorter than the hook, a re-sent
+    continuation: leave it alone). A live holder renews its lease every ttl/3, so watch the lease for
+    a little over one renewal period."""
     first = journal.get_claim(record.origin_run_id, record.suffix)
-    if first is None or first.status is not ClaimStatus.CLAIMED or not _is_twin(first.owner, owner):
+    if first is None or first.status is not ClaimStatus.CLAIMED or not _is_twin(first.owner, step):
         return False
     if first.lease_expires_at <= journal.now():
         return False
