@@ -198,10 +198,10 @@ def _live_twin(
         return False
     if first.lease_expires_at <= journal.now():
         return False
-    waited, step = 0.0, ttl / 10
+    waited, interval = 0.0, ttl / 10
     while waited < ttl * 0.6:
-        sleep(step)
-        waited += step
+        sleep(interval)
+        waited += interval
         now = journal.get_claim(record.origin_run_id, record.suffix)
         if now is None or now.owner != first.owner:
             return False
