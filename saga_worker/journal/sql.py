@@ -8,19 +8,20 @@ the row lock and SQLite runs inside ``BEGIN IMMEDIATE`` (one writer at a time, w
 
 from __future__ import annotations
 
+import functools
 import json
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ..errors import CompensatedRunError, JournalError, MalformedRecordError, RunExistsError, UnknownRunError
 from ..keys import canonical_json
-from . import guards, migrate
+from . import driver, guards, migrate
 from .base import Journal
 from .records import (
     ClaimAttempt,
@@ -34,9 +35,11 @@ from .records import (
     UnwindInfo,
     UnwindState,
 )
-from .schema import claims, decisions, records, runs, unwind_entries, unwinds
+from .schema import decisions, records, runs
+from .statements import Statements, server_clock
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
+T = TypeVar("T")
 
 
 class _Conflict(Exception):
@@ -113,20 +116,22 @@ class SqlJournal(Journal):
             super()._release_guard(token)
 
     # -- plumbing ---------------------------------------------------------------------------------
+    @functools.cached_property
+    def _q(self) -> Statements:
+        return Statements(self.engine.dialect)
+
+    def _write(self, work: Callable[[driver.Tx], T]) -> T:
+        """Run ``work`` in one write transaction on the driver (the hot path: see ``driver``)."""
+        return driver.transaction(self.engine, work, write=True)
+
+    def _fetch(self, work: Callable[[driver.Tx], T]) -> T:
+        return driver.transaction(self.engine, work, write=False)
+
     @contextmanager
     def _tx(self) -> Iterator[sa.Connection]:
+        """A Core transaction, for the statements built per call (fork, listings, the sweep)."""
         with self.engine.begin() as conn:
             yield conn
-
-    def _insert_if_absent(self, table: sa.Table, keys: dict[str, Any], **values: Any) -> sa.Row[Any]:
-        """Insert a row unless one with these keys exists; return the stored row (the first writer wins),
-        so a retried or duplicated write is harmless."""
-        with self._tx() as conn:
-            conn.execute(
-                self._insert(table).values(**keys, **values).on_conflict_do_nothing(index_elements=list(keys))
-            )
-            where = [table.c[name] == value for name, value in keys.items()]
-            return conn.execute(sa.select(table).where(*where)).one()
 
     @contextmanager
     def _read(self) -> Iterator[sa.Connection]:
@@ -138,19 +143,19 @@ class SqlJournal(Journal):
     def _now_sql(self) -> sa.ColumnElement[float]:
         # PostgreSQL's clock, not the worker's: leases must not depend on skewed worker clocks.
         if self.dialect == "postgresql":
-            return sa.cast(sa.func.extract("epoch", sa.func.clock_timestamp()), sa.Double)
+            return server_clock(self.dialect)
         return sa.literal(time.time(), sa.Double)
 
     def now(self) -> float:
         if self.dialect != "postgresql":
             return time.time()
-        with self._read() as conn:
-            return float(conn.execute(sa.select(self._now_sql())).scalar_one())
+        row = self._fetch(lambda tx: tx.one(self._q.clock, {}))
+        assert row is not None
+        return float(next(iter(row.values())))
 
     # -- rows to values ---------------------------------------------------------------------------
     @staticmethod
-    def _run(row: sa.Row[Any]) -> RunInfo:
-        m = row._mapping
+    def _run(m: Mapping[Any, Any]) -> RunInfo:
         return RunInfo(
             run_id=m["run_id"],
             status=_enum(RunStatus, m["status"], m["run_id"], "run status"),
@@ -168,8 +173,7 @@ class SqlJournal(Journal):
         )
 
     @staticmethod
-    def _record(row: sa.Row[Any]) -> ToolRecord:
-        m = row._mapping
+    def _record(m: Mapping[Any, Any]) -> ToolRecord:
         rid, what = m["run_id"], f"{m['suffix']!r}"
         return ToolRecord(
             run_id=rid,
@@ -190,8 +194,7 @@ class SqlJournal(Journal):
         )
 
     @staticmethod
-    def _claim(row: sa.Row[Any]) -> CompensationClaim:
-        m = row._mapping
+    def _claim(m: Mapping[Any, Any]) -> CompensationClaim:
         return CompensationClaim(
             origin_run_id=m["origin_run_id"],
             suffix=m["suffix"],
@@ -208,32 +211,21 @@ class SqlJournal(Journal):
 
     # -- runs -------------------------------------------------------------------------------------
     def start_run(self, run_id: str, prompt: str) -> tuple[RunInfo, bool]:
-        now = time.time()
-        with self._tx() as conn:
-            ins = (
-                self._insert(runs)
-                .values(
-                    run_id=run_id,
-                    status=RunStatus.RUNNING.value,
-                    prompt=prompt,
-                    text="",
-                    created_at=now,
-                    updated_at=now,
-                )
-                .on_conflict_do_nothing(index_elements=["run_id"])
-                .returning(*runs.c)
-            )
-            row = conn.execute(ins).first()
-            if row is not None:
-                return self._run(row), True
-            run = self._run(conn.execute(sa.select(runs).where(runs.c.run_id == run_id)).one())
-        if run.condemned:
+        q, params = self._q, {"rid": run_id, "new_prompt": prompt, "now": time.time()}
+
+        def work(tx: driver.Tx) -> tuple[driver.Row | None, bool]:
+            made = tx.one(q.run_insert, params)
+            return (made, True) if made is not None else (tx.one(q.run_get, params), False)
+
+        row, created = self._write(work)
+        assert row is not None  # the insert lost to an existing row, and rows are never deleted
+        run = self._run(row)
+        if not created and run.condemned:
             raise CompensatedRunError(run_id)
-        return run, False
+        return run, created
 
     def get_run(self, run_id: str) -> RunInfo | None:
-        with self._read() as conn:
-            row = conn.execute(sa.select(runs).where(runs.c.run_id == run_id)).first()
+        row = self._fetch(lambda tx: tx.one(self._q.run_get, {"rid": run_id}))
         return None if row is None else self._run(row)
 
     def list_runs(self, *, limit: int = 100, condemned_only: bool = False) -> list[RunInfo]:
@@ -241,201 +233,149 @@ class SqlJournal(Journal):
         if condemned_only:
             query = query.where(runs.c.condemned_at.is_not(None))
         with self._read() as conn:
-            return [self._run(r) for r in conn.execute(query)]
+            return [self._run(r._mapping) for r in conn.execute(query)]
 
     def end_run(self, run_id: str, status: RunStatus, text: str, error: str | None) -> RunInfo:
-        with self._tx() as conn:
-            conn.execute(
-                sa.update(runs)
-                .where(runs.c.run_id == run_id, runs.c.status == RunStatus.RUNNING.value)
-                .values(status=status.value, text=text, error=error, updated_at=time.time())
-            )
-            row = conn.execute(sa.select(runs).where(runs.c.run_id == run_id)).first()
+        q = self._q
+        params = {"rid": run_id, "new_status": status.value, "new_text": text, "new_error": error}
+
+        def work(tx: driver.Tx) -> driver.Row | None:
+            return tx.one(q.run_end, {**params, "now": time.time()}) or tx.one(q.run_get, params)
+
+        row = self._write(work)
         if row is None:
             raise UnknownRunError(run_id)
         return self._run(row)
 
     def condemn(self, run_id: str) -> float:
-        now = self._now_sql()
-        with self._tx() as conn:
+        q = self._q
+
+        def work(tx: driver.Tx) -> float | None:
+            params = {"rid": run_id, "now": time.time()}
             # Three tries: on PostgreSQL a run started concurrently is invisible to the UPDATE, then makes
             # the INSERT a no-op once it commits; the next UPDATE (a fresh snapshot) sees it and stamps it.
             for _ in range(3):
-                stamped = conn.execute(
-                    sa.update(runs)
-                    .where(runs.c.run_id == run_id, runs.c.condemned_at.is_(None))
-                    .values(
-                        condemned_at=now,
-                        updated_at=now,
-                        unwind_state=UnwindState.PENDING.value,
-                        unwind_next_at=now,
-                    )
-                    .returning(runs.c.condemned_at)
-                ).scalar()
-                if stamped is not None:
-                    return float(stamped)
-                made = conn.execute(
-                    self._insert(runs)
-                    .values(
-                        run_id=run_id,
-                        status=RunStatus.UNKNOWN.value,
-                        prompt="",
-                        text="",
-                        condemned_at=now,
-                        unwind_state=UnwindState.PENDING.value,
-                        unwind_next_at=now,
-                        created_at=now,
-                        updated_at=now,
-                    )
-                    .on_conflict_do_nothing(index_elements=["run_id"])
-                    .returning(runs.c.condemned_at)
-                ).scalar()
-                if made is not None:
-                    return float(made)
-                kept = conn.execute(sa.select(runs.c.condemned_at).where(runs.c.run_id == run_id)).scalar()
-                if kept is not None:
-                    return float(kept)
-        raise JournalError(
-            f"run {run_id!r}: could not write its tombstone (its row kept changing)", run_id=run_id
-        )
+                for stmt in (q.condemn_stamp, q.condemn_insert, q.condemned_at):
+                    row = tx.one(stmt, params)
+                    if row is not None and row["condemned_at"] is not None:
+                        return float(row["condemned_at"])
+            return None
+
+        stamped = self._write(work)
+        if stamped is None:
+            raise JournalError(
+                f"run {run_id!r}: could not write its tombstone (its row kept changing)", run_id=run_id
+            )
+        return stamped
 
     # -- decisions --------------------------------------------------------------------------------
     def record_decision(self, run_id: str, step: int, payload: Any) -> Any:
-        row = self._insert_if_absent(
-            decisions, {"run_id": run_id, "step": step}, payload=_dump(payload), created_at=time.time()
-        )
-        return _load(row.payload, run_id, f"decision {step}")
+        q = self._q
+        params = {"rid": run_id, "at_step": step, "new_payload": _dump(payload), "now": time.time()}
+        row = self._write(lambda tx: tx.one(q.decision_insert, params) or tx.one(q.decision_get, params))
+        assert row is not None
+        return _load(row["payload"], run_id, f"decision {step}")
 
     def list_decisions(self, run_id: str) -> list[Any]:
-        with self._read() as conn:
-            rows = conn.execute(
-                sa.select(decisions.c.step, decisions.c.payload)
-                .where(decisions.c.run_id == run_id)
-                .order_by(decisions.c.step)
-            ).all()
-        return [_load(payload, run_id, f"decision {step}") for step, payload in rows]
+        rows = self._fetch(lambda tx: tx.all(self._q.decisions_of_run, {"rid": run_id}))
+        return [_load(r["payload"], run_id, f"decision {r['step']}") for r in rows]
 
     # -- records ----------------------------------------------------------------------------------
     def get_record(self, run_id: str, suffix: str) -> ToolRecord | None:
-        with self._read() as conn:
-            row = conn.execute(
-                sa.select(records).where(records.c.run_id == run_id, records.c.suffix == suffix)
-            ).first()
+        row = self._fetch(lambda tx: tx.one(self._q.record_get, {"rid": run_id, "sfx": suffix}))
         return None if row is None else self._record(row)
 
     def list_records(self, run_id: str, statuses: Sequence[RecordStatus] | None = None) -> list[ToolRecord]:
-        query = sa.select(records).where(records.c.run_id == run_id).order_by(records.c.seq)
-        if statuses is not None:
-            query = query.where(records.c.status.in_([s.value for s in statuses]))
-        with self._read() as conn:
-            return [self._record(r) for r in conn.execute(query)]
+        rows = self._fetch(lambda tx: tx.all(self._q.records_of_run, {"rid": run_id}))
+        if statuses is not None:  # filtered here: a run's records are read whole by its own index anyway
+            wanted = {s.value for s in statuses}
+            rows = [r for r in rows if r["status"] in wanted]
+        return [self._record(r) for r in rows]
 
-    def _gate(self, conn: sa.Connection, run_id: str, gated: bool) -> int:
+    def _gate(self, tx: driver.Tx, run_id: str, gated: bool) -> int:
         """Lock the run's row and take the next sequence number, refusing a condemned run if ``gated``.
 
         This row lock is what orders a claim against the tombstone: ``condemn`` updates the same row,
         so whichever commits second sees the other."""
-        query = sa.update(runs).where(runs.c.run_id == run_id)
-        if gated:
-            query = query.where(runs.c.condemned_at.is_(None))
-        seq = conn.execute(query.values(next_seq=runs.c.next_seq + 1).returning(runs.c.next_seq)).scalar()
-        if seq is not None:
-            return int(seq)
-        exists = conn.execute(sa.select(runs.c.run_id).where(runs.c.run_id == run_id)).first()
-        if exists is None:
+        params = {"rid": run_id}
+        row = tx.one(self._q.gate if gated else self._q.gate_ungated, params)
+        if row is not None:
+            return int(row["next_seq"])
+        if tx.one(self._q.condemned_at, params) is None:
             raise UnknownRunError(run_id)
         raise CompensatedRunError(run_id)
 
     def claim_record(self, run_id: str, new: NewRecord, *, gated: bool) -> ToolRecord | None:
-        now = time.time()
+        params = {
+            "rid": run_id,
+            "sfx": new.suffix,
+            "at_step": new.step,
+            "call_id": new.tool_call_id,
+            "name": new.tool_name,
+            "call_mode": new.mode,
+            "call_input": _dump(new.input),
+            "origin": new.origin_run_id,
+            "now": time.time(),
+        }
+
+        def work(tx: driver.Tx) -> driver.Row:
+            row = tx.one(self._q.record_insert, {**params, "at_seq": self._gate(tx, run_id, gated)})
+            if row is None:
+                raise _Conflict  # roll back the sequence number we took
+            return row
+
         try:
-            with self._tx() as conn:
-                seq = self._gate(conn, run_id, gated)
-                row = conn.execute(
-                    self._insert(records)
-                    .values(
-                        run_id=run_id,
-                        suffix=new.suffix,
-                        seq=seq,
-                        step=new.step,
-                        tool_call_id=new.tool_call_id,
-                        tool_name=new.tool_name,
-                        mode=new.mode,
-                        input=_dump(new.input),
-                        status=RecordStatus.RUNNING.value,
-                        attempts=1,
-                        origin_run_id=new.origin_run_id,
-                        created_at=now,
-                        updated_at=now,
-                    )
-                    .on_conflict_do_nothing(index_elements=["run_id", "suffix"])
-                    .returning(*records.c)
-                ).first()
-                if row is None:
-                    raise _Conflict
-                return self._record(row)
+            return self._record(self._write(work))
         except _Conflict:
             return None
-
-    def _cas(
-        self, conn: sa.Connection, run_id: str, suffix: str, expected: RecordStatus, **values: Any
-    ) -> ToolRecord | None:
-        row = conn.execute(
-            sa.update(records)
-            .where(records.c.run_id == run_id, records.c.suffix == suffix, records.c.status == expected.value)
-            .values(updated_at=time.time(), **values)
-            .returning(*records.c)
-        ).first()
-        return None if row is None else self._record(row)
 
     def reclaim_record(
         self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool
     ) -> ToolRecord | None:
+        params = {"rid": run_id, "sfx": suffix, "expected": expected.value, "now": time.time()}
+
+        def work(tx: driver.Tx) -> driver.Row:
+            self._gate(tx, run_id, gated)
+            row = tx.one(self._q.record_reclaim, params)
+            if row is None:
+                raise _Conflict
+            return row
+
         try:
-            with self._tx() as conn:
-                self._gate(conn, run_id, gated)
-                record = self._cas(
-                    conn,
-                    run_id,
-                    suffix,
-                    expected,
-                    status=RecordStatus.RUNNING.value,
-                    attempts=records.c.attempts + 1,
-                    error=None,
-                )
-                if record is None:
-                    raise _Conflict
-                return record
+            return self._record(self._write(work))
         except _Conflict:
             return None
+
+    def _settle(
+        self,
+        run_id: str,
+        suffix: str,
+        expected: RecordStatus,
+        status: RecordStatus,
+        output: Any,
+        error: str | None,
+    ) -> ToolRecord | None:
+        params = {
+            "rid": run_id,
+            "sfx": suffix,
+            "expected": expected.value,
+            "new_status": status.value,
+            "new_output": None if output is None else _dump(output),
+            "new_error": error,
+            "now": time.time(),
+        }
+        row = self._write(lambda tx: tx.one(self._q.record_settle, params))
+        return None if row is None else self._record(row)
 
     def complete_record(
         self, run_id: str, suffix: str, status: RecordStatus, *, output: Any = None, error: str | None = None
     ) -> ToolRecord | None:
-        with self._tx() as conn:
-            return self._cas(
-                conn,
-                run_id,
-                suffix,
-                RecordStatus.RUNNING,
-                status=status.value,
-                output=None if output is None else _dump(output),
-                error=error,
-            )
+        return self._settle(run_id, suffix, RecordStatus.RUNNING, status, output, error)
 
     def resolve_record(
         self, run_id: str, suffix: str, expected: RecordStatus, output: Any
     ) -> ToolRecord | None:
-        with self._tx() as conn:
-            return self._cas(
-                conn,
-                run_id,
-                suffix,
-                expected,
-                status=RecordStatus.SUCCEEDED.value,
-                output=None if output is None else _dump(output),
-                error=None,
-            )
+        return self._settle(run_id, suffix, expected, RecordStatus.SUCCEEDED, output, None)
 
     def fork(self, source_run_id: str, step: int, new_run_id: str) -> None:
         now = time.time()
@@ -449,7 +389,7 @@ class SqlJournal(Journal):
             ).first()
             if source is None:
                 raise UnknownRunError(source_run_id)
-            src = self._run(source)
+            src = self._run(source._mapping)
             if src.condemned:
                 raise CompensatedRunError(source_run_id)
             created = conn.execute(
@@ -494,92 +434,22 @@ class SqlJournal(Journal):
 
     # -- compensation claims ----------------------------------------------------------------------
     def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None:
-        with self._read() as conn:
-            row = conn.execute(
-                sa.select(claims).where(claims.c.origin_run_id == origin_run_id, claims.c.suffix == suffix)
-            ).first()
+        row = self._fetch(lambda tx: tx.one(self._q.claim_get, {"o": origin_run_id, "s": suffix}))
         return None if row is None else self._claim(row)
 
     def get_claims(
         self, origin_and_suffixes: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], CompensationClaim]:
-        if not origin_and_suffixes:
-            return {}
         wanted = set(origin_and_suffixes)
         origins = sorted({o for o, _ in wanted})
-        with self._read() as conn:
-            rows = conn.execute(
-                sa.select(claims).where(
-                    claims.c.origin_run_id.in_(origins), claims.c.suffix.in_(sorted({s for _, s in wanted}))
-                )
-            )
-            found = [self._claim(r) for r in rows]
-        return {(c.origin_run_id, c.suffix): c for c in found if (c.origin_run_id, c.suffix) in wanted}
 
-    def _claim_statements(self) -> dict[str, Any]:
-        """The per-step claim statements, built once with bind parameters: building a Core statement
-        and its cache key anew costs more than SQLite's whole commit, on the hottest path we have."""
-        cached: dict[str, Any] | None = getattr(self, "_claim_stmts", None)
-        if cached is not None:
-            return cached
-        b = sa.bindparam
-        # PostgreSQL leases use the server's clock; SQLite's is this machine's, bound per call.
-        now = self._now_sql() if self.dialect == "postgresql" else b("now", type_=sa.Double)
-        pk = (claims.c.origin_run_id == b("o"), claims.c.suffix == b("s"))
-        mine = (*pk, claims.c.owner == b("holder"), claims.c.status == ClaimStatus.CLAIMED.value)
-        # The same owner may take its own claim back: a redelivered task re-drives its dead attempt.
-        takeable = sa.or_(
-            claims.c.status == ClaimStatus.FAILED.value,
-            sa.and_(
-                claims.c.status == ClaimStatus.CLAIMED.value,
-                sa.or_(claims.c.lease_expires_at < now, claims.c.owner == b("holder")),
-            ),
-        )
-        stmts = {
-            "insert": self._insert(claims)
-            .values(
-                origin_run_id=b("o"),
-                suffix=b("s"),
-                status=ClaimStatus.CLAIMED.value,
-                owner=b("holder"),
-                lease_expires_at=now + b("ttl", type_=sa.Double),
-                attempts=1,
-                idempotency_key=b("key"),
-                via_run_id=b("via"),
-                started_at=now,
-            )
-            .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
-            .returning(*claims.c),
-            "take": sa.update(claims)
-            .where(*pk, takeable)
-            .values(
-                status=ClaimStatus.CLAIMED.value,
-                owner=b("holder"),
-                lease_expires_at=now + b("ttl", type_=sa.Double),
-                attempts=claims.c.attempts + 1,
-                via_run_id=b("via"),
-                error=None,
-                started_at=now,
-                finished_at=None,
-            )
-            .returning(*claims.c),
-            "get": sa.select(claims).where(*pk),
-            "renew": sa.update(claims)
-            .where(*mine)
-            .values(lease_expires_at=now + b("ttl", type_=sa.Double))
-            .returning(claims.c.owner),
-            "finish": sa.update(claims)
-            .where(*mine)
-            .values(status=b("new_status"), error=b("error_text"), finished_at=now)
-            .returning(claims.c.owner),
-        }
-        self._claim_stmts = stmts
-        return stmts
+        def work(tx: driver.Tx) -> list[driver.Row]:
+            # One indexed read per origin run (a run's own, plus one per fork it shares effects with).
+            return [row for o in origins for row in tx.all(self._q.claims_of_origin, {"o": o})]
 
-    def _claim_params(self, **params: Any) -> dict[str, Any]:
-        if self.dialect != "postgresql":
-            params["now"] = time.time()
-        return params
+        rows = self._fetch(work) if wanted else []
+        found = (self._claim(r) for r in rows if (r["origin_run_id"], r["suffix"]) in wanted)
+        return {(c.origin_run_id, c.suffix): c for c in found}
 
     def claim_compensation(
         self,
@@ -591,38 +461,42 @@ class SqlJournal(Journal):
         ttl: float,
         idempotency_key: str,
     ) -> ClaimAttempt:
-        stmts = self._claim_statements()
-        params = self._claim_params(
-            o=origin_run_id, s=suffix, holder=owner, ttl=float(ttl), key=idempotency_key, via=via_run_id
-        )
-        with self._tx() as conn:
-            row = conn.execute(stmts["insert"], params).first()
+        q = self._q
+        params = {
+            "o": origin_run_id,
+            "s": suffix,
+            "holder": owner,
+            "ttl": float(ttl),
+            "key": idempotency_key,
+            "via": via_run_id,
+            "now": time.time(),
+        }
+
+        def work(tx: driver.Tx) -> ClaimAttempt:
+            row = tx.one(q.claim_insert, params) or tx.one(q.claim_take, params)
             if row is not None:
                 return ClaimAttempt(True, self._claim(row))
-            row = conn.execute(stmts["take"], params).first()
-            if row is not None:
-                return ClaimAttempt(True, self._claim(row))
-            current = conn.execute(stmts["get"], params).first()
-        return ClaimAttempt(False, None if current is None else self._claim(current))
+            current = tx.one(q.claim_get, params)
+            return ClaimAttempt(False, None if current is None else self._claim(current))
+
+        return self._write(work)
 
     def renew_claim(self, origin_run_id: str, suffix: str, owner: str, ttl: float) -> bool:
-        stmt = self._claim_statements()["renew"]
-        with self._tx() as conn:
-            row = conn.execute(
-                stmt, self._claim_params(o=origin_run_id, s=suffix, holder=owner, ttl=float(ttl))
-            ).first()
-        return row is not None
+        params = {"o": origin_run_id, "s": suffix, "holder": owner, "ttl": float(ttl), "now": time.time()}
+        return self._write(lambda tx: tx.one(self._q.claim_renew, params)) is not None
 
     def finish_claim(
         self, origin_run_id: str, suffix: str, owner: str, status: ClaimStatus, error: str | None = None
     ) -> bool:
-        stmt = self._claim_statements()["finish"]
-        params = self._claim_params(
-            o=origin_run_id, s=suffix, holder=owner, new_status=status.value, error_text=error
-        )
-        with self._tx() as conn:
-            row = conn.execute(stmt, params).first()
-        return row is not None
+        params = {
+            "o": origin_run_id,
+            "s": suffix,
+            "holder": owner,
+            "new_status": status.value,
+            "new_error": error,
+            "now": time.time(),
+        }
+        return self._write(lambda tx: tx.one(self._q.claim_finish, params)) is not None
 
     # -- unwind bookkeeping -----------------------------------------------------------------------
     def set_unwind_state(
@@ -634,18 +508,15 @@ class SqlJournal(Journal):
         next_at: float | None = None,
         count_attempt: bool = False,
     ) -> None:
-        with self._tx() as conn:
-            conn.execute(
-                sa.update(runs)
-                .where(runs.c.run_id == run_id)
-                .values(
-                    unwind_state=state.value,
-                    unwind_note=note,
-                    unwind_next_at=next_at,
-                    updated_at=time.time(),
-                    unwind_attempts=runs.c.unwind_attempts + (1 if count_attempt else 0),
-                )
-            )
+        params = {
+            "rid": run_id,
+            "state": state.value,
+            "note": note,
+            "next_at": next_at,
+            "bump": 1 if count_attempt else 0,
+            "now": time.time(),
+        }
+        self._write(lambda tx: tx.execute(self._q.unwind_state, params))
 
     def runs_to_sweep(self, now: float, *, limit: int = 100) -> list[RunInfo]:
         query = (
@@ -659,12 +530,11 @@ class SqlJournal(Journal):
             .limit(limit)
         )
         with self._read() as conn:
-            return [self._run(r) for r in conn.execute(query)]
+            return [self._run(r._mapping) for r in conn.execute(query)]
 
     # -- distributed unwinds ----------------------------------------------------------------------
     @staticmethod
-    def _unwind(row: sa.Row[Any]) -> UnwindInfo:
-        m = row._mapping
+    def _unwind(m: Mapping[Any, Any]) -> UnwindInfo:
         suffixes = _load(m["suffixes"], m["run_id"], f"unwind {m['unwind_id']!r} worklist")
         return UnwindInfo(
             unwind_id=m["unwind_id"],
@@ -677,38 +547,34 @@ class SqlJournal(Journal):
     def record_unwind(
         self, unwind_id: str, run_id: str, *, dry_run: bool, suffixes: Sequence[str]
     ) -> UnwindInfo:
-        row = self._insert_if_absent(
-            unwinds,
-            {"unwind_id": unwind_id},
-            run_id=run_id,
-            dry_run=bool(dry_run),
-            suffixes=_dump(list(suffixes)),
-            created_at=time.time(),
-        )
+        q = self._q
+        params = {
+            "uid": unwind_id,
+            "rid": run_id,
+            "plan_only": bool(dry_run),
+            "worklist": _dump(list(suffixes)),
+            "now": time.time(),
+        }
+        row = self._write(lambda tx: tx.one(q.unwind_insert, params) or tx.one(q.unwind_get, params))
+        assert row is not None
         return self._unwind(row)
 
     def get_unwind(self, unwind_id: str) -> UnwindInfo | None:
-        with self._read() as conn:
-            row = conn.execute(sa.select(unwinds).where(unwinds.c.unwind_id == unwind_id)).first()
+        row = self._fetch(lambda tx: tx.one(self._q.unwind_get, {"uid": unwind_id}))
         return None if row is None else self._unwind(row)
 
     def record_unwind_entry(self, unwind_id: str, position: int, entry: dict[str, Any]) -> dict[str, Any]:
-        row = self._insert_if_absent(
-            unwind_entries,
-            {"unwind_id": unwind_id, "position": position},
-            entry=_dump(entry),
-            created_at=time.time(),
-        )
-        return _load(row.entry, unwind_id, f"unwind entry {position}")  # type: ignore[no-any-return]
+        q = self._q
+        params = {"uid": unwind_id, "at": position, "new_entry": _dump(entry), "now": time.time()}
+        row = self._write(lambda tx: tx.one(q.entry_insert, params) or tx.one(q.entry_get, params))
+        assert row is not None
+        return _load(row["entry"], unwind_id, f"unwind entry {position}")  # type: ignore[no-any-return]
 
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
-        with self._read() as conn:
-            rows = conn.execute(
-                sa.select(unwind_entries.c.position, unwind_entries.c.entry)
-                .where(unwind_entries.c.unwind_id == unwind_id)
-                .order_by(unwind_entries.c.position)
-            ).all()
-        return {int(p): _load(e, unwind_id, f"unwind entry {p}") for p, e in rows}
+        rows = self._fetch(lambda tx: tx.all(self._q.entries_of_unwind, {"uid": unwind_id}))
+        return {
+            int(r["position"]): _load(r["entry"], unwind_id, f"unwind entry {r['position']}") for r in rows
+        }
 
 
 def _safe(url: str) -> str:
@@ -747,7 +613,9 @@ def _create_engine(url: str) -> sa.Engine:
                 f"PostgreSQL journal {_safe(url)} needs psycopg 3: pip install 'saga-worker[postgres]'",
                 url=_safe(url),
             ) from exc
-        return sa.create_engine(parsed, pool_pre_ping=True, pool_size=5, max_overflow=10)
+        # No pre-ping (a round trip on every checkout, half a commit): the journal's transactions notice a
+        # dead connection themselves, drop the pool and retry once (see driver.transaction).
+        return sa.create_engine(parsed, pool_size=5, max_overflow=10)
     raise JournalError(
         f"no journal backend for {_safe(url)}: use memory://, sqlite:///path.db or postgresql+psycopg://…",
         url=_safe(url),

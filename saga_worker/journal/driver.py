@@ -1,0 +1,141 @@
+"""The journal's hot statements, compiled once by SQLAlchemy and run straight on the database driver.
+
+Why: a ``Connection.execute`` costs about 100 µs of Python (execution context, result objects,
+events) and a pool pre-ping costs a round trip: together several times SQLite's whole commit, and
+half of PostgreSQL's, on every step of every unwind. The journal's statements are fixed, so
+SQLAlchemy still writes each one (once per dialect, from the Core tables in ``schema.py``), and
+this module only executes the result on the pooled DBAPI connection, inside one transaction.
+
+What it keeps from SQLAlchemy's own execution: errors are raised as SQLAlchemy's exception classes
+(so a caller's ``except OperationalError`` sees one family, whichever path ran), and a connection
+the driver reports as disconnected is invalidated, the pool emptied, and the transaction retried
+once on a fresh connection when the failure came before anything could have been written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast
+
+import sqlalchemy as sa
+from sqlalchemy.sql.compiler import SQLCompiler
+
+Row = dict[str, Any]
+T = TypeVar("T")
+
+
+class Prepared:
+    """One statement, compiled for one dialect; ``bind(params)`` gives the driver's parameters."""
+
+    __slots__ = ("sql", "_names", "_positional", "_defaults")
+
+    def __init__(self, statement: sa.ClauseElement, dialect: sa.Dialect) -> None:
+        compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
+        if compiled.literal_execute_params or compiled.post_compile_params:
+            raise ValueError("an expanding (IN-list) parameter cannot be prepared once")
+        self.sql = compiled.string
+        # Values fixed in the statement itself (a status literal, ``attempts + 1``) are bound too.
+        self._defaults = {
+            name: bind.effective_value for bind, name in compiled.bind_names.items() if not bind.required
+        }
+        self._positional = bool(compiled.positional)
+        names = compiled.positiontup if compiled.positional else sorted(set(compiled.bind_names.values()))
+        self._names: tuple[str, ...] = tuple(names or ())
+
+    def bind(self, params: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
+        """The driver's parameters: positional (SQLite) or by name (psycopg), just the ones used."""
+        merged = {**self._defaults, **params} if self._defaults else params
+        try:
+            if self._positional:
+                return tuple([merged[name] for name in self._names])
+            return {name: merged[name] for name in self._names}
+        except KeyError as exc:
+            raise TypeError(f"statement needs parameter {exc.args[0]!r}: {self.sql}") from None
+
+
+class Tx:
+    """One open transaction on a driver connection."""
+
+    __slots__ = ("_cursor", "statements_run")
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+        self.statements_run = 0
+
+    def execute(self, stmt: Prepared, params: Mapping[str, Any]) -> Any:
+        self._cursor.execute(stmt.sql, stmt.bind(params))
+        self.statements_run += 1
+        return self._cursor
+
+    def one(self, stmt: Prepared, params: Mapping[str, Any]) -> Row | None:
+        """The first row the statement returns, by column name, or None."""
+        cursor = self.execute(stmt, params)
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        names = [d[0] for d in cursor.description]
+        cursor.fetchall()  # drain, so the driver can reuse the cursor
+        return dict(zip(names, row, strict=True))
+
+    def all(self, stmt: Prepared, params: Mapping[str, Any]) -> list[Row]:
+        cursor = self.execute(stmt, params)
+        rows = cursor.fetchall()
+        if not rows:
+            return []
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def transaction(engine: sa.Engine, work: Callable[[Tx], T], *, write: bool) -> T:
+    """Run ``work`` in a transaction on a pooled driver connection; commit if it returns.
+
+    On SQLite a write transaction is ``BEGIN IMMEDIATE`` (the write lock up front, so a
+    read-then-write can never be overtaken between its read and its write); PostgreSQL's driver
+    begins one implicitly. ``work`` may run twice: once more, on a fresh connection, if the first
+    attempt's connection turned out dead before any statement of it completed."""
+    dbapi_error = engine.dialect.loaded_dbapi.Error
+    for attempt in (1, 2):
+        try:
+            raw = engine.raw_connection()
+        except dbapi_error as exc:  # the pool hands the driver's own error through: name it ours
+            raise sa.exc.DBAPIError.instance(None, None, exc, dbapi_error) from exc
+        driver: Any = raw.driver_connection
+        tx: Tx | None = None
+        try:
+            if engine.dialect.name == "sqlite":
+                driver.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            tx = Tx(driver.cursor())
+            result = work(tx)
+            driver.commit()
+            return result
+        except dbapi_error as exc:
+            gone = _handle_dead(engine, raw, exc)
+            if gone and attempt == 1 and (tx is None or tx.statements_run == 0):
+                continue  # nothing reached the database: the same work on a fresh connection
+            raise sa.exc.DBAPIError.instance(
+                None, None, exc, dbapi_error, connection_invalidated=gone
+            ) from exc
+        except BaseException:
+            _rollback(raw)
+            raise
+        finally:
+            raw.close()  # back to the pool (which also rolls back anything left open)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _handle_dead(engine: sa.Engine, raw: Any, exc: Any) -> bool:
+    """Roll back; if the driver says the connection is gone, drop it and every pooled sibling
+    (a database restart kills them all) and report True."""
+    gone = bool(engine.dialect.is_disconnect(exc, raw.driver_connection, None))
+    if gone:
+        raw.invalidate(exc)
+        engine.pool.dispose()
+    else:
+        _rollback(raw)
+    return gone
+
+
+def _rollback(raw: Any) -> None:
+    with contextlib.suppress(Exception):  # the original error is the one worth raising
+        raw.driver_connection.rollback()

@@ -1,0 +1,255 @@
+"""Every fixed statement of the SQL journal, written once in SQLAlchemy Core and prepared per dialect.
+
+Parameter names never repeat a column name (SQLAlchemy reserves those inside VALUES and SET):
+``rid`` a run id, ``sfx`` a step suffix, ``o``/``s`` a claim's origin run and suffix, ``now`` this
+machine's clock. Leases and the tombstone read PostgreSQL's clock instead, so that skewed worker
+clocks cannot shorten a lease; on SQLite (one machine) they read ``now`` too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from .driver import Prepared
+from .records import ClaimStatus, RecordStatus, RunStatus, UnwindState
+from .schema import claims, decisions, records, runs, unwind_entries, unwinds
+
+b = sa.bindparam
+
+
+def server_clock(dialect_name: str) -> sa.ColumnElement[float]:
+    """The clock leases are judged by: PostgreSQL's own, or the bound ``now`` on SQLite."""
+    if dialect_name == "postgresql":
+        return sa.cast(sa.func.extract("epoch", sa.func.clock_timestamp()), sa.Double)
+    return b("now", type_=sa.Double)
+
+
+class Statements:
+    """The prepared statements of one dialect, as attributes named for what they do."""
+
+    def __init__(self, dialect: sa.Dialect) -> None:
+        insert: Any = postgresql.insert if dialect.name == "postgresql" else sqlite.insert
+        clock = server_clock(dialect.name)
+        now = b("now", type_=sa.Double)
+
+        def p(statement: sa.ClauseElement) -> Prepared:
+            return Prepared(statement, dialect)
+
+        # -- runs ---------------------------------------------------------------------------------
+        run = runs.c.run_id == b("rid")
+        self.clock = p(sa.select(clock))
+        self.run_get = p(sa.select(runs).where(run))
+        self.run_insert = p(
+            insert(runs)
+            .values(
+                run_id=b("rid"),
+                status=RunStatus.RUNNING.value,
+                prompt=b("new_prompt"),
+                text="",
+                created_at=now,
+                updated_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=["run_id"])
+            .returning(*runs.c)
+        )
+        self.run_end = p(
+            sa.update(runs)
+            .where(run, runs.c.status == RunStatus.RUNNING.value)
+            .values(status=b("new_status"), text=b("new_text"), error=b("new_error"), updated_at=now)
+            .returning(*runs.c)
+        )
+        tombstone = {
+            "condemned_at": clock,
+            "updated_at": clock,
+            "unwind_state": UnwindState.PENDING.value,
+            "unwind_next_at": clock,
+        }
+        self.condemn_stamp = p(
+            sa.update(runs)
+            .where(run, runs.c.condemned_at.is_(None))
+            .values(**tombstone)
+            .returning(runs.c.condemned_at)
+        )
+        self.condemn_insert = p(
+            insert(runs)
+            .values(
+                run_id=b("rid"),
+                status=RunStatus.UNKNOWN.value,
+                prompt="",
+                text="",
+                created_at=clock,
+                **tombstone,
+            )
+            .on_conflict_do_nothing(index_elements=["run_id"])
+            .returning(runs.c.condemned_at)
+        )
+        self.condemned_at = p(sa.select(runs.c.condemned_at).where(run))
+        # The gate: lock the run's row and take the next sequence number (see SqlJournal._gate).
+        bump_seq = {"next_seq": runs.c.next_seq + 1}
+        self.gate = p(
+            sa.update(runs)
+            .where(run, runs.c.condemned_at.is_(None))
+            .values(**bump_seq)
+            .returning(runs.c.next_seq)
+        )
+        self.gate_ungated = p(sa.update(runs).where(run).values(**bump_seq).returning(runs.c.next_seq))
+        self.unwind_state = p(
+            sa.update(runs)
+            .where(run)
+            .values(
+                unwind_state=b("state"),
+                unwind_note=b("note"),
+                unwind_next_at=b("next_at", type_=sa.Double),
+                updated_at=now,
+                unwind_attempts=runs.c.unwind_attempts + b("bump", type_=sa.Integer),
+            )
+        )
+
+        # -- decisions ----------------------------------------------------------------------------
+        decision = (decisions.c.run_id == b("rid"), decisions.c.step == b("at_step"))
+        self.decision_insert = p(
+            insert(decisions)
+            .values(run_id=b("rid"), step=b("at_step"), payload=b("new_payload"), created_at=now)
+            .on_conflict_do_nothing(index_elements=["run_id", "step"])
+            .returning(decisions.c.payload)
+        )
+        self.decision_get = p(sa.select(decisions.c.payload).where(*decision))
+        self.decisions_of_run = p(
+            sa.select(decisions.c.step, decisions.c.payload)
+            .where(decisions.c.run_id == b("rid"))
+            .order_by(decisions.c.step)
+        )
+
+        # -- tool records -------------------------------------------------------------------------
+        record = (records.c.run_id == b("rid"), records.c.suffix == b("sfx"))
+        self.record_get = p(sa.select(records).where(*record))
+        self.records_of_run = p(
+            sa.select(records).where(records.c.run_id == b("rid")).order_by(records.c.seq)
+        )
+        self.record_insert = p(
+            insert(records)
+            .values(
+                run_id=b("rid"),
+                suffix=b("sfx"),
+                seq=b("at_seq"),
+                step=b("at_step"),
+                tool_call_id=b("call_id"),
+                tool_name=b("name"),
+                mode=b("call_mode"),
+                input=b("call_input"),
+                status=RecordStatus.RUNNING.value,
+                attempts=1,
+                origin_run_id=b("origin"),
+                created_at=now,
+                updated_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=["run_id", "suffix"])
+            .returning(*records.c)
+        )
+        expected = (*record, records.c.status == b("expected"))
+        self.record_reclaim = p(
+            sa.update(records)
+            .where(*expected)
+            .values(
+                status=RecordStatus.RUNNING.value,
+                attempts=records.c.attempts + 1,
+                error=None,
+                updated_at=now,
+            )
+            .returning(*records.c)
+        )
+        self.record_settle = p(
+            sa.update(records)
+            .where(*expected)
+            .values(status=b("new_status"), output=b("new_output"), error=b("new_error"), updated_at=now)
+            .returning(*records.c)
+        )
+
+        # -- compensation claims ------------------------------------------------------------------
+        pk = (claims.c.origin_run_id == b("o"), claims.c.suffix == b("s"))
+        mine = (*pk, claims.c.owner == b("holder"), claims.c.status == ClaimStatus.CLAIMED.value)
+        lease = clock + b("ttl", type_=sa.Double)
+        # The same owner may take its own claim back: a redelivered task re-drives its dead attempt.
+        takeable = sa.or_(
+            claims.c.status == ClaimStatus.FAILED.value,
+            sa.and_(
+                claims.c.status == ClaimStatus.CLAIMED.value,
+                sa.or_(claims.c.lease_expires_at < clock, claims.c.owner == b("holder")),
+            ),
+        )
+        self.claim_insert = p(
+            insert(claims)
+            .values(
+                origin_run_id=b("o"),
+                suffix=b("s"),
+                status=ClaimStatus.CLAIMED.value,
+                owner=b("holder"),
+                lease_expires_at=lease,
+                attempts=1,
+                idempotency_key=b("key"),
+                via_run_id=b("via"),
+                started_at=clock,
+            )
+            .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
+            .returning(*claims.c)
+        )
+        self.claim_take = p(
+            sa.update(claims)
+            .where(*pk, takeable)
+            .values(
+                status=ClaimStatus.CLAIMED.value,
+                owner=b("holder"),
+                lease_expires_at=lease,
+                attempts=claims.c.attempts + 1,
+                via_run_id=b("via"),
+                error=None,
+                started_at=clock,
+                finished_at=None,
+            )
+            .returning(*claims.c)
+        )
+        self.claim_get = p(sa.select(claims).where(*pk))
+        self.claims_of_origin = p(sa.select(claims).where(claims.c.origin_run_id == b("o")))
+        self.claim_renew = p(
+            sa.update(claims).where(*mine).values(lease_expires_at=lease).returning(claims.c.owner)
+        )
+        self.claim_finish = p(
+            sa.update(claims)
+            .where(*mine)
+            .values(status=b("new_status"), error=b("new_error"), finished_at=clock)
+            .returning(claims.c.owner)
+        )
+
+        # -- distributed unwinds ------------------------------------------------------------------
+        self.unwind_insert = p(
+            insert(unwinds)
+            .values(
+                unwind_id=b("uid"),
+                run_id=b("rid"),
+                dry_run=b("plan_only", type_=sa.Boolean),
+                suffixes=b("worklist"),
+                created_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=["unwind_id"])
+            .returning(*unwinds.c)
+        )
+        self.unwind_get = p(sa.select(unwinds).where(unwinds.c.unwind_id == b("uid")))
+        self.entry_insert = p(
+            insert(unwind_entries)
+            .values(unwind_id=b("uid"), position=b("at"), entry=b("new_entry"), created_at=now)
+            .on_conflict_do_nothing(index_elements=["unwind_id", "position"])
+            .returning(unwind_entries.c.entry)
+        )
+        self.entry_get = p(
+            sa.select(unwind_entries.c.entry).where(
+                unwind_entries.c.unwind_id == b("uid"), unwind_entries.c.position == b("at")
+            )
+        )
+        self.entries_of_unwind = p(
+            sa.select(unwind_entries.c.position, unwind_entries.c.entry)
+            .where(unwind_entries.c.unwind_id == b("uid"))
+            .order_by(unwind_entries.c.position)
+        )
