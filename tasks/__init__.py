@@ -2,8 +2,9 @@
 
 Thin on purpose: each task parses ids, calls saga_worker.executor, and passes the continuation on
 with ``self.replace`` (which keeps the task id, so ``compensate_run.delay(run_id).get()`` returns the
-report). A halt is a normal continuation to ``saga.finalize_unwind``, never an exception: a raised
-error in a chain hands the caller an exception instead of a report.
+report). The last step task, or the one that halts, assembles the report from the journal and
+returns it: a halt is a normal end, never an exception (a raised error in a chain hands the caller an
+exception instead of a report).
 """
 
 from __future__ import annotations
@@ -40,7 +41,14 @@ def _fresh_connections(**_: Any) -> None:
 def _continue(task: Task, nxt: executor.Next) -> Any:
     if isinstance(nxt, executor.Step):
         return task.replace(compensate_step.si(nxt.run_id, nxt.unwind_id, nxt.suffix, nxt.dry_run))
-    return task.replace(finalize_unwind.si(nxt.run_id, nxt.unwind_id))
+    # The end (or a halt): assemble the report here, from the journal, rather than in a task of its
+    # own: one message fewer per unwind. A redelivery assembles the same report again.
+    return _report(nxt.run_id, nxt.unwind_id)
+
+
+def _report(run_id: str, unwind_id: str) -> dict[str, Any]:
+    report = executor.finalize_unwind(executor.current().journal, run_id, unwind_id)
+    return report.model_dump(mode="json")
 
 
 @app.task(name="saga.compensate_run", bind=True, **RETRY)
@@ -71,8 +79,9 @@ def compensate_step(self: Task, run_id: str, unwind_id: str, suffix: str, dry_ru
 
 @app.task(name="saga.finalize_unwind", bind=True, **RETRY)
 def finalize_unwind(self: Task, run_id: str, unwind_id: str) -> dict[str, Any]:
-    report = executor.finalize_unwind(executor.current().journal, run_id, unwind_id)
-    return report.model_dump(mode="json")
+    """The report alone. Unwinds end in their last step task now; this one serves messages sent by
+    earlier versions (a rolling upgrade) and anyone re-assembling a report by hand."""
+    return _report(run_id, unwind_id)
 
 
 @app.task(name="saga.retry_uncertain")

@@ -16,7 +16,14 @@ from typing import Any
 
 from .. import faults
 from ..journal.base import Journal
-from ..journal.records import ClaimStatus, CompensationClaim, RecordStatus, ToolRecord, UnwindState
+from ..journal.records import (
+    ClaimStatus,
+    CompensationClaim,
+    RecordStatus,
+    ToolRecord,
+    UnwindState,
+    WorklistView,
+)
 from ..keys import check_run_id, compensate_key, execute_key
 from ..locks.base import StepLock
 from ..settings import get_settings
@@ -27,7 +34,6 @@ from .report import HALTING, CompensationEntry, CompensationReport, Compensation
 log = logging.getLogger(__name__)
 UNWOUND = (RecordStatus.SUCCEEDED, RecordStatus.FAILED, RecordStatus.RUNNING)
 _HOST = socket.gethostname()[:40]
-_CLAIMS_PER_READ = 500  # steps whose claims one read fetches (bound-parameter limits stay far away)
 
 
 def new_owner(tag: str = "") -> str:
@@ -35,14 +41,15 @@ def new_owner(tag: str = "") -> str:
     return f"{_HOST}:{os.getpid()}:{tag or uuid.uuid4().hex[:12]}"[:100]
 
 
-def begin_unwind(journal: Journal, run_id: str, *, dry_run: bool) -> list[ToolRecord]:
-    """Write the tombstone (unless a dry run), then read the steps to undo, latest first.
+def begin_unwind(journal: Journal, run_id: str, *, dry_run: bool) -> WorklistView:
+    """Write the tombstone (unless a dry run), then read the run, the steps to undo (in execution
+    order) and their claims, in one read.
 
-    The tombstone comes first so that no new side effect can start once the worklist is read."""
+    The tombstone comes first so that no new side effect can start once the worklist is read. A
+    malformed run or record row fails here, before any hook runs, not after them."""
     if not dry_run:
         journal.condemn(run_id)
-    journal.get_run(run_id)  # a malformed run row fails here, before any hook runs, not after them
-    return list(reversed(journal.list_records(run_id, UNWOUND)))
+    return journal.read_worklist(run_id, UNWOUND)
 
 
 def entry_for(
@@ -292,9 +299,21 @@ def compensate_run(
     """Condemn the run, then undo its steps in reverse execution order; one entry per step."""
     check_run_id(run_id)
     checked = check_tools(tools)
-    worklist = begin_unwind(journal, run_id, dry_run=dry_run)
-    entries = unwind(journal, run_id, worklist, checked, dry_run=dry_run, claim_ttl=claim_ttl, lock=lock)
-    report = build_report(journal, run_id, entries, dry_run=dry_run)
+    view = begin_unwind(journal, run_id, dry_run=dry_run)
+    worklist = list(reversed(view.records))
+    entries = unwind(
+        journal,
+        run_id,
+        worklist,
+        checked,
+        dry_run=dry_run,
+        claim_ttl=claim_ttl,
+        lock=lock,
+        claims=view.claims,
+    )
+    # A tombstone is never lifted: once this unwind wrote it, the run is condemned.
+    condemned = not dry_run or (view.run is not None and view.run.condemned)
+    report = CompensationReport(run_id=run_id, dry_run=dry_run, condemned=condemned, entries=entries)
     finish_unwind(journal, report)
     return report
 
@@ -308,18 +327,18 @@ def unwind(
     dry_run: bool,
     claim_ttl: float | None = None,
     lock: StepLock | None = None,
+    claims: Mapping[tuple[str, str], CompensationClaim] | None = None,
 ) -> list[CompensationEntry]:
+    """Apply the rules to each step of ``worklist`` (latest first) until one halts; ``claims`` are the
+    steps' claims as read with the worklist (read here if not given)."""
+    if claims is None:
+        claims = journal.get_claims([(r.origin_run_id, r.suffix) for r in worklist])
     entries: list[CompensationEntry] = []
     stopped = False
-    claims: dict[tuple[str, str], CompensationClaim] = {}
-    for i, record in enumerate(worklist):
+    for record in worklist:
         if stopped:  # once stopped, nothing more is probed
             entries.append(entry_for(record, CompensationStatus.NOT_ATTEMPTED))
             continue
-        if i % _CLAIMS_PER_READ == 0:  # one read for the next steps' claims, not one per step
-            claims = journal.get_claims(
-                [(r.origin_run_id, r.suffix) for r in worklist[i : i + _CLAIMS_PER_READ]]
-            )
         entry = compensate_step(
             journal, run_id, record, tools, dry_run=dry_run, claim_ttl=claim_ttl, lock=lock, claims=claims
         )
@@ -331,7 +350,9 @@ def unwind(
 def build_report(
     journal: Journal, run_id: str, entries: list[CompensationEntry], *, dry_run: bool
 ) -> CompensationReport:
-    run = journal.get_run(run_id)
-    return CompensationReport(
-        run_id=run_id, dry_run=dry_run, condemned=run is not None and run.condemned, entries=entries
-    )
+    """The report of an unwind whose entries are known; a real unwind wrote the tombstone itself."""
+    condemned = not dry_run
+    if dry_run:
+        run = journal.get_run(run_id)
+        condemned = run is not None and run.condemned
+    return CompensationReport(run_id=run_id, dry_run=dry_run, condemned=condemned, entries=entries)

@@ -26,6 +26,7 @@ class LeaseKeeper:
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
         self._pid = 0
+        self._wakes_at = float("inf")  # when the thread next looks, by its own plan
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._forget_after_fork)
 
@@ -36,15 +37,18 @@ class LeaseKeeper:
         self._leases = {}
         self._thread = None
         self._pid = os.getpid()
+        self._wakes_at = float("inf")
 
     @contextmanager
     def keep(self, renew: Renew, interval: float) -> Iterator[None]:
         """Call ``renew`` every ``interval`` seconds while the block runs (stops once it returns False)."""
         lease_id = next(self._ids)
+        due = time.monotonic() + interval
         with self._cond:
             self._ensure_thread()
-            self._leases[lease_id] = (time.monotonic() + interval, interval, renew)
-            self._cond.notify()
+            self._leases[lease_id] = (due, interval, renew)
+            if due < self._wakes_at:  # wake the thread only if it would otherwise look too late
+                self._cond.notify()
         try:
             yield
         finally:
@@ -55,6 +59,7 @@ class LeaseKeeper:
         # A forked child (Celery prefork) inherits the object but not the thread: start its own.
         if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
             self._pid = os.getpid()
+            self._wakes_at = 0.0  # a new thread looks at once
             self._thread = threading.Thread(target=self._loop, name="saga-lease-keeper", daemon=True)
             self._thread.start()
 
@@ -68,7 +73,9 @@ class LeaseKeeper:
                     self._leases[lease_id] = (now + interval, interval, renew)
                 if not due:
                     wake = min((at for at, _, _ in self._leases.values()), default=now + 60.0)
+                    self._wakes_at = wake
                     self._cond.wait(timeout=max(0.0, wake - now))
+                    self._wakes_at = 0.0  # awake: it looks at every lease before it sleeps again
                     continue
             for lease_id, renew in due:
                 try:

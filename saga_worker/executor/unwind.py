@@ -18,7 +18,7 @@ from ..compensation.engine import begin_unwind, build_report, compensate_step, e
 from ..compensation.report import HALTING, CompensationEntry, CompensationReport, CompensationStatus
 from ..errors import InvalidInputError
 from ..journal.base import Journal
-from ..journal.records import ClaimStatus, ToolRecord, UnwindInfo, UnwindState
+from ..journal.records import ClaimStatus, CompensationClaim, StepView, ToolRecord, UnwindInfo
 from ..keys import check_run_id, compensate_key
 from ..locks.base import StepLock
 from ..tools import Tool
@@ -68,21 +68,15 @@ def _is_twin(claim_owner: str, step: str) -> bool:
 def start_unwind(journal: Journal, run_id: str, unwind_id: str, *, dry_run: bool, claim_ttl: float) -> Next:
     """The coordinator: tombstone first, then the worklist, recorded once per unwind."""
     check_run_id(run_id)
-    worklist = begin_unwind(journal, run_id, dry_run=dry_run)
-    info = journal.record_unwind(unwind_id, run_id, dry_run=dry_run, suffixes=[r.suffix for r in worklist])
+    view = begin_unwind(journal, run_id, dry_run=dry_run)
+    worklist = [r.suffix for r in reversed(view.records)]
+    info = journal.record_unwind(unwind_id, run_id, dry_run=dry_run, suffixes=worklist)
     if info.run_id != run_id:
         raise InvalidInputError(f"unwind {unwind_id!r} belongs to run {info.run_id!r}, not {run_id!r}")
     if not info.dry_run:
-        _hold_off_sweeper(journal, run_id, unwind_id, SWEEP_GRACE_TTLS * claim_ttl)
+        # A fresh unwind owns its run for a while: condemn made it due at once for the sweeper.
+        journal.hold_sweep(run_id, SWEEP_GRACE_TTLS * claim_ttl, f"unwind {unwind_id} in progress")
     return _next(info, 0)
-
-
-def _hold_off_sweeper(journal: Journal, run_id: str, unwind_id: str, grace: float) -> None:
-    run = journal.get_run(run_id)
-    due = journal.now() + grace
-    if run is not None and run.unwind_next_at is not None:
-        due = max(due, run.unwind_next_at)  # keep the sweeper's backoff when it is the one re-driving
-    journal.set_unwind_state(run_id, UnwindState.PENDING, note=f"unwind {unwind_id} in progress", next_at=due)
 
 
 def _next(info: UnwindInfo, position: int) -> Next:
@@ -95,7 +89,10 @@ def _next(info: UnwindInfo, position: int) -> Next:
 
 def _unwind(journal: Journal, run_id: str, unwind_id: str) -> UnwindInfo:
     check_run_id(run_id)
-    info = journal.get_unwind(unwind_id)
+    return _checked(journal.get_unwind(unwind_id), run_id, unwind_id)
+
+
+def _checked(info: UnwindInfo | None, run_id: str, unwind_id: str) -> UnwindInfo:
     if info is None:
         raise InvalidInputError(f"unwind {unwind_id!r} of run {run_id!r} is not in the journal")
     if info.run_id != run_id:
@@ -118,14 +115,15 @@ def run_step(
 
     Returns None when a live duplicate delivery of this very step holds it: that delivery carries
     the chain on, and this one must end without writing anything."""
-    info = _unwind(journal, run_id, unwind_id)
-    try:
-        position = info.suffixes.index(suffix)
-    except ValueError:
-        raise InvalidInputError(f"step {suffix!r} is not in the worklist of unwind {unwind_id!r}") from None
-    stored = journal.list_unwind_entries(unwind_id).get(position)
+    check_run_id(run_id)
+    view = journal.read_step(unwind_id, run_id, suffix)  # one read for all a step needs to know
+    info = _checked(view.unwind, run_id, unwind_id)
+    position = view.position
+    if position is None:
+        raise InvalidInputError(f"step {suffix!r} is not in the worklist of unwind {unwind_id!r}")
+    stored = view.entry
     if stored is None:
-        entry = _compensate(journal, tools, info, suffix, claim_ttl=claim_ttl, lock=lock, sleep=sleep)
+        entry = _compensate(journal, tools, info, view, suffix, claim_ttl=claim_ttl, lock=lock, sleep=sleep)
         if entry is None:
             return None
         stored = journal.record_unwind_entry(unwind_id, position, entry.model_dump(mode="json"))
@@ -138,13 +136,14 @@ def _compensate(
     journal: Journal,
     tools: Mapping[str, Tool],
     info: UnwindInfo,
+    view: StepView,
     suffix: str,
     *,
     claim_ttl: float,
     lock: StepLock | None,
     sleep: Callable[[float], None],
 ) -> CompensationEntry | None:
-    record = journal.get_record(info.run_id, suffix)
+    record = view.record
     if record is None:  # records are never deleted: say so honestly rather than crash the worker
         return CompensationEntry(
             suffix=suffix,
@@ -157,7 +156,7 @@ def _compensate(
             origin_run_id=info.run_id,
         )
     step = step_owner(info.unwind_id, suffix)
-    if not info.dry_run and _live_twin(journal, record, step, claim_ttl, sleep):
+    if not info.dry_run and _live_twin(journal, record, view.claim, step, claim_ttl, sleep):
         return None
     entry = compensate_step(
         journal,
@@ -169,6 +168,7 @@ def _compensate(
         lock=lock,
         owner=f"{step}:{uuid.uuid4().hex[:8]}",
         lock_owner=step,
+        claims={} if view.claim is None else {(record.origin_run_id, record.suffix): view.claim},
     )
     if entry.status is CompensationStatus.BUSY:
         claim = journal.get_claim(record.origin_run_id, record.suffix)
@@ -184,7 +184,12 @@ def _compensate(
 
 
 def _live_twin(
-    journal: Journal, record: ToolRecord, step: str, ttl: float, sleep: Callable[[float], None]
+    journal: Journal,
+    record: ToolRecord,
+    first: CompensationClaim | None,
+    step: str,
+    ttl: float,
+    sleep: Callable[[float], None],
 ) -> bool:
     """Is another delivery of this same step alive and holding it right now?
 
@@ -192,8 +197,7 @@ def _live_twin(
     that attempt died mid-hook (a redelivery: wait out its lease, then take the step over) or a
     duplicate delivery is running it (a visibility timeout shorter than the hook, a re-sent
     continuation: leave it alone). A live holder renews its lease every ttl/3, so watch the lease for
-    a little over one renewal period."""
-    first = journal.get_claim(record.origin_run_id, record.suffix)
+    a little over one renewal period. ``first`` is the claim as the step task read it."""
     if first is None or first.status is not ClaimStatus.CLAIMED or not _is_twin(first.owner, step):
         return False
     if first.lease_expires_at <= journal.now():

@@ -21,9 +21,11 @@ from .records import (
     RecordStatus,
     RunInfo,
     RunStatus,
+    StepView,
     ToolRecord,
     UnwindInfo,
     UnwindState,
+    WorklistView,
 )
 
 _GUARDS_LOCK = threading.Lock()
@@ -72,6 +74,12 @@ class Journal(abc.ABC):
     @abc.abstractmethod
     def list_records(self, run_id: str, statuses: Sequence[RecordStatus] | None = None) -> list[ToolRecord]:
         """In execution order (sequence number)."""
+
+    def read_worklist(self, run_id: str, statuses: Sequence[RecordStatus]) -> WorklistView:
+        """The run, its records of ``statuses`` and their claims, read together (see ``WorklistView``)."""
+        run = self.get_run(run_id)
+        found = self.list_records(run_id, statuses)
+        return WorklistView(run, found, self.get_claims([(r.origin_run_id, r.suffix) for r in found]))
 
     @abc.abstractmethod
     def claim_record(self, run_id: str, new: NewRecord, *, gated: bool) -> ToolRecord | None:
@@ -150,6 +158,15 @@ class Journal(abc.ABC):
         count_attempt: bool = False,
     ) -> None: ...
 
+    def hold_sweep(self, run_id: str, grace: float, note: str) -> None:
+        """Mark the unwind pending and not due for ``grace`` seconds (journal clock), keeping a later
+        due time if the run already has one (the sweeper's backoff, when the sweeper re-drives it)."""
+        run = self.get_run(run_id)
+        due = self.now() + grace
+        if run is not None and run.unwind_next_at is not None:
+            due = max(due, run.unwind_next_at)
+        self.set_unwind_state(run_id, UnwindState.PENDING, note=note, next_at=due)
+
     @abc.abstractmethod
     def runs_to_sweep(self, now: float, *, limit: int = 100) -> list[RunInfo]:
         """Condemned runs whose unwind is pending or incomplete and due (``unwind_next_at <= now``)."""
@@ -172,6 +189,15 @@ class Journal(abc.ABC):
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
         """The entries written so far, by position."""
         raise NotImplementedError(f"{type(self).__name__} does not keep distributed unwinds")
+
+    def read_step(self, unwind_id: str, run_id: str, suffix: str) -> StepView:
+        """The unwind, this step's stored entry, its tool record and its claim (see ``StepView``)."""
+        unwind = self.get_unwind(unwind_id)
+        position = unwind.suffixes.index(suffix) if unwind and suffix in unwind.suffixes else None
+        entry = None if position is None else self.list_unwind_entries(unwind_id).get(position)
+        record = self.get_record(run_id, suffix)
+        claim = None if record is None else self.get_claim(record.origin_run_id, suffix)
+        return StepView(unwind, position, entry, record, claim)
 
     @abc.abstractmethod
     def now(self) -> float:

@@ -131,3 +131,28 @@ class UnwindInfo:
     dry_run: bool
     suffixes: tuple[str, ...]
     created_at: float
+
+
+@dataclass(frozen=True)
+class WorklistView:
+    """What an unwind reads before its first step, together (one transaction on SQL): the run, its
+    records of the given statuses in execution order, and the compensation claims of those records."""
+
+    run: RunInfo | None
+    records: list[ToolRecord]
+    claims: dict[tuple[str, str], CompensationClaim]
+
+
+@dataclass(frozen=True)
+class StepView:
+    """What one step task of a distributed unwind needs to know, read together (one transaction on SQL).
+
+    ``position`` is the step's place in the unwind's worklist (None if it is not there), ``entry``
+    the outcome this unwind already stored for it, ``record`` the tool record, and ``claim`` the
+    compensation claim of the record's origin run."""
+
+    unwind: UnwindInfo | None
+    position: int | None
+    entry: dict[str, Any] | None
+    record: ToolRecord | None
+    claim: CompensationClaim | None

@@ -31,9 +31,11 @@ from .records import (
     RecordStatus,
     RunInfo,
     RunStatus,
+    StepView,
     ToolRecord,
     UnwindInfo,
     UnwindState,
+    WorklistView,
 )
 from .schema import decisions, records, runs
 from .statements import Statements, server_clock
@@ -287,10 +289,30 @@ class SqlJournal(Journal):
 
     def list_records(self, run_id: str, statuses: Sequence[RecordStatus] | None = None) -> list[ToolRecord]:
         rows = self._fetch(lambda tx: tx.all(self._q.records_of_run, {"rid": run_id}))
+        return self._records(rows, statuses)
+
+    def _records(self, rows: list[driver.Row], statuses: Sequence[RecordStatus] | None) -> list[ToolRecord]:
         if statuses is not None:  # filtered here: a run's records are read whole by its own index anyway
             wanted = {s.value for s in statuses}
             rows = [r for r in rows if r["status"] in wanted]
         return [self._record(r) for r in rows]
+
+    def read_worklist(self, run_id: str, statuses: Sequence[RecordStatus]) -> WorklistView:
+        q = self._q
+
+        def work(tx: driver.Tx) -> tuple[driver.Row | None, list[driver.Row], list[driver.Row]]:
+            run = tx.one(q.run_get, {"rid": run_id})
+            rows = tx.all(q.records_of_run, {"rid": run_id})
+            origins = sorted({r["origin_run_id"] for r in rows})
+            return run, rows, [c for o in origins for c in tx.all(q.claims_of_origin, {"o": o})]
+
+        run, rows, claim_rows = self._fetch(work)
+        found = self._records(rows, statuses)
+        wanted = {(r.origin_run_id, r.suffix) for r in found}
+        owned = (self._claim(c) for c in claim_rows if (c["origin_run_id"], c["suffix"]) in wanted)
+        return WorklistView(
+            None if run is None else self._run(run), found, {(c.origin_run_id, c.suffix): c for c in owned}
+        )
 
     def _gate(self, tx: driver.Tx, run_id: str, gated: bool) -> int:
         """Lock the run's row and take the next sequence number, refusing a condemned run if ``gated``.
@@ -518,6 +540,10 @@ class SqlJournal(Journal):
         }
         self._write(lambda tx: tx.execute(self._q.unwind_state, params))
 
+    def hold_sweep(self, run_id: str, grace: float, note: str) -> None:
+        params = {"rid": run_id, "grace": float(grace), "note": note, "now": time.time()}
+        self._write(lambda tx: tx.execute(self._q.hold_sweep, params))
+
     def runs_to_sweep(self, now: float, *, limit: int = 100) -> list[RunInfo]:
         query = (
             sa.select(runs)
@@ -569,6 +595,29 @@ class SqlJournal(Journal):
         row = self._write(lambda tx: tx.one(q.entry_insert, params) or tx.one(q.entry_get, params))
         assert row is not None
         return _load(row["entry"], unwind_id, f"unwind entry {position}")  # type: ignore[no-any-return]
+
+    def read_step(self, unwind_id: str, run_id: str, suffix: str) -> StepView:
+        q = self._q
+
+        def work(tx: driver.Tx) -> StepView:
+            row = tx.one(q.unwind_get, {"uid": unwind_id})
+            unwind = None if row is None else self._unwind(row)
+            position = unwind.suffixes.index(suffix) if unwind and suffix in unwind.suffixes else None
+            entry = None if position is None else tx.one(q.entry_get, {"uid": unwind_id, "at": position})
+            record_row = tx.one(q.record_get, {"rid": run_id, "sfx": suffix})
+            record = None if record_row is None else self._record(record_row)
+            claim_row = (
+                None if record is None else tx.one(q.claim_get, {"o": record.origin_run_id, "s": suffix})
+            )
+            return StepView(
+                unwind,
+                position,
+                None if entry is None else _load(entry["entry"], unwind_id, f"unwind entry {position}"),
+                record,
+                None if claim_row is None else self._claim(claim_row),
+            )
+
+        return self._fetch(work)
 
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
         rows = self._fetch(lambda tx: tx.all(self._q.entries_of_unwind, {"uid": unwind_id}))

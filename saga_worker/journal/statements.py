@@ -108,6 +108,20 @@ class Statements:
             )
         )
 
+        held_until = clock + b("grace", type_=sa.Double)
+        self.hold_sweep = p(
+            sa.update(runs)
+            .where(run)
+            .values(
+                unwind_state=UnwindState.PENDING.value,
+                unwind_note=b("note"),
+                updated_at=now,
+                unwind_next_at=sa.case(
+                    (runs.c.unwind_next_at > held_until, runs.c.unwind_next_at), else_=held_until
+                ),
+            )
+        )
+
         # -- decisions ----------------------------------------------------------------------------
         decision = (decisions.c.run_id == b("rid"), decisions.c.step == b("at_step"))
         self.decision_insert = p(
