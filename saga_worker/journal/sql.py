@@ -1,9 +1,12 @@
-"""The SQL journal (SQLAlchemy Core): SQLite for the embedded default, PostgreSQL for production.
+"""The SQL journal: SQLite for the embedded default, PostgreSQL for production.
 
-Concurrency rests on two habits. Every insert is insert-if-absent judged by ``RETURNING`` (with
-psycopg 3, ``ON CONFLICT DO NOTHING`` reports a row count of -1, so a row count cannot tell who won).
-Every state change is an ``UPDATE … WHERE <expected state>``, which PostgreSQL re-checks after taking
-the row lock and SQLite runs inside ``BEGIN IMMEDIATE`` (one writer at a time, with a busy timeout).
+Its statements are written once in SQLAlchemy Core (``statements.py``) and run straight on the
+driver (``driver.py``): the per-call machinery of ``Connection.execute`` cost more than SQLite's
+whole commit. Concurrency rests on two habits. Every insert is insert-if-absent judged by
+``RETURNING`` (with psycopg 3, ``ON CONFLICT DO NOTHING`` reports a row count of -1, so a row count
+cannot tell who won). Every state change is an ``UPDATE … WHERE <expected state>``, which PostgreSQL
+re-checks after taking the row lock and SQLite runs inside ``BEGIN IMMEDIATE`` (one writer at a
+time, with a busy timeout).
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from ..errors import CompensatedRunError, JournalError, MalformedRecordError, RunExistsError, UnknownRunError
 from ..keys import canonical_json
@@ -37,7 +39,6 @@ from .records import (
     UnwindState,
     WorklistView,
 )
-from .schema import decisions, records, runs
 from .statements import Statements, server_clock
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
@@ -77,7 +78,6 @@ class SqlJournal(Journal):
         self.url = url
         self.engine = engine if engine is not None else _create_engine(url)
         self.dialect = self.engine.dialect.name
-        self._insert = postgresql.insert if self.dialect == "postgresql" else sqlite.insert
         if migrate_schema is None:
             migrate_schema = self.dialect == "sqlite"
         try:
@@ -131,16 +131,9 @@ class SqlJournal(Journal):
 
     @contextmanager
     def _tx(self) -> Iterator[sa.Connection]:
-        """A Core transaction, for the statements built per call (fork, listings, the sweep)."""
+        """A Core transaction (Alembic, and tests that break the journal on purpose)."""
         with self.engine.begin() as conn:
             yield conn
-
-    @contextmanager
-    def _read(self) -> Iterator[sa.Connection]:
-        with self.engine.connect() as conn:
-            conn = conn.execution_options(saga_read_only=True)
-            with conn.begin():
-                yield conn
 
     def _now_sql(self) -> sa.ColumnElement[float]:
         # PostgreSQL's clock, not the worker's: leases must not depend on skewed worker clocks.
@@ -231,11 +224,8 @@ class SqlJournal(Journal):
         return None if row is None else self._run(row)
 
     def list_runs(self, *, limit: int = 100, condemned_only: bool = False) -> list[RunInfo]:
-        query = sa.select(runs).order_by(runs.c.updated_at.desc(), runs.c.run_id.desc()).limit(limit)
-        if condemned_only:
-            query = query.where(runs.c.condemned_at.is_not(None))
-        with self._read() as conn:
-            return [self._run(r._mapping) for r in conn.execute(query)]
+        stmt = self._q.condemned_newest if condemned_only else self._q.runs_newest
+        return [self._run(r) for r in self._fetch(lambda tx: tx.all(stmt, {"max_rows": int(limit)}))]
 
     def end_run(self, run_id: str, status: RunStatus, text: str, error: str | None) -> RunInfo:
         q = self._q
@@ -400,59 +390,27 @@ class SqlJournal(Journal):
         return self._settle(run_id, suffix, expected, RecordStatus.SUCCEEDED, output, None)
 
     def fork(self, source_run_id: str, step: int, new_run_id: str) -> None:
-        now = time.time()
-        with self._tx() as conn:
-            # Lock the source's row, as a claim does, so a concurrent condemn is ordered against the fork.
-            source = conn.execute(
-                sa.update(runs)
-                .where(runs.c.run_id == source_run_id)
-                .values(next_seq=runs.c.next_seq)
-                .returning(*runs.c)
-            ).first()
+        q = self._q
+        params = {"src": source_run_id, "rid": new_run_id, "upto": step, "now": time.time()}
+
+        def work(tx: driver.Tx) -> None:
+            source = tx.one(q.fork_lock_source, params)
             if source is None:
                 raise UnknownRunError(source_run_id)
-            src = self._run(source._mapping)
-            if src.condemned:
+            if self._run(source).condemned:
                 raise CompensatedRunError(source_run_id)
-            created = conn.execute(
-                self._insert(runs)
-                .values(
-                    run_id=new_run_id,
-                    status=RunStatus.RUNNING.value,
-                    prompt=src.prompt,
-                    text="",
-                    next_seq=source._mapping["next_seq"],
-                    source_run_id=source_run_id,
-                    created_at=now,
-                    updated_at=now,
-                )
-                .on_conflict_do_nothing(index_elements=["run_id"])
-                .returning(runs.c.run_id)
-            ).first()
-            if created is None:
-                target = conn.execute(
-                    sa.select(runs.c.condemned_at).where(runs.c.run_id == new_run_id)
-                ).first()
-                if target is not None and target[0] is not None:
+            made = tx.one(
+                q.fork_insert, {**params, "new_prompt": source["prompt"], "at_seq": source["next_seq"]}
+            )
+            if made is None:
+                target = tx.one(q.condemned_at, params)
+                if target is not None and target["condemned_at"] is not None:
                     raise CompensatedRunError(new_run_id)
                 raise RunExistsError(new_run_id)
-            conn.execute(
-                decisions.insert().from_select(
-                    ["run_id", "step", "payload", "created_at"],
-                    sa.select(
-                        sa.literal(new_run_id), decisions.c.step, decisions.c.payload, sa.literal(now)
-                    ).where(decisions.c.run_id == source_run_id, decisions.c.step <= step),
-                )
-            )
-            copied = [c for c in records.c if c.name != "run_id"]
-            conn.execute(
-                records.insert().from_select(
-                    ["run_id", *[c.name for c in copied]],
-                    sa.select(sa.literal(new_run_id), *copied).where(
-                        records.c.run_id == source_run_id, records.c.step <= step
-                    ),
-                )
-            )
+            tx.execute(q.fork_decisions, params)
+            tx.execute(q.fork_records, params)
+
+        self._write(work)
 
     # -- compensation claims ----------------------------------------------------------------------
     def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None:
@@ -545,18 +503,8 @@ class SqlJournal(Journal):
         self._write(lambda tx: tx.execute(self._q.hold_sweep, params))
 
     def runs_to_sweep(self, now: float, *, limit: int = 100) -> list[RunInfo]:
-        query = (
-            sa.select(runs)
-            .where(
-                runs.c.unwind_state.in_([UnwindState.PENDING.value, UnwindState.INCOMPLETE.value]),
-                runs.c.condemned_at.is_not(None),
-                sa.func.coalesce(runs.c.unwind_next_at, 0.0) <= now,
-            )
-            .order_by(runs.c.unwind_next_at)
-            .limit(limit)
-        )
-        with self._read() as conn:
-            return [self._run(r._mapping) for r in conn.execute(query)]
+        params = {"due_by": float(now), "max_rows": int(limit)}
+        return [self._run(r) for r in self._fetch(lambda tx: tx.all(self._q.runs_due, params))]
 
     # -- distributed unwinds ----------------------------------------------------------------------
     @staticmethod
@@ -704,9 +652,9 @@ def _sqlite_engine(parsed: sa.URL, url: str) -> sa.Engine:
         # IMMEDIATE takes the write lock up front: a read-then-write transaction can never be
         # overtaken between its read and its write, which is what our compare-and-set relies on.
         # Straight on the driver: going through SQLAlchemy's execute costs more than the BEGIN itself.
-        read_only = conn.get_execution_options().get("saga_read_only", False)
-        driver = conn.connection.driver_connection
-        assert driver is not None
-        driver.execute("BEGIN" if read_only else "BEGIN IMMEDIATE")
+        # (The journal's own transactions bypass this: see driver.transaction.)
+        dbapi = conn.connection.driver_connection
+        assert dbapi is not None
+        dbapi.execute("BEGIN IMMEDIATE")
 
     return engine

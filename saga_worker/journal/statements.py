@@ -122,6 +122,66 @@ class Statements:
             )
         )
 
+        # Listings, newest first, and the sweeper's due runs: the limit is a parameter too.
+        newest_first = (runs.c.updated_at.desc(), runs.c.run_id.desc())
+        limit = b("max_rows", type_=sa.Integer)
+        self.runs_newest = p(sa.select(runs).order_by(*newest_first).limit(limit))
+        self.condemned_newest = p(
+            sa.select(runs).where(runs.c.condemned_at.is_not(None)).order_by(*newest_first).limit(limit)
+        )
+        self.runs_due = p(
+            sa.select(runs)
+            .where(
+                sa.or_(
+                    runs.c.unwind_state == UnwindState.PENDING.value,
+                    runs.c.unwind_state == UnwindState.INCOMPLETE.value,
+                ),
+                runs.c.condemned_at.is_not(None),
+                sa.func.coalesce(runs.c.unwind_next_at, 0.0) <= b("due_by", type_=sa.Double),
+            )
+            .order_by(runs.c.unwind_next_at)
+            .limit(limit)
+        )
+        # A fork: lock the source's row (as a claim does), make the new run, copy what it inherits.
+        self.fork_lock_source = p(
+            sa.update(runs)
+            .where(runs.c.run_id == b("src"))
+            .values(next_seq=runs.c.next_seq)
+            .returning(*runs.c)
+        )
+        self.fork_insert = p(
+            insert(runs)
+            .values(
+                run_id=b("rid"),
+                status=RunStatus.RUNNING.value,
+                prompt=b("new_prompt"),
+                text="",
+                next_seq=b("at_seq"),
+                source_run_id=b("src"),
+                created_at=now,
+                updated_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=["run_id"])
+            .returning(runs.c.run_id)
+        )
+        self.fork_decisions = p(
+            decisions.insert().from_select(
+                ["run_id", "step", "payload", "created_at"],
+                sa.select(b("rid", type_=sa.String), decisions.c.step, decisions.c.payload, now).where(
+                    decisions.c.run_id == b("src"), decisions.c.step <= b("upto")
+                ),
+            )
+        )
+        copied = [c for c in records.c if c.name != "run_id"]
+        self.fork_records = p(
+            records.insert().from_select(
+                ["run_id", *[c.name for c in copied]],
+                sa.select(b("rid", type_=sa.String), *copied).where(
+                    records.c.run_id == b("src"), records.c.step <= b("upto")
+                ),
+            )
+        )
+
         # -- decisions ----------------------------------------------------------------------------
         decision = (decisions.c.run_id == b("rid"), decisions.c.step == b("at_step"))
         self.decision_insert = p(

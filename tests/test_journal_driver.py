@@ -1,0 +1,73 @@
+"""The SQL journal's driver path (saga_worker.journal.driver): statements SQLAlchemy compiled once, run
+straight on the database driver. What a user sees must not change: errors come out as SQLAlchemy's
+exception classes, and connections killed under a live journal (a database restart) cost no call."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
+
+from saga_worker import open_journal
+from saga_worker.journal.driver import Prepared
+from saga_worker.journal.schema import runs
+from saga_worker.journal.sql import SqlJournal
+from tests.services import PG_ADMIN_URL
+
+
+def test_a_prepared_statement_binds_its_own_literals_and_names_a_missing_parameter() -> None:
+    stmt = Prepared(
+        sa.select(runs.c.run_id).where(runs.c.run_id == sa.bindparam("rid"), runs.c.status == "running"),
+        sqlite.dialect(),
+    )
+    assert stmt.bind({"rid": "r1"}) == ("r1", "running")
+    with pytest.raises(TypeError, match="'rid'"):
+        stmt.bind({})
+
+
+def test_an_in_list_cannot_be_prepared_once() -> None:
+    with pytest.raises(ValueError, match="IN-list"):
+        Prepared(sa.select(runs).where(runs.c.run_id.in_(["a", "b"])), sqlite.dialect())
+
+
+def test_a_driver_error_is_raised_as_sqlalchemys_and_names_the_cause(sqlite_url: str) -> None:
+    journal = open_journal(sqlite_url, migrate=True)
+    assert isinstance(journal, SqlJournal)
+    with journal.engine.begin() as conn:
+        conn.execute(sa.text("DROP TABLE saga_compensations"))
+    with pytest.raises(sa.exc.OperationalError, match="saga_compensations"):
+        journal.get_claim("r", "call-1")
+    journal.start_run("r", "p")  # the failed transaction left nothing open behind it
+    assert journal.get_run("r") is not None
+    journal.close()
+
+
+def test_postgres_connections_killed_under_a_live_journal_cost_no_call(pg_url: str, run_id: str) -> None:
+    journal = open_journal(pg_url)
+    assert isinstance(journal, SqlJournal)
+    journal.start_run(run_id, "p")
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    database = journal.engine.url.database
+
+    def kill_all() -> int:
+        with admin.connect() as conn:
+            return len(
+                conn.execute(
+                    sa.text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = :db AND pid <> pg_backend_pid()"
+                    ),
+                    {"db": database},
+                ).all()
+            )
+
+    try:
+        assert kill_all() >= 1  # the journal's pooled connection, as a database restart would
+        assert journal.condemn(run_id) > 0  # a write: retried once on a fresh connection
+        assert kill_all() >= 1
+        run = journal.get_run(run_id)
+        assert run is not None and run.condemned
+        assert journal.list_runs(condemned_only=True)[0].run_id == run_id
+    finally:
+        admin.dispose()
+        journal.close()

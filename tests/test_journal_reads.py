@@ -1,0 +1,125 @@
+"""The journal's combined reads, on every backend: what an unwind and a step task read in one go must
+be exactly what the separate reads say, and holding off the sweeper keeps a later due time."""
+
+from __future__ import annotations
+
+from saga_worker import Journal
+from saga_worker.compensation.engine import UNWOUND
+from saga_worker.journal.records import ClaimStatus, NewRecord, RecordStatus
+
+
+def _record(journal: Journal, run_id: str, suffix: str, step: int, status: RecordStatus) -> None:
+    assert journal.claim_record(
+        run_id, NewRecord(suffix, step, suffix, "charge", "call", {"n": step}, run_id), gated=True
+    )
+    if status is not RecordStatus.RUNNING:
+        journal.complete_record(
+            run_id, suffix, status, output={"ok": step} if status is RecordStatus.SUCCEEDED else None
+        )
+
+
+def _claim(journal: Journal, origin: str, suffix: str, owner: str = "me") -> None:
+    got = journal.claim_compensation(
+        origin, suffix, via_run_id=origin, owner=owner, ttl=30.0, idempotency_key=f"{origin}:{suffix}"
+    )
+    assert got.acquired
+
+
+def test_read_worklist_is_the_run_its_unwound_records_and_their_claims(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "p")
+    for step, status in enumerate(
+        [RecordStatus.SUCCEEDED, RecordStatus.FAILED, RecordStatus.RUNNING, RecordStatus.SUCCEEDED], start=1
+    ):
+        _record(journal, run_id, f"call-{step}", step, status)
+    _claim(journal, run_id, "call-1")
+    journal.finish_claim(run_id, "call-1", "me", ClaimStatus.COMPENSATED)
+    _claim(journal, run_id, "call-4")
+    journal.condemn(run_id)
+
+    view = journal.read_worklist(run_id, UNWOUND)
+
+    assert view.run == journal.get_run(run_id) and view.run is not None and view.run.condemned
+    assert view.records == journal.list_records(run_id, UNWOUND)
+    assert [r.suffix for r in view.records] == ["call-1", "call-2", "call-3", "call-4"]  # execution order
+    assert view.claims == journal.get_claims([(r.origin_run_id, r.suffix) for r in view.records])
+    assert {k: c.status for k, c in view.claims.items()} == {
+        (run_id, "call-1"): ClaimStatus.COMPENSATED,
+        (run_id, "call-4"): ClaimStatus.CLAIMED,
+    }
+
+
+def test_read_worklist_of_a_fork_carries_the_claims_of_the_effects_it_shares(
+    journal: Journal, run_id: str
+) -> None:
+    journal.start_run(run_id, "p")
+    journal.record_decision(run_id, 1, {"kind": "calls"})
+    _record(journal, run_id, "call-1", 1, RecordStatus.SUCCEEDED)
+    _claim(journal, run_id, "call-1")
+    journal.fork(run_id, 1, run_id + "-b")
+    _record(journal, run_id + "-b", "call-2", 2, RecordStatus.SUCCEEDED)
+
+    view = journal.read_worklist(run_id + "-b", UNWOUND)
+
+    assert [(r.origin_run_id, r.suffix) for r in view.records] == [
+        (run_id, "call-1"),
+        (run_id + "-b", "call-2"),
+    ]
+    assert list(view.claims) == [(run_id, "call-1")]  # the source's claim on the shared effect
+
+
+def test_read_worklist_of_an_unknown_run_is_empty(journal: Journal) -> None:
+    view = journal.read_worklist("nobody-here", UNWOUND)
+    assert view.run is None and view.records == [] and view.claims == {}
+
+
+def test_read_step_is_the_unwind_the_steps_entry_record_and_claim(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "p")
+    _record(journal, run_id, "call-1", 1, RecordStatus.SUCCEEDED)
+    _record(journal, run_id, "call-2", 2, RecordStatus.SUCCEEDED)
+    _claim(journal, run_id, "call-1")
+    journal.record_unwind("u1", run_id, dry_run=False, suffixes=["call-2", "call-1"])
+    journal.record_unwind_entry("u1", 0, {"suffix": "call-2", "status": "compensated"})
+
+    done = journal.read_step("u1", run_id, "call-2")
+    todo = journal.read_step("u1", run_id, "call-1")
+
+    assert done.unwind == journal.get_unwind("u1") and done.position == 0
+    assert done.entry == {"suffix": "call-2", "status": "compensated"}
+    assert done.record == journal.get_record(run_id, "call-2") and done.claim is None
+    assert todo.position == 1 and todo.entry is None
+    assert todo.record == journal.get_record(run_id, "call-1")
+    assert todo.claim == journal.get_claim(run_id, "call-1") and todo.claim is not None
+
+
+def test_read_step_says_plainly_what_is_missing(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "p")
+    journal.record_unwind("u1", run_id, dry_run=True, suffixes=["call-9"])
+
+    stranger = journal.read_step("u1", run_id, "call-1")
+    no_record = journal.read_step("u1", run_id, "call-9")
+    no_unwind = journal.read_step("u-none", run_id, "call-9")
+
+    assert stranger.unwind is not None and stranger.unwind.dry_run and stranger.position is None
+    assert no_record.position == 0 and no_record.record is None and no_record.claim is None
+    assert no_unwind.unwind is None and no_unwind.position is None and no_unwind.entry is None
+
+
+def test_hold_sweep_defers_the_sweeper_and_keeps_a_later_due_time(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "p")
+    journal.condemn(run_id)
+    now = journal.now()
+    assert [r.run_id for r in journal.runs_to_sweep(now + 1)] == [run_id]
+
+    journal.hold_sweep(run_id, 60.0, "unwind u1 in progress")
+
+    run = journal.get_run(run_id)
+    assert run is not None and run.unwind_note == "unwind u1 in progress"
+    assert now + 59 < (run.unwind_next_at or 0) < now + 70
+    assert journal.runs_to_sweep(now + 30) == []
+    assert [r.run_id for r in journal.runs_to_sweep(now + 80)] == [run_id]
+
+    later = now + 1000.0
+    journal.set_unwind_state(run_id, run.unwind_state, next_at=later)
+    journal.hold_sweep(run_id, 60.0, "unwind u2 in progress")
+    kept = journal.get_run(run_id)
+    assert kept is not None and kept.unwind_next_at == later  # the sweeper's own backoff stands
