@@ -1,11 +1,12 @@
 """Distributed figures: ``saga.compensate_run`` through a 2-process prefork worker, against Celery's
 own no-op task on that same worker.
 
-- Latency: ``compensate_run.delay(run_id).get()`` for a 5-step run (coordinator + 5 step tasks +
-  finalize = 7 tasks) against a chain of 7 no-op tasks, one of each in turn.
+- Latency: ``compensate_run.delay(run_id).get()`` for a 5-step run (coordinator + 5 step tasks, the
+  last of which assembles the report = 6 tasks) against a chain of 7 no-op tasks (issue 6's floor:
+  an unwind used to need a finalize task too), one of each in turn.
 - Throughput: a round of 5-step unwinds all sent at once, against a round of as many no-op tasks
   as the unwinds have steps, in alternating rounds. Issue 6's target compares compensated steps/s
-  with no-op tasks/s; the note also gives the per-task view (7 tasks per 5 steps).
+  with no-op tasks/s; the note also gives the per-task view (6 tasks per 5 steps).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from bench.config import Config
 from bench.seed import seed
 
 STEPS = 5
-TASKS_PER_UNWIND = STEPS + 2
+TASKS_PER_UNWIND = STEPS + 1  # the coordinator, then one task per step
+CHAIN_FLOOR = 7  # issue 6: the latency floor is a chain of 7 no-op tasks
 
 
 def _check(report: dict[str, object]) -> None:
@@ -44,7 +46,7 @@ def latency_rows(cluster: Cluster, cfg: Config) -> list[Row]:
         _check(cluster.unwind(run_id).get(timeout=120, interval=POLL))
         took = time.perf_counter() - start
         start = time.perf_counter()
-        cluster.noop_chain(TASKS_PER_UNWIND).get(timeout=120, interval=POLL)
+        cluster.noop_chain(CHAIN_FLOOR).get(timeout=120, interval=POLL)
         chain_took = time.perf_counter() - start
         if i >= 5:  # the first few warm the pool processes' connections
             unwind_lat.append(took)

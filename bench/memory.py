@@ -1,8 +1,9 @@
 """Memory: the resident set of a saga worker's pool processes over many unwinds must stay flat.
 
-One-step runs (coordinator, one step task, finalize: every code path of an unwind, three tasks
-each) are unwound through a 2-process prefork worker on Redis + PostgreSQL, in batches; after each
-batch the RSS of each pool process is read from /proc. RSS saw-tooths while Python's cyclic
+One-step runs (the coordinator, then one step task that also assembles the report: every code
+path of an unwind, two tasks each) are unwound through a 2-process prefork worker on Redis +
+PostgreSQL, in batches; after each batch the RSS of each pool process is read from /proc. RSS
+saw-tooths while Python's cyclic
 collector lets garbage pile up between full collections, so flat is judged on the envelope: the
 highest RSS seen in the second half of the unwinds is at most 10% above the highest in the first
 half. A control run with a full ``gc.collect()`` after every task (bench/gc_after_task.py) shows

@@ -15,6 +15,9 @@ once on a fresh connection when the failure came before anything could have been
 from __future__ import annotations
 
 import contextlib
+import os
+import threading
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
@@ -87,55 +90,111 @@ class Tx:
         return [dict(zip(names, row, strict=True)) for row in rows]
 
 
-def transaction(engine: sa.Engine, work: Callable[[Tx], T], *, write: bool) -> T:
-    """Run ``work`` in a transaction on a pooled driver connection; commit if it returns.
+class Connections:
+    """Where a transaction gets its driver connection: out of the engine's pool for each transaction,
+    or, with ``per_thread`` (SQLite), kept by each thread from one transaction to the next.
+
+    Why keep them: the pool's checkout and check-in cost about a third of a whole SQLite
+    transaction, and a SQLite connection is only an open file. A PostgreSQL connection is a server
+    process, so those go back to the pool after each transaction, for other threads to use."""
+
+    def __init__(self, engine: sa.Engine, *, per_thread: bool) -> None:
+        self.engine = engine
+        self._local = threading.local() if per_thread else None
+        self._kept: weakref.WeakSet[_Kept] = weakref.WeakSet()
+
+    def take(self) -> Any:
+        local = self._local
+        kept: _Kept | None = None if local is None else getattr(local, "kept", None)
+        if kept is not None:
+            if kept.pid == os.getpid() and kept.raw is not None:
+                return kept.raw
+            kept.raw = None  # inherited across a fork: the parent's to close, not ours
+        error = self.engine.dialect.loaded_dbapi.Error
+        try:
+            raw = self.engine.raw_connection()
+        except error as exc:  # the pool hands the driver's own error through: name it ours
+            raise sa.exc.DBAPIError.instance(None, None, exc, error) from exc
+        if local is not None:
+            local.kept = _Kept(raw)
+            self._kept.add(local.kept)
+        return raw
+
+    def give_back(self, raw: Any) -> None:
+        if self._local is None:
+            raw.close()  # back to the pool (which also rolls back anything left open)
+
+    def discard(self, raw: Any, exc: BaseException) -> None:
+        """Drop a dead connection and every pooled sibling: a database restart kills them all."""
+        raw.invalidate(exc)
+        if self._local is not None:
+            self._local.kept = None
+        self.engine.pool.dispose()
+
+    def close(self) -> None:
+        """Give every kept connection back (the journal is closing)."""
+        for kept in list(self._kept):
+            kept.release()
+
+
+class _Kept:
+    """A thread's kept connection; given back to the pool when the thread ends (its locals go)."""
+
+    __slots__ = ("raw", "pid", "__weakref__")
+
+    def __init__(self, raw: Any) -> None:
+        self.raw, self.pid = raw, os.getpid()
+
+    def release(self) -> None:
+        raw, self.raw = self.raw, None
+        if raw is not None and self.pid == os.getpid():
+            with contextlib.suppress(Exception):
+                raw.close()
+
+    def __del__(self) -> None:
+        self.release()
+
+
+def transaction(connections: Connections, work: Callable[[Tx], T], *, write: bool) -> T:
+    """Run ``work`` in a transaction on a driver connection; commit if it returns.
 
     On SQLite a write transaction is ``BEGIN IMMEDIATE`` (the write lock up front, so a
     read-then-write can never be overtaken between its read and its write); PostgreSQL's driver
     begins one implicitly. ``work`` may run twice: once more, on a fresh connection, if the first
     attempt's connection turned out dead before any statement of it completed."""
-    dbapi_error = engine.dialect.loaded_dbapi.Error
+    dialect = connections.engine.dialect
+    dbapi_error = dialect.loaded_dbapi.Error
     for attempt in (1, 2):
-        try:
-            raw = engine.raw_connection()
-        except dbapi_error as exc:  # the pool hands the driver's own error through: name it ours
-            raise sa.exc.DBAPIError.instance(None, None, exc, dbapi_error) from exc
+        raw = connections.take()
         driver: Any = raw.driver_connection
         tx: Tx | None = None
         try:
-            if engine.dialect.name == "sqlite":
+            if dialect.name == "sqlite":
                 driver.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             tx = Tx(driver.cursor())
             result = work(tx)
             driver.commit()
+            connections.give_back(raw)
             return result
         except dbapi_error as exc:
-            gone = _handle_dead(engine, raw, exc)
+            gone = bool(dialect.is_disconnect(exc, driver, None))
+            if gone:
+                connections.discard(raw, exc)
+            else:
+                _rollback(driver)
+                connections.give_back(raw)
             if gone and attempt == 1 and (tx is None or tx.statements_run == 0):
                 continue  # nothing reached the database: the same work on a fresh connection
             raise sa.exc.DBAPIError.instance(
                 None, None, exc, dbapi_error, connection_invalidated=gone
             ) from exc
         except BaseException:
-            _rollback(raw)
+            _rollback(driver)
+            connections.give_back(raw)
             raise
-        finally:
-            raw.close()  # back to the pool (which also rolls back anything left open)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _handle_dead(engine: sa.Engine, raw: Any, exc: Any) -> bool:
-    """Roll back; if the driver says the connection is gone, drop it and every pooled sibling
-    (a database restart kills them all) and report True."""
-    gone = bool(engine.dialect.is_disconnect(exc, raw.driver_connection, None))
-    if gone:
-        raw.invalidate(exc)
-        engine.pool.dispose()
-    else:
-        _rollback(raw)
-    return gone
-
-
-def _rollback(raw: Any) -> None:
+def _rollback(driver: Any) -> None:
     with contextlib.suppress(Exception):  # the original error is the one worth raising
-        raw.driver_connection.rollback()
+        driver.rollback()

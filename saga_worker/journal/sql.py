@@ -95,6 +95,7 @@ class SqlJournal(Journal):
             raise JournalError(f"cannot open journal {_safe(url)}: {exc.orig}", url=_safe(url)) from exc
 
     def close(self) -> None:
+        self._connections.close()
         self.engine.dispose()
 
     def __repr__(self) -> str:
@@ -122,12 +123,16 @@ class SqlJournal(Journal):
     def _q(self) -> Statements:
         return Statements(self.engine.dialect)
 
+    @functools.cached_property
+    def _connections(self) -> driver.Connections:
+        return driver.Connections(self.engine, per_thread=self.dialect == "sqlite")
+
     def _write(self, work: Callable[[driver.Tx], T]) -> T:
         """Run ``work`` in one write transaction on the driver (the hot path: see ``driver``)."""
-        return driver.transaction(self.engine, work, write=True)
+        return driver.transaction(self._connections, work, write=True)
 
     def _fetch(self, work: Callable[[driver.Tx], T]) -> T:
-        return driver.transaction(self.engine, work, write=False)
+        return driver.transaction(self._connections, work, write=False)
 
     @contextmanager
     def _tx(self) -> Iterator[sa.Connection]:
@@ -633,8 +638,12 @@ def _sqlite_engine(parsed: sa.URL, url: str) -> sa.Engine:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise JournalError(f"cannot create the folder of SQLite journal {url}: {exc}", url=url) from exc
+    # Each thread keeps a connection of its own (driver.Connections): no cap on how many threads.
     engine = sa.create_engine(
-        parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False}
+        parsed,
+        pool_size=5,
+        max_overflow=-1,
+        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False},
     )
 
     @sa.event.listens_for(engine, "connect")
