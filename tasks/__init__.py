@@ -40,7 +40,9 @@ def _fresh_connections(**_: Any) -> None:
 
 def _continue(task: Task, nxt: executor.Next) -> Any:
     if isinstance(nxt, executor.Step):
-        return task.replace(compensate_step.si(nxt.run_id, nxt.unwind_id, nxt.suffix, nxt.dry_run))
+        return task.replace(
+            compensate_step.si(nxt.run_id, nxt.unwind_id, nxt.suffix, nxt.dry_run, position=nxt.position)
+        )
     # The end (or a halt): assemble the report here, from the journal, rather than in a task of its
     # own: one message fewer per unwind. A redelivery assembles the same report again.
     return _report(nxt.run_id, nxt.unwind_id)
@@ -62,14 +64,24 @@ def compensate_run(self: Task, run_id: str, dry_run: bool = False) -> Any:
 
 
 @app.task(name="saga.compensate_step", bind=True, **RETRY)
-def compensate_step(self: Task, run_id: str, unwind_id: str, suffix: str, dry_run: bool = False) -> Any:
-    """One step of an unwind (``dry_run`` is informative: the unwind's own record decides)."""
+def compensate_step(
+    self: Task, run_id: str, unwind_id: str, suffix: str, dry_run: bool = False, position: int | None = None
+) -> Any:
+    """One step of an unwind (``dry_run`` and ``position`` are informative: the unwind's own record
+    decides; ``position`` only saves the journal a round trip)."""
     ctx = executor.current()
     if self.app.conf.worker_send_task_events:
         # Flower shows the custom event type as the task's state: COMPENSATING, with run and step.
         self.send_event("task-compensating", run_id=run_id, unwind_id=unwind_id, suffix=suffix)
     nxt = executor.run_step(
-        ctx.journal, ctx.tools, run_id, unwind_id, suffix, claim_ttl=ctx.settings.claim_ttl, lock=ctx.lock
+        ctx.journal,
+        ctx.tools,
+        run_id,
+        unwind_id,
+        suffix,
+        claim_ttl=ctx.settings.claim_ttl,
+        lock=ctx.lock,
+        position=position if isinstance(position, int) and not isinstance(position, bool) else None,
     )
     if nxt is None:
         raise Ignore()  # a live duplicate of this delivery carries the chain on; store no result

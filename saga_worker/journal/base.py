@@ -190,8 +190,11 @@ class Journal(abc.ABC):
         """The entries written so far, by position."""
         raise NotImplementedError(f"{type(self).__name__} does not keep distributed unwinds")
 
-    def read_step(self, unwind_id: str, run_id: str, suffix: str) -> StepView:
-        """The unwind, this step's stored entry, its tool record and its claim (see ``StepView``)."""
+    def read_step(self, unwind_id: str, run_id: str, suffix: str, *, position: int | None = None) -> StepView:
+        """The unwind, this step's stored entry, its tool record and its claim (see ``StepView``).
+
+        ``position`` is where the caller believes the step stands in the worklist: a hint that saves
+        a SQL journal a round trip, checked against the worklist and never trusted."""
         unwind = self.get_unwind(unwind_id)
         position = unwind.suffixes.index(suffix) if unwind and suffix in unwind.suffixes else None
         entry = None if position is None else self.list_unwind_entries(unwind_id).get(position)

@@ -155,25 +155,38 @@ class _Kept:
         self.release()
 
 
-def transaction(connections: Connections, work: Callable[[Tx], T], *, write: bool) -> T:
+def transaction(connections: Connections, work: Callable[[Tx], T], *, write: bool, atomic: bool = True) -> T:
     """Run ``work`` in a transaction on a driver connection; commit if it returns.
 
     On SQLite a write transaction is ``BEGIN IMMEDIATE`` (the write lock up front, so a
-    read-then-write can never be overtaken between its read and its write); PostgreSQL's driver
-    begins one implicitly. ``work`` may run twice: once more, on a fresh connection, if the first
-    attempt's connection turned out dead before any statement of it completed."""
+    read-then-write can never be overtaken between its read and its write). On PostgreSQL,
+    ``atomic=False`` runs each statement as its own transaction (autocommit): for work whose
+    statements are each atomic on their own and whose logic already allows for other writers
+    between them (insert-if-absent then read, compare-and-set then read, plain reads), where
+    ``BEGIN`` and ``COMMIT`` would only add two round trips to the server. Under READ COMMITTED
+    each statement sees a fresh snapshot either way.
+
+    ``work`` may run twice: once more, on a fresh connection, if the first attempt's connection
+    turned out dead before any statement of it completed."""
     dialect = connections.engine.dialect
     dbapi_error = dialect.loaded_dbapi.Error
+    sqlite = dialect.name == "sqlite"
     for attempt in (1, 2):
         raw = connections.take()
         driver: Any = raw.driver_connection
         tx: Tx | None = None
+        autocommit = not atomic and not sqlite
         try:
-            if dialect.name == "sqlite":
+            if sqlite:
                 driver.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            elif autocommit:
+                driver.autocommit = True
             tx = Tx(driver.cursor())
             result = work(tx)
-            driver.commit()
+            if autocommit:
+                driver.autocommit = False
+            else:
+                driver.commit()
             connections.give_back(raw)
             return result
         except dbapi_error as exc:
@@ -181,7 +194,7 @@ def transaction(connections: Connections, work: Callable[[Tx], T], *, write: boo
             if gone:
                 connections.discard(raw, exc)
             else:
-                _rollback(driver)
+                _rollback(driver, autocommit)
                 connections.give_back(raw)
             if gone and attempt == 1 and (tx is None or tx.statements_run == 0):
                 continue  # nothing reached the database: the same work on a fresh connection
@@ -189,12 +202,16 @@ def transaction(connections: Connections, work: Callable[[Tx], T], *, write: boo
                 None, None, exc, dbapi_error, connection_invalidated=gone
             ) from exc
         except BaseException:
-            _rollback(driver)
+            _rollback(driver, autocommit)
             connections.give_back(raw)
             raise
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _rollback(driver: Any) -> None:
+def _rollback(driver: Any, autocommit: bool) -> None:
+    """Leave the connection idle and as the pool expects it (not in autocommit)."""
     with contextlib.suppress(Exception):  # the original error is the one worth raising
-        driver.rollback()
+        if autocommit:
+            driver.autocommit = False
+        else:
+            driver.rollback()

@@ -39,7 +39,7 @@ from .records import (
     UnwindState,
     WorklistView,
 )
-from .statements import Statements, server_clock
+from .statements import CLAIM_PREFIX, Statements, server_clock
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 T = TypeVar("T")
@@ -127,12 +127,16 @@ class SqlJournal(Journal):
     def _connections(self) -> driver.Connections:
         return driver.Connections(self.engine, per_thread=self.dialect == "sqlite")
 
-    def _write(self, work: Callable[[driver.Tx], T]) -> T:
-        """Run ``work`` in one write transaction on the driver (the hot path: see ``driver``)."""
-        return driver.transaction(self._connections, work, write=True)
+    def _write(self, work: Callable[[driver.Tx], T], *, atomic: bool = False) -> T:
+        """Run ``work``, which writes, on the driver (the hot path: see ``driver.transaction``).
+
+        ``atomic`` when its statements must commit together (a claim's gate and insert, a fork);
+        otherwise each statement is atomic alone and the work allows for writers between them."""
+        return driver.transaction(self._connections, work, write=True, atomic=atomic)
 
     def _fetch(self, work: Callable[[driver.Tx], T]) -> T:
-        return driver.transaction(self._connections, work, write=False)
+        """Run ``work``, which only reads; each read is a fresh look, as under READ COMMITTED."""
+        return driver.transaction(self._connections, work, write=False, atomic=False)
 
     @contextmanager
     def _tx(self) -> Iterator[sa.Connection]:
@@ -251,6 +255,8 @@ class SqlJournal(Journal):
             params = {"rid": run_id, "now": time.time()}
             # Three tries: on PostgreSQL a run started concurrently is invisible to the UPDATE, then makes
             # the INSERT a no-op once it commits; the next UPDATE (a fresh snapshot) sees it and stamps it.
+            # Each statement is atomic alone (the UPDATE waits out a claim's row lock, then re-checks),
+            # so they need no transaction around them.
             for _ in range(3):
                 for stmt in (q.condemn_stamp, q.condemn_insert, q.condemned_at):
                     row = tx.one(stmt, params)
@@ -342,7 +348,7 @@ class SqlJournal(Journal):
             return row
 
         try:
-            return self._record(self._write(work))
+            return self._record(self._write(work, atomic=True))
         except _Conflict:
             return None
 
@@ -359,7 +365,7 @@ class SqlJournal(Journal):
             return row
 
         try:
-            return self._record(self._write(work))
+            return self._record(self._write(work, atomic=True))
         except _Conflict:
             return None
 
@@ -415,7 +421,7 @@ class SqlJournal(Journal):
             tx.execute(q.fork_decisions, params)
             tx.execute(q.fork_records, params)
 
-        self._write(work)
+        self._write(work, atomic=True)
 
     # -- compensation claims ----------------------------------------------------------------------
     def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None:
@@ -549,28 +555,43 @@ class SqlJournal(Journal):
         assert row is not None
         return _load(row["entry"], unwind_id, f"unwind entry {position}")  # type: ignore[no-any-return]
 
-    def read_step(self, unwind_id: str, run_id: str, suffix: str) -> StepView:
+    def read_step(self, unwind_id: str, run_id: str, suffix: str, *, position: int | None = None) -> StepView:
         q = self._q
 
-        def work(tx: driver.Tx) -> StepView:
+        def work(tx: driver.Tx) -> tuple[UnwindInfo | None, int | None, Any, driver.Row | None]:
+            if position is not None:  # the message's word, checked against the worklist below
+                row = tx.one(q.unwind_with_entry, {"uid": unwind_id, "at": position})
+                unwind = None if row is None else self._unwind(row)
+                if (
+                    unwind is not None
+                    and 0 <= position < len(unwind.suffixes)
+                    and unwind.suffixes[position] == suffix
+                ):
+                    assert row is not None
+                    return (
+                        unwind,
+                        position,
+                        row["entry"],
+                        tx.one(q.record_with_claim, {"rid": run_id, "sfx": suffix}),
+                    )
             row = tx.one(q.unwind_get, {"uid": unwind_id})
             unwind = None if row is None else self._unwind(row)
-            position = unwind.suffixes.index(suffix) if unwind and suffix in unwind.suffixes else None
-            entry = None if position is None else tx.one(q.entry_get, {"uid": unwind_id, "at": position})
-            record_row = tx.one(q.record_get, {"rid": run_id, "sfx": suffix})
-            record = None if record_row is None else self._record(record_row)
-            claim_row = (
-                None if record is None else tx.one(q.claim_get, {"o": record.origin_run_id, "s": suffix})
-            )
-            return StepView(
+            at = unwind.suffixes.index(suffix) if unwind and suffix in unwind.suffixes else None
+            entry = None if at is None else tx.one(q.entry_get, {"uid": unwind_id, "at": at})
+            return (
                 unwind,
-                position,
-                None if entry is None else _load(entry["entry"], unwind_id, f"unwind entry {position}"),
-                record,
-                None if claim_row is None else self._claim(claim_row),
+                at,
+                entry and entry["entry"],
+                tx.one(q.record_with_claim, {"rid": run_id, "sfx": suffix}),
             )
 
-        return self._fetch(work)
+        unwind, at, entry_text, both = self._fetch(work)
+        entry = None if entry_text is None else _load(entry_text, unwind_id, f"unwind entry {at}")
+        if both is None:
+            return StepView(unwind, at, entry, None, None)
+        claim = {k[len(CLAIM_PREFIX) :]: v for k, v in both.items() if k.startswith(CLAIM_PREFIX)}
+        has_claim = claim["origin_run_id"] is not None
+        return StepView(unwind, at, entry, self._record(both), self._claim(claim) if has_claim else None)
 
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
         rows = self._fetch(lambda tx: tx.all(self._q.entries_of_unwind, {"uid": unwind_id}))

@@ -18,6 +18,7 @@ from .records import ClaimStatus, RecordStatus, RunStatus, UnwindState
 from .schema import claims, decisions, records, runs, unwind_entries, unwinds
 
 b = sa.bindparam
+CLAIM_PREFIX = "claim_"
 
 
 def server_clock(dialect_name: str) -> sa.ColumnElement[float]:
@@ -242,6 +243,20 @@ class Statements:
             .returning(*records.c)
         )
 
+        # A step task's record and its claim in one round trip (claim columns prefixed ``claim_``).
+        self.record_with_claim = p(
+            sa.select(records, *[c.label(CLAIM_PREFIX + c.name) for c in claims.c])
+            .select_from(
+                records.outerjoin(
+                    claims,
+                    sa.and_(
+                        claims.c.origin_run_id == records.c.origin_run_id, claims.c.suffix == records.c.suffix
+                    ),
+                )
+            )
+            .where(*record)
+        )
+
         # -- compensation claims ------------------------------------------------------------------
         pk = (claims.c.origin_run_id == b("o"), claims.c.suffix == b("s"))
         mine = (*pk, claims.c.owner == b("holder"), claims.c.status == ClaimStatus.CLAIMED.value)
@@ -311,6 +326,20 @@ class Statements:
             .returning(*unwinds.c)
         )
         self.unwind_get = p(sa.select(unwinds).where(unwinds.c.unwind_id == b("uid")))
+        # The unwind and the entry at a position, in one round trip (a step task knows its position).
+        self.unwind_with_entry = p(
+            sa.select(unwinds, unwind_entries.c.entry)
+            .select_from(
+                unwinds.outerjoin(
+                    unwind_entries,
+                    sa.and_(
+                        unwind_entries.c.unwind_id == unwinds.c.unwind_id,
+                        unwind_entries.c.position == b("at"),
+                    ),
+                )
+            )
+            .where(unwinds.c.unwind_id == b("uid"))
+        )
         self.entry_insert = p(
             insert(unwind_entries)
             .values(unwind_id=b("uid"), position=b("at"), entry=b("new_entry"), created_at=now)
