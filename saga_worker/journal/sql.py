@@ -340,28 +340,24 @@ class SqlJournal(Journal):
             "origin": new.origin_run_id,
             "now": time.time(),
         }
-
-        def work(tx: driver.Tx) -> driver.Row:
-            row = tx.one(self._q.record_insert, {**params, "at_seq": self._gate(tx, run_id, gated)})
-            if row is None:
-                raise _Conflict  # roll back the sequence number we took
-            return row
-
-        try:
-            return self._record(self._write(work, atomic=True))
-        except _Conflict:
-            return None
+        return self._behind_gate(run_id, gated, self._q.record_insert, params)
 
     def reclaim_record(
         self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool
     ) -> ToolRecord | None:
         params = {"rid": run_id, "sfx": suffix, "expected": expected.value, "now": time.time()}
+        return self._behind_gate(run_id, gated, self._q.record_reclaim, params)
+
+    def _behind_gate(
+        self, run_id: str, gated: bool, stmt: driver.Prepared, params: dict[str, Any]
+    ) -> ToolRecord | None:
+        """Take the gate, then run one record statement in the same transaction (it may use the
+        sequence number as ``at_seq``); None, with nothing written, if the statement changed no row."""
 
         def work(tx: driver.Tx) -> driver.Row:
-            self._gate(tx, run_id, gated)
-            row = tx.one(self._q.record_reclaim, params)
+            row = tx.one(stmt, {**params, "at_seq": self._gate(tx, run_id, gated)})
             if row is None:
-                raise _Conflict
+                raise _Conflict  # roll back the sequence number we took
             return row
 
         try:

@@ -43,16 +43,17 @@ class Statements:
         run = runs.c.run_id == b("rid")
         self.clock = p(sa.select(clock))
         self.run_get = p(sa.select(runs).where(run))
+        new_run = {
+            "run_id": b("rid"),
+            "status": RunStatus.RUNNING.value,
+            "prompt": b("new_prompt"),
+            "text": "",
+            "created_at": now,
+            "updated_at": now,
+        }
         self.run_insert = p(
             insert(runs)
-            .values(
-                run_id=b("rid"),
-                status=RunStatus.RUNNING.value,
-                prompt=b("new_prompt"),
-                text="",
-                created_at=now,
-                updated_at=now,
-            )
+            .values(**new_run)
             .on_conflict_do_nothing(index_elements=["run_id"])
             .returning(*runs.c)
         )
@@ -152,16 +153,7 @@ class Statements:
         )
         self.fork_insert = p(
             insert(runs)
-            .values(
-                run_id=b("rid"),
-                status=RunStatus.RUNNING.value,
-                prompt=b("new_prompt"),
-                text="",
-                next_seq=b("at_seq"),
-                source_run_id=b("src"),
-                created_at=now,
-                updated_at=now,
-            )
+            .values(**new_run, next_seq=b("at_seq"), source_run_id=b("src"))
             .on_conflict_do_nothing(index_elements=["run_id"])
             .returning(runs.c.run_id)
         )
