@@ -19,6 +19,7 @@ from typing import Any
 
 from saga_worker import CompensatedRunError, Journal, ToolCall, run_durable, scripted
 from saga_worker.errors import SagaError
+from tests.worker_process import WorkerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -261,60 +262,21 @@ class OwnPostgres:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-class CeleryWorker:
-    """A real Celery worker (main process, prefork pool, optional embedded beat) in its own process group."""
+class CeleryWorker(WorkerProcess):
+    """A real Celery worker for the fault tests, remembering how it was started (to start it again)."""
 
     def __init__(
         self, env: Mapping[str, str], log: Path, *, concurrency: int = 1, beat: bool = False
     ) -> None:
-        self.log = log
         self.env, self.beat, self.concurrency = dict(env), beat, concurrency
         self.replaced = False
-        argv = [
-            sys.executable,
-            "-m",
-            "tests.faults.celery_worker",
-            "--loglevel",
-            "info",
-            "--pool",
-            "prefork",
-            "--concurrency",
-            str(concurrency),
-            "--hostname",
-            f"f{os.getpid()}-{time.monotonic_ns()}@%h",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ]
-        if beat:
-            argv.append("--beat")
-        self._out = open(log, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            argv, cwd=REPO, env=dict(env), stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True
+        super().__init__(
+            ["tests.faults.celery_worker"], env, log, concurrency=concurrency, beat=beat, name="f"
         )
 
     def wait_ready(self, timeout: float = 60) -> CeleryWorker:
-        def ready() -> bool:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"worker exited with {self.proc.returncode}:\n{self.tail()}")
-            return b" ready." in self.log.read_bytes()
-
-        wait_for(ready, timeout, "the Celery worker to be ready", interval=0.1)
+        wait_for(self.ready, timeout, "the Celery worker to be ready", interval=0.1)
         return self
-
-    def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-    def kill(self) -> None:
-        """SIGKILL the whole worker: main process, pool children, embedded beat."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        self.kill()
-        self._out.close()
 
 
 def fired(fault_dir: Path) -> list[tuple[float, int, str, str, str]]:

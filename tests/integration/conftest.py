@@ -5,12 +5,8 @@ consume each other's messages."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,6 +21,7 @@ from config.celery import make_app
 from saga_worker import Journal, open_journal
 from saga_worker.settings import SagaSettings
 from tests.ledger import Ledger, open_ledger
+from tests.worker_process import WorkerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 60.0
@@ -93,61 +90,22 @@ def redis_db() -> int:
     return random.randint(1, 15)
 
 
-class Worker:
+class Worker(WorkerProcess):
     def __init__(self, setup: Setup, log: Path, *, beat: bool, concurrency: int) -> None:
-        self.log = log
-        argv = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "tasks",
-            "worker",
-            "--loglevel",
-            "info",
-            "--concurrency",
-            str(concurrency),
-            "--hostname",
-            f"t{uuid.uuid4().hex[:8]}@%h",
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-        ]
-        if beat:
-            argv.append("--beat")
-        self._out = open(log, "ab")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            argv,
-            cwd=REPO,
-            env=setup.env(),
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        super().__init__(
+            ["celery", "-A", "tasks", "worker"], setup.env(), log, concurrency=concurrency, beat=beat
         )
 
     def wait_ready(self) -> Worker:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(f"worker exited with {self.proc.returncode} before it was ready:\n{self.tail()}")
-            if b" ready." in self.log.read_bytes():
-                return self
+            try:
+                if self.ready():
+                    return self
+            except AssertionError as exc:
+                pytest.fail(f"before it was ready: {exc}")
             time.sleep(0.1)
         pytest.fail(f"worker not ready after {READY_TIMEOUT_S:.0f}s:\n{self.tail()}")
-
-    def tail(self, lines: int = 40) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
-    def kill(self) -> None:
-        """SIGKILL the whole worker: main process, pool children, embedded beat."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
-
-    def stop(self) -> None:
-        self.kill()
-        self._out.close()
 
 
 class Workers:
