@@ -7,6 +7,7 @@ the tombstone and reads the worklist, ``compensate_step`` applies the rules to o
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import socket
@@ -36,9 +37,15 @@ UNWOUND = (RecordStatus.SUCCEEDED, RecordStatus.FAILED, RecordStatus.RUNNING)
 _HOST = socket.gethostname()[:40]
 
 
+_OWNER_NONCE = uuid.uuid4().hex[:6]  # with the pid, tells this process from an earlier one of the same pid
+_owner_counter = itertools.count(1)
+
+
 def new_owner(tag: str = "") -> str:
-    """An owner token that also tells a person where the holder ran."""
-    return f"{_HOST}:{os.getpid()}:{tag or uuid.uuid4().hex[:12]}"[:100]
+    """An owner token, unique per attempt, that also tells a person where the holder ran.
+
+    A counter rather than a fresh uuid per attempt: this is on every step's path."""
+    return f"{_HOST}:{os.getpid()}:{tag or f'{_OWNER_NONCE}{next(_owner_counter)}'}"[:100]
 
 
 def begin_unwind(journal: Journal, run_id: str, *, dry_run: bool) -> WorklistView:

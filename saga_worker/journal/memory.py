@@ -43,6 +43,7 @@ class MemoryJournal(Journal):
         self._runs: dict[str, RunInfo] = {}
         self._decisions: dict[str, list[Any]] = {}
         self._records: dict[tuple[str, str], ToolRecord] = {}
+        self._suffixes: dict[str, list[str]] = {}  # run id -> its records' suffixes (an index, as SQL has)
         self._claims: dict[tuple[str, str], CompensationClaim] = {}
         self._seq = 0
         self._unwinds: dict[str, UnwindInfo] = {}
@@ -124,7 +125,7 @@ class MemoryJournal(Journal):
 
     def list_records(self, run_id: str, statuses: Sequence[RecordStatus] | None = None) -> list[ToolRecord]:
         with self._lock:
-            rows = [r for (rid, _), r in self._records.items() if rid == run_id]
+            rows = [self._records[(run_id, suffix)] for suffix in self._suffixes.get(run_id, [])]
         if statuses is not None:
             rows = [r for r in rows if r.status in statuses]
         return [_out(r) for r in sorted(rows, key=lambda r: r.seq)]
@@ -161,6 +162,7 @@ class MemoryJournal(Journal):
                 now,
             )
             self._records[(run_id, new.suffix)] = record
+            self._suffixes.setdefault(run_id, []).append(new.suffix)
             return _out(record)
 
     def _cas(self, run_id: str, suffix: str, expected: RecordStatus, **changes: Any) -> ToolRecord | None:
@@ -229,6 +231,7 @@ class MemoryJournal(Journal):
                     self._records[(new_run_id, record.suffix)] = replace(
                         record, run_id=new_run_id, seq=self._seq
                     )
+                    self._suffixes.setdefault(new_run_id, []).append(record.suffix)
 
     # -- compensation claims ----------------------------------------------------------------------
     def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None:
