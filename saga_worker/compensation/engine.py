@@ -35,8 +35,6 @@ from .report import HALTING, CompensationEntry, CompensationReport, Compensation
 log = logging.getLogger(__name__)
 UNWOUND = (RecordStatus.SUCCEEDED, RecordStatus.FAILED, RecordStatus.RUNNING)
 _HOST = socket.gethostname()[:40]
-
-
 _OWNER_NONCE = uuid.uuid4().hex[:6]  # with the pid, tells this process from an earlier one of the same pid
 _owner_counter = itertools.count(1)
 

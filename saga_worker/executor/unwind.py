@@ -115,8 +115,9 @@ def run_step(
     """One step task: apply the engine's rules to one step, store the entry, say what comes next.
 
     ``position`` is the message's word on where the step stands in the worklist (checked, not
-    trusted: the journal's worklist decides). Returns None when a live duplicate delivery of this very step holds it: that delivery carries
-    the chain on, and this one must end without writing anything."""
+    trusted: the journal's worklist decides). Returns None when a live duplicate delivery of this
+    very step holds it: that delivery carries the chain on, and this one must end without writing
+    anything."""
     check_run_id(run_id)
     view = journal.read_step(unwind_id, run_id, suffix, position=position)  # all a step needs to know
     info = _checked(view.unwind, run_id, unwind_id)
