@@ -1,10 +1,10 @@
-"""The journal's hot statements, compiled once by SQLAlchemy and run straight on the database driver.
+"""The journal's statements, compiled once by SQLAlchemy and run straight on the database driver.
 
 Why: a ``Connection.execute`` costs about 100 µs of Python (execution context, result objects,
 events) and a pool pre-ping costs a round trip: together several times SQLite's whole commit, and
 half of PostgreSQL's, on every step of every unwind. The journal's statements are fixed, so
 SQLAlchemy still writes each one (once per dialect, from the Core tables in ``schema.py``), and
-this module only executes the result on the pooled DBAPI connection, inside one transaction.
+this module only executes the result on a pooled DBAPI connection.
 
 What it keeps from SQLAlchemy's own execution: errors are raised as SQLAlchemy's exception classes
 (so a caller's ``except OperationalError`` sees one family, whichever path ran), and a connection

@@ -14,8 +14,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -39,7 +38,7 @@ from .records import (
     UnwindState,
     WorklistView,
 )
-from .statements import CLAIM_PREFIX, Statements, server_clock
+from .statements import CLAIM_PREFIX, Statements
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 T = TypeVar("T")
@@ -78,6 +77,7 @@ class SqlJournal(Journal):
         self.url = url
         self.engine = engine if engine is not None else _create_engine(url)
         self.dialect = self.engine.dialect.name
+        self._connections = driver.Connections(self.engine, per_thread=self.dialect == "sqlite")
         if migrate_schema is None:
             migrate_schema = self.dialect == "sqlite"
         try:
@@ -123,10 +123,6 @@ class SqlJournal(Journal):
     def _q(self) -> Statements:
         return Statements(self.engine.dialect)
 
-    @functools.cached_property
-    def _connections(self) -> driver.Connections:
-        return driver.Connections(self.engine, per_thread=self.dialect == "sqlite")
-
     def _write(self, work: Callable[[driver.Tx], T], *, atomic: bool = False) -> T:
         """Run ``work``, which writes, on the driver (the hot path: see ``driver.transaction``).
 
@@ -137,18 +133,6 @@ class SqlJournal(Journal):
     def _fetch(self, work: Callable[[driver.Tx], T]) -> T:
         """Run ``work``, which only reads; each read is a fresh look, as under READ COMMITTED."""
         return driver.transaction(self._connections, work, write=False, atomic=False)
-
-    @contextmanager
-    def _tx(self) -> Iterator[sa.Connection]:
-        """A Core transaction (Alembic, and tests that break the journal on purpose)."""
-        with self.engine.begin() as conn:
-            yield conn
-
-    def _now_sql(self) -> sa.ColumnElement[float]:
-        # PostgreSQL's clock, not the worker's: leases must not depend on skewed worker clocks.
-        if self.dialect == "postgresql":
-            return server_clock(self.dialect)
-        return sa.literal(time.time(), sa.Double)
 
     def now(self) -> float:
         if self.dialect != "postgresql":

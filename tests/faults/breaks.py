@@ -6,6 +6,7 @@ A test applies one in-process (``apply("no-fencing")``) or hands ``--break NAME`
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -29,6 +30,7 @@ def _no_fencing(setter: Setter) -> None:
     from saga_worker.journal import memory, sql
     from saga_worker.journal.records import ClaimAttempt, ClaimStatus
     from saga_worker.journal.schema import claims
+    from saga_worker.journal.statements import server_clock
 
     for cls in (sql.SqlJournal, memory.MemoryJournal):
 
@@ -43,11 +45,12 @@ def _no_fencing(setter: Setter) -> None:
         setter(cls, "claim_compensation", claim_anyway)
 
     def sql_finish(self: Any, origin: str, suffix: str, owner: str, status: Any, error: Any = None) -> bool:
-        with self._tx() as conn:
+        finished = server_clock("postgresql") if self.dialect == "postgresql" else sa.literal(time.time())
+        with self.engine.begin() as conn:
             conn.execute(
                 sa.update(claims)
                 .where(claims.c.origin_run_id == origin, claims.c.suffix == suffix)
-                .values(status=status.value, owner=owner, error=error, finished_at=self._now_sql())
+                .values(status=status.value, owner=owner, error=error, finished_at=finished)
             )
         return True
 
