@@ -16,5 +16,5 @@ RUN pip install '.[postgres,flower]' \
     && mkdir -p /data && chown saga /data
 
 USER saga
-# `celery -A tasks` finds the app from here (the package is also installed).
+# `celery -A tasks` finds the checkout shim here; `celery -A saga_worker.celery:app` works anywhere.
 CMD ["saga-worker", "worker"]

@@ -1,4 +1,4 @@
-"""A saga worker for the distributed figures: ``celery -A tasks worker`` on a journal we seed.
+"""A saga worker for the distributed figures: ``celery -A saga_worker.celery:app worker`` on a journal we seed.
 
 Two setups: ``redis+postgres`` (Redis broker, result backend and step locks in the bench's own Redis
 database; a fresh PostgreSQL journal) and ``embedded`` (the default with nothing set: SQLite broker,
@@ -23,7 +23,7 @@ POLL = 0.01  # result polling for database result backends (Redis answers by pub
 
 class Cluster:
     def __init__(self, setup: str, *, concurrency: int = 2, include: str = "bench.noop_tasks") -> None:
-        from config.celery import make_app
+        from saga_worker.celery import make_app
         from saga_worker.settings import SagaSettings
 
         self.setup = setup
@@ -46,7 +46,9 @@ class Cluster:
         self.journal = open_journal(self.journal_url, migrate=True)
         self.engine = getattr(self.journal, "engine", None)
         self.app = make_app(settings, main="saga_bench_client")
-        self.worker = Worker("tasks", [self.queue], concurrency=concurrency, env=env, include=include)
+        self.worker = Worker(
+            "saga_worker.celery:app", [self.queue], concurrency=concurrency, env=env, include=include
+        )
         try:
             self.worker.wait_ready(lambda: self.noop().get(timeout=5, interval=POLL), timeout=90)
         except Exception:

@@ -29,6 +29,7 @@ from .journal.records import RunInfo
 from .keys import check_run_id, compensate_key
 from .settings import SagaSettings, get_settings
 
+CELERY_APP = "saga_worker.celery:app"  # the library's own app: no top-level package needed
 out = Console(highlight=False)
 
 STATUS_STYLE = {
@@ -258,7 +259,7 @@ def compensate(run_id: str, dry_run: bool, wait: bool, local: bool, timeout: flo
         _show_report(result.model_dump(mode="json"), as_json)
         _exit_for(result.model_dump(mode="json"))
         return
-    async_result = _tasks().compensate_run.delay(run_id, dry_run=dry_run)
+    async_result = _celery().compensate_run.delay(run_id, dry_run=dry_run)
     if not wait:
         _dump({"task_id": async_result.id, "run_id": run_id}) if as_json else out.print(
             f"unwind of run [bold]{run_id}[/] enqueued as task {async_result.id}"
@@ -355,13 +356,13 @@ def _demo_results(run_id: str, data: dict[str, Any]) -> None:
     out.print(table)
 
 
-def _tasks() -> Any:
-    """The Celery app module (imported by name: it configures Celery from the settings on import)."""
-    return importlib.import_module("tasks")
+def _celery() -> Any:
+    """saga_worker.celery, imported on demand (the commands that only read the journal need no Celery)."""
+    return importlib.import_module("saga_worker.celery")
 
 
 def _celery_argv(command: str, extra: Sequence[str]) -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "tasks", command, *extra]
+    return [sys.executable, "-m", "celery", "-A", CELERY_APP, command, *extra]
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
@@ -419,7 +420,7 @@ def upgrade() -> None:
 def embedded_worker(
     settings: SagaSettings, *, log_path: str | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A real `celery -A tasks worker -B` in its own process group, stopped (and reaped) on exit."""
+    """A real `celery -A saga_worker.celery:app worker -B` in its own process group, stopped (and reaped) on exit."""
     env = dict(os.environ, SAGA_HOME=str(settings.home.resolve()))
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
@@ -484,12 +485,12 @@ def demo(run_id: str | None, as_json: bool) -> None:
         out.print(steps_table(run_id, journal_steps(journal, run_id), title=f"journal of run {run_id}"))
 
     out.rule("[bold]2. unwinding it on an embedded Celery worker[/]")
-    tasks = _tasks()
-    importlib.import_module("config.celery").prepare_stores(tasks.app)
+    celery = _celery()
+    celery.prepare_stores(celery.current_app())
     log_path = str(settings.home.resolve() / "demo-worker.log")
     with embedded_worker(settings, log_path=log_path) as proc:
         out.print(f"worker started (pid {proc.pid}, log {log_path}); compensate_run.delay({run_id!r}).get()")
-        async_result = tasks.compensate_run.delay(run_id)
+        async_result = celery.compensate_run.delay(run_id)
         data = _wait_with_progress(
             async_result, run_id, settings, 60.0, quiet=False, worker=proc, worker_log=log_path
         )

@@ -27,7 +27,7 @@ class WorkerProcess:
         name: str = "t",
     ) -> None:
         """``command`` is what follows ``python -m`` up to the worker's options (for example
-        ``["celery", "-A", "tasks", "worker"]``)."""
+        ``["celery", "-A", "saga_worker.celery:app", "worker"]``)."""
         self.log = log
         argv = [
             sys.executable,

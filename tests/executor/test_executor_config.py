@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from config.celery import celery_config, make_app
 from saga_worker import InvalidInputError, Tool
+from saga_worker.celery import celery_config, make_app
 from saga_worker.executor import WorkerContext, load_tools
 from saga_worker.locks.redis import RedisStepLock
 from saga_worker.settings import SagaSettings
@@ -70,7 +70,7 @@ def test_redis_broker_redelivers_a_dead_workers_message_after_the_visibility_tim
     assert options["visibility_timeout"] == 120
     assert options["unacked_restore_throttle"] == 1 and options["unacked_restore_interval"] <= 10
     assert (
-        conf["beat_scheduler"] == "config.beat:ResilientRedBeatScheduler"
+        conf["beat_scheduler"] == "saga_worker.celery.beat:ResilientRedBeatScheduler"
     )  # one scheduler however many beats run
 
 

@@ -105,11 +105,9 @@ def _unstable_key(setter: Setter) -> None:
 
 def _no_reject_on_worker_lost(setter: Setter) -> None:
     """Celery acks a task whose worker died: the interrupted step is not redelivered."""
-    from celery import current_app
+    from saga_worker.celery import default_app
 
-    import tasks  # noqa: F401  (the Celery layer)
-
-    for task in current_app.tasks.values():
+    for task in default_app().tasks.values():
         if task.name.startswith("saga."):
             setter(task, "reject_on_worker_lost", False)
             setter(task, "acks_on_failure_or_timeout", True)

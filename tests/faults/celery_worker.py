@@ -1,6 +1,6 @@
 """A Celery worker for the fault suite: ``python -m tests.faults.celery_worker [celery worker args]``.
 
-The same worker as ``celery -A tasks worker``, except that ``FAULT_BREAK`` (comma-separated names from
+The same worker as ``celery -A saga_worker.celery:app worker``, except that ``FAULT_BREAK`` (comma-separated names from
 tests/faults/breaks.py) breaks the product first, in the main process, so its pool children inherit it.
 """
 
@@ -11,12 +11,12 @@ import sys
 
 
 def main() -> None:
-    import tasks
+    from saga_worker.celery import default_app
     from tests.faults import breaks
 
     for name in filter(None, os.environ.get("FAULT_BREAK", "").split(",")):
         breaks.apply(name)
-    tasks.app.worker_main(["worker", *sys.argv[1:]])
+    default_app().worker_main(["worker", *sys.argv[1:]])
 
 
 if __name__ == "__main__":

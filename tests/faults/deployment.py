@@ -11,7 +11,7 @@ from typing import Any
 
 from celery import Celery
 
-from config.celery import make_app
+from saga_worker.celery import make_app
 from saga_worker.settings import SagaSettings
 
 from .harness import CeleryWorker, OwnRedis

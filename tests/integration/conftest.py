@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from celery import Celery
 
-from config.celery import make_app
 from saga_worker import Journal, open_journal
+from saga_worker.celery import make_app
 from saga_worker.settings import SagaSettings
 from tests.ledger import Ledger, open_ledger
 from tests.worker_process import WorkerProcess
@@ -93,7 +93,11 @@ def redis_db() -> int:
 class Worker(WorkerProcess):
     def __init__(self, setup: Setup, log: Path, *, beat: bool, concurrency: int) -> None:
         super().__init__(
-            ["celery", "-A", "tasks", "worker"], setup.env(), log, concurrency=concurrency, beat=beat
+            ["celery", "-A", "saga_worker.celery:app", "worker"],
+            setup.env(),
+            log,
+            concurrency=concurrency,
+            beat=beat,
         )
 
     def wait_ready(self) -> Worker:

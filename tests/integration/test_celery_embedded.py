@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from config.celery import prepare_stores
 from saga_worker import Journal
+from saga_worker.celery import prepare_stores
 from saga_worker.journal.records import ClaimStatus, UnwindState
 from saga_worker.keys import compensate_key
 from tests.ledger import Ledger

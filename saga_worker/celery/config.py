@@ -15,10 +15,11 @@ from typing import Any
 
 from celery import Celery
 
-from .settings import SagaSettings, get_settings
+from ..settings import SagaSettings, get_settings
 
 SQLA_POLL_INTERVAL_S = 0.05
 SWEEP_TASK = "saga.retry_uncertain"
+SWEEP_ENTRY = "saga-retry-uncertain"
 
 
 def is_redis(url: str) -> bool:
@@ -48,7 +49,7 @@ def celery_config(settings: SagaSettings | None = None) -> dict[str, Any]:
         "worker_send_task_events": not s.embedded,
         "task_send_sent_event": not s.embedded,
         "beat_schedule": {
-            "saga-retry-uncertain": {
+            SWEEP_ENTRY: {
                 "task": SWEEP_TASK,
                 "schedule": s.sweep_interval,
                 # A sweep that waited longer than two intervals is stale: the next one supersedes it.
@@ -74,7 +75,7 @@ def celery_config(settings: SagaSettings | None = None) -> dict[str, Any]:
         )
     if s.redis_url:
         # One scheduler however many beat processes run: RedBeat holds a lock in Redis.
-        conf["beat_scheduler"] = "config.beat:ResilientRedBeatScheduler"
+        conf["beat_scheduler"] = "saga_worker.celery.beat:ResilientRedBeatScheduler"
         conf["redbeat_redis_url"] = s.redis_url
         conf["redbeat_key_prefix"] = f"saga:redbeat:{s.queue}"
         conf["redbeat_lock_timeout"] = max(30, int(5 * s.sweep_interval))
@@ -94,11 +95,15 @@ def _prepare(s: SagaSettings) -> None:
         Transport.polling_interval = SQLA_POLL_INTERVAL_S
 
 
-def make_app(settings: SagaSettings | None = None, *, main: str = "tasks") -> Celery:
+def make_app(settings: SagaSettings | None = None, *, main: str = "saga_worker") -> Celery:
+    """saga-worker's own Celery app, configured from the settings, with the ``saga.*`` tasks on it."""
+    from .tasks import register
+
     s = settings if settings is not None else get_settings()
     _prepare(s)
-    app = Celery(main)
+    app = Celery(main, set_as_current=False)
     app.config_from_object(celery_config(s))
+    register(app)
     return app
 
 

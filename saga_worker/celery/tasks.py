@@ -1,0 +1,137 @@
+"""The saga tasks (``saga.*``), registered on a Celery app by :func:`register`.
+
+Thin on purpose: each task parses ids, calls saga_worker.executor, and passes the continuation on
+with ``self.replace`` (which keeps the task id, so ``compensate_run.delay(run_id).get()`` returns the
+report). The last step task, or the one that halts, assembles the report from the journal and
+returns it: a halt is a normal end, never an exception (a raised error in a chain hands the caller an
+exception instead of a report).
+
+The task bodies are plain functions registered per app rather than decorated at import: the same
+tasks go on saga-worker's own app (:func:`saga_worker.celery.make_app`) or on an app that already
+exists (:func:`saga_worker.celery.install`), and importing this module creates no app.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import Celery, Task
+from celery.exceptions import Ignore
+from celery.signals import worker_process_init
+from sqlalchemy.exc import InterfaceError, OperationalError
+
+from .. import executor, faults
+
+COMPENSATE_RUN = "saga.compensate_run"
+COMPENSATE_STEP = "saga.compensate_step"
+FINALIZE_UNWIND = "saga.finalize_unwind"
+RETRY_UNCERTAIN = "saga.retry_uncertain"
+NAMES = (COMPENSATE_RUN, COMPENSATE_STEP, FINALIZE_UNWIND, RETRY_UNCERTAIN)
+
+# A journal that is briefly unreachable (a database restart, a locked SQLite file) is retried with
+# backoff under the same task id; every step is idempotent, so a retry only finishes what it began.
+RETRY: dict[str, Any] = {
+    "autoretry_for": (OperationalError, InterfaceError),
+    "retry_backoff": 1,
+    "retry_backoff_max": 30,
+    "retry_jitter": True,
+    "max_retries": 8,
+}
+
+
+def _fresh_connections(**_: Any) -> None:
+    # A pool child must not share the parent's database connections: each opens its own.
+    executor.reset(after_fork=True)
+
+
+worker_process_init.connect(_fresh_connections)
+
+
+def _continue(task: Task, nxt: executor.Next) -> Any:
+    if isinstance(nxt, executor.Step):
+        step = task.app.tasks[COMPENSATE_STEP]
+        return task.replace(
+            step.si(nxt.run_id, nxt.unwind_id, nxt.suffix, nxt.dry_run, position=nxt.position)
+        )
+    # The end (or a halt): assemble the report here, from the journal, rather than in a task of its
+    # own: one message fewer per unwind. A redelivery assembles the same report again.
+    return _report(nxt.run_id, nxt.unwind_id)
+
+
+def _report(run_id: str, unwind_id: str) -> dict[str, Any]:
+    report = executor.finalize_unwind(executor.current().journal, run_id, unwind_id)
+    return report.model_dump(mode="json")
+
+
+def compensate_run(self: Task, run_id: str, dry_run: bool = False) -> Any:
+    """Condemn the run and unwind it, one task per step; the result is the report as a JSON dict."""
+    ctx = executor.current()
+    nxt = executor.start_unwind(
+        ctx.journal, run_id, self.request.id, dry_run=bool(dry_run), claim_ttl=ctx.settings.claim_ttl
+    )
+    return _continue(self, nxt)
+
+
+def compensate_step(
+    self: Task, run_id: str, unwind_id: str, suffix: str, dry_run: bool = False, position: int | None = None
+) -> Any:
+    """One step of an unwind (``dry_run`` and ``position`` are informative: the unwind's own record
+    decides; ``position`` only saves the journal a round trip)."""
+    ctx = executor.current()
+    if self.app.conf.worker_send_task_events:
+        # Flower shows the custom event type as the task's state: COMPENSATING, with run and step.
+        self.send_event("task-compensating", run_id=run_id, unwind_id=unwind_id, suffix=suffix)
+    nxt = executor.run_step(
+        ctx.journal,
+        ctx.tools,
+        run_id,
+        unwind_id,
+        suffix,
+        claim_ttl=ctx.settings.claim_ttl,
+        lock=ctx.lock,
+        position=position if isinstance(position, int) and not isinstance(position, bool) else None,
+    )
+    if nxt is None:
+        raise Ignore()  # a live duplicate of this delivery carries the chain on; store no result
+    faults.point("before_ack", f"{run_id}:comp:{suffix}")
+    return _continue(self, nxt)
+
+
+def finalize_unwind(self: Task, run_id: str, unwind_id: str) -> dict[str, Any]:
+    """The report alone. Unwinds end in their last step task now; this one serves messages sent by
+    earlier versions (a rolling upgrade) and anyone re-assembling a report by hand."""
+    return _report(run_id, unwind_id)
+
+
+def retry_uncertain(self: Task) -> dict[str, list[str]]:
+    """Beat: re-drive interrupted unwinds with backoff; flag a run for a person after the budget."""
+    ctx = executor.current()
+    start = self.app.tasks[COMPENSATE_RUN]
+    outcome = executor.sweep(ctx.journal, enqueue=lambda run_id: start.delay(run_id), settings=ctx.settings)
+    return outcome.as_dict()
+
+
+def register(app: Celery, **options: Any) -> dict[str, Task]:
+    """Register the four ``saga.*`` tasks on ``app`` with ``options`` (per-task settings such as
+    ``queue``, ``serializer``, ``acks_late``) and return them by name."""
+    bodies = {
+        COMPENSATE_RUN: (compensate_run, True),
+        COMPENSATE_STEP: (compensate_step, True),
+        FINALIZE_UNWIND: (finalize_unwind, True),
+        RETRY_UNCERTAIN: (retry_uncertain, False),
+    }
+    registered: dict[str, Task] = {}
+    for name, (body, retries) in bodies.items():
+        opts = {**(RETRY if retries else {}), **options}
+        registered[name] = app.task(name=name, bind=True, **opts)(body)
+    return registered
+
+
+__all__ = [
+    "COMPENSATE_RUN",
+    "COMPENSATE_STEP",
+    "FINALIZE_UNWIND",
+    "NAMES",
+    "RETRY_UNCERTAIN",
+    "register",
+]
