@@ -1,5 +1,6 @@
 """saga-worker: unwinds multi-step runs. Condemn first, compensate in reverse, report honestly."""
 
+from .blocks import SagaRun, saga
 from .compensation import (
     CompensationEntry,
     CompensationReport,
@@ -8,6 +9,7 @@ from .compensation import (
     compensate_run,
     run_compensated,
 )
+from .decorator import tool
 from .errors import (
     CompensatedRunError,
     InvalidInputError,
@@ -16,6 +18,7 @@ from .errors import (
     RunExistsError,
     SagaError,
     SideEffectRetryBlockedError,
+    ToolFailedError,
     UnknownRunError,
     UnknownToolError,
 )
@@ -53,6 +56,10 @@ __all__ = [
     "run_durable",
     "scripted",
     "stream_durable",
+    # adopting it from ordinary code (DESIGN.md §7)
+    "SagaRun",
+    "saga",
+    "tool",
     # journals
     "Journal",
     "MemoryJournal",
@@ -73,6 +80,7 @@ __all__ = [
     "RunExistsError",
     "SagaError",
     "SideEffectRetryBlockedError",
+    "ToolFailedError",
     "UnknownRunError",
     "UnknownToolError",
 ]

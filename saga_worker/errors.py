@@ -79,3 +79,17 @@ class MalformedRecordError(SagaError):
         super().__init__(
             f"run {run_id!r}: malformed journal record {what}: {reason}", run_id=run_id, what=what
         )
+
+
+class ToolFailedError(SagaError):
+    """A tool called from a ``saga()`` block raised: its record is ``failed`` (DESIGN.md §7)."""
+
+    def __init__(self, run_id: str, tool_call_id: str, tool_name: str, error: str) -> None:
+        super().__init__(
+            f"run {run_id!r}: tool {tool_name!r} (call {tool_call_id}) failed: {error}",
+            run_id=run_id,
+            tool_call_id=tool_call_id,
+            tool_name=tool_name,
+            error=error,
+        )
+        self.run_id, self.tool_call_id, self.tool_name, self.error = run_id, tool_call_id, tool_name, error
