@@ -19,6 +19,7 @@ demo: $(STAMP)
 
 # The whole suite: lint and types first (seconds), then every test against the real services.
 test: $(STAMP)
+	bash .ci/programs
 	$(BIN)/ruff check saga_worker tasks config tests bench
 	$(BIN)/ruff format --check saga_worker tasks config tests bench
 	$(BIN)/mypy
@@ -36,6 +37,7 @@ typecheck: $(STAMP)
 
 # make bench BENCH_ARGS=--quick (or --only floors,inprocess, --rss-unwinds 10000; see bench/README.md)
 bench: $(STAMP)
+	bash .ci/programs
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 soak: $(STAMP)

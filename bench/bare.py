@@ -7,6 +7,8 @@ outcome after), straight through the driver: no reads, no SQLAlchemy, no Python 
 Unwinding a run of n steps needs 2n + 2 commits: the tombstone, a claim and an outcome per step,
 and the unwind state at the end. Recording it needs 3n + 3: the run, a decision per step plus the
 final one, a claim (sequence number and record, one transaction) and an outcome per call, the end.
+On SQLite the tombstone and the claims of these (non-idempotent) calls are synced as the journal
+syncs them (``synchronous=FULL`` for that commit); the other commits are lazy, as the journal's.
 """
 
 from __future__ import annotations
@@ -29,17 +31,21 @@ class BareWriter:
         self.cursor.close()
         self.raw.close()
 
-    def _commit(self, *statements: tuple[str, tuple[Any, ...]]) -> None:
+    def _commit(self, *statements: tuple[str, tuple[Any, ...]], durable: bool = False) -> None:
         cur = self.cursor
         if self.postgres:
             for sql, params in statements:
                 cur.execute(sql.replace("?", "%s"), params)
             self.raw.commit()
         else:
+            if durable:
+                cur.execute("PRAGMA synchronous=FULL")
             cur.execute("BEGIN IMMEDIATE")
             for sql, params in statements:
                 cur.execute(sql, params)
             cur.execute("COMMIT")
+            if durable:
+                cur.execute("PRAGMA synchronous=NORMAL")
 
     def unwind(self, run_id: str, steps: int) -> None:
         now = time.time()
@@ -48,7 +54,8 @@ class BareWriter:
                 "UPDATE saga_runs SET condemned_at=?, unwind_state='pending', unwind_next_at=?, updated_at=? "
                 "WHERE run_id=? AND condemned_at IS NULL",
                 (now, now, now, run_id),
-            )
+            ),
+            durable=True,
         )
         for i in range(steps, 0, -1):
             suffix = f"call-{i}"
@@ -126,6 +133,7 @@ class BareWriter:
                     "'running', 1, ?, ?, ?) ON CONFLICT (run_id, suffix) DO NOTHING",
                     (run_id, call_id, i + 1, i + 1, call_id, canonical_json({"i": i}), run_id, now, now),
                 ),
+                durable=True,
             )
             self._commit(
                 (

@@ -141,6 +141,14 @@ def fork_run(journal: Journal, run_id: str, step: int, new_run_id: str) -> str:
     return new_run_id
 
 
+def _must_be_durable(tool: Tool) -> bool:
+    """Is this call's claim fsynced before ``execute``? Only where losing it could cost a second
+    effect: a side-effecting call that is not idempotent. Lost in a power cut, its claim would make
+    the call read as never started, and a resume would execute it again without asking ``recover``.
+    An idempotent call executed again is harmless (same key), a read-only one has no effect."""
+    return tool.side_effect and not tool.idempotent
+
+
 # -- decisions as journaled ------------------------------------------------------------------------
 
 
@@ -296,7 +304,9 @@ class _Driver:
                 record = self.journal.get_record(self.run_id, suffix)
                 if record is None:
                     new = NewRecord(suffix, step, call_id, tool_name, tool.idempotency, input, self.run_id)
-                    claimed = self.journal.claim_record(self.run_id, new, gated=tool.side_effect)
+                    claimed = self.journal.claim_record(
+                        self.run_id, new, gated=tool.side_effect, durable=_must_be_durable(tool)
+                    )
                     if claimed is not None:
                         return self._execute(step, tool, claimed)
                     continue  # another writer claimed it first: handle its record
@@ -354,7 +364,7 @@ class _Driver:
                 f"its record is {record.status.value}, it has no recover hook and is not idempotent=True",
             )
         reclaimed = self.journal.reclaim_record(
-            self.run_id, record.suffix, record.status, gated=tool.side_effect
+            self.run_id, record.suffix, record.status, gated=tool.side_effect, durable=_must_be_durable(tool)
         )
         return None if reclaimed is None else self._execute(step, tool, reclaimed)
 

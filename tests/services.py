@@ -32,3 +32,17 @@ def require(name: str) -> None:
     if os.environ.get("CI", "").lower() == "true":
         pytest.fail(f"{reason}; under CI=true a missing service is a failure, not a skip")
     pytest.skip(reason)
+
+
+def require_program(name: str) -> str:
+    """The path of an OS program a test needs (``make test`` installs it: .ci/programs), skipped
+    locally when it is absent, a failure under CI=true."""
+    import shutil
+
+    found = shutil.which(name)
+    if found is not None:
+        return found
+    reason = f"{name} is not installed (bash .ci/programs installs it)"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason}; under CI=true a missing program is a failure, not a skip")
+    pytest.skip(reason)

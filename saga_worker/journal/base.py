@@ -56,7 +56,10 @@ class Journal(abc.ABC):
 
     @abc.abstractmethod
     def condemn(self, run_id: str) -> float:
-        """Write the tombstone if absent (also for a run never seen); return its time."""
+        """Write the tombstone if absent (also for a run never seen); return its time.
+
+        The tombstone is on stable storage when this returns: hooks run only after it, and a
+        tombstone lost to a power cut would let the run be resumed and its undone effects redone."""
 
     # -- planner decisions --------------------------------------------------------------------------
     @abc.abstractmethod
@@ -82,17 +85,21 @@ class Journal(abc.ABC):
         return WorklistView(run, found, self.get_claims([(r.origin_run_id, r.suffix) for r in found]))
 
     @abc.abstractmethod
-    def claim_record(self, run_id: str, new: NewRecord, *, gated: bool) -> ToolRecord | None:
+    def claim_record(
+        self, run_id: str, new: NewRecord, *, gated: bool, durable: bool = False
+    ) -> ToolRecord | None:
         """Insert a ``running`` record if absent, with the next sequence number; return it, or None if
         one already exists. With ``gated``, the tombstone check and the insert are one atomic step:
-        raises CompensatedRunError (writing nothing) if the run is condemned."""
+        raises CompensatedRunError (writing nothing) if the run is condemned. With ``durable``, the
+        claim is on stable storage when this returns (a side-effecting call that is not idempotent:
+        after a power loss it must still read as interrupted, never as not started)."""
 
     @abc.abstractmethod
     def reclaim_record(
-        self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool
+        self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool, durable: bool = False
     ) -> ToolRecord | None:
         """Compare-and-set ``expected`` (failed or running) → ``running`` with attempts + 1, for a
-        re-execution. None if the record moved on. Gated as ``claim_record``."""
+        re-execution. None if the record moved on. Gated and durable as ``claim_record``."""
 
     @abc.abstractmethod
     def complete_record(

@@ -155,8 +155,20 @@ class _Kept:
         self.release()
 
 
-def transaction(connections: Connections, work: Callable[[Tx], T], *, write: bool, atomic: bool = True) -> T:
+def transaction(
+    connections: Connections,
+    work: Callable[[Tx], T],
+    *,
+    write: bool,
+    atomic: bool = True,
+    durable: bool = False,
+) -> T:
     """Run ``work`` in a transaction on a driver connection; commit if it returns.
+
+    ``durable``: on SQLite, whose connections run WAL with ``synchronous=NORMAL`` (a commit is not
+    fsynced until the next checkpoint), this one commit runs with ``synchronous=FULL``, which in WAL
+    mode syncs the WAL before the commit returns (and with it every commit before it: the WAL is
+    append-only). PostgreSQL commits are durable already (``synchronous_commit=on``, its default).
 
     On SQLite a write transaction is ``BEGIN IMMEDIATE`` (the write lock up front, so a
     read-then-write can never be overtaken between its read and its write). On PostgreSQL,
@@ -176,7 +188,10 @@ def transaction(connections: Connections, work: Callable[[Tx], T], *, write: boo
         driver: Any = raw.driver_connection
         tx: Tx | None = None
         autocommit = not atomic and not sqlite
+        sync_full = sqlite and durable
         try:
+            if sync_full:
+                driver.execute("PRAGMA synchronous=FULL")  # outside the transaction: SQLite's rule
             if sqlite:
                 driver.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             elif autocommit:
@@ -187,6 +202,8 @@ def transaction(connections: Connections, work: Callable[[Tx], T], *, write: boo
                 driver.autocommit = False
             else:
                 driver.commit()
+            if sync_full:
+                _lazy_again(driver)
             connections.give_back(raw)
             return result
         except dbapi_error as exc:
@@ -195,6 +212,8 @@ def transaction(connections: Connections, work: Callable[[Tx], T], *, write: boo
                 connections.discard(raw, exc)
             else:
                 _rollback(driver, autocommit)
+                if sync_full:
+                    _lazy_again(driver)
                 connections.give_back(raw)
             if gone and attempt == 1 and (tx is None or tx.statements_run == 0):
                 continue  # nothing reached the database: the same work on a fresh connection
@@ -203,9 +222,17 @@ def transaction(connections: Connections, work: Callable[[Tx], T], *, write: boo
             ) from exc
         except BaseException:
             _rollback(driver, autocommit)
+            if sync_full:
+                _lazy_again(driver)
             connections.give_back(raw)
             raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _lazy_again(driver: Any) -> None:
+    """Back to the connection's lazy default after one durable commit (see ``transaction``)."""
+    with contextlib.suppress(Exception):
+        driver.execute("PRAGMA synchronous=NORMAL")
 
 
 def _rollback(driver: Any, autocommit: bool) -> None:

@@ -137,7 +137,9 @@ class MemoryJournal(Journal):
         if gated and run.condemned:
             raise CompensatedRunError(run_id)
 
-    def claim_record(self, run_id: str, new: NewRecord, *, gated: bool) -> ToolRecord | None:
+    def claim_record(
+        self, run_id: str, new: NewRecord, *, gated: bool, durable: bool = False
+    ) -> ToolRecord | None:
         with self._lock:
             self._gate(run_id, gated)
             if (run_id, new.suffix) in self._records:
@@ -174,7 +176,7 @@ class MemoryJournal(Journal):
         return _out(record)
 
     def reclaim_record(
-        self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool
+        self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool, durable: bool = False
     ) -> ToolRecord | None:
         with self._lock:
             self._gate(run_id, gated)

@@ -123,12 +123,14 @@ class SqlJournal(Journal):
     def _q(self) -> Statements:
         return Statements(self.engine.dialect)
 
-    def _write(self, work: Callable[[driver.Tx], T], *, atomic: bool = False) -> T:
+    def _write(self, work: Callable[[driver.Tx], T], *, atomic: bool = False, durable: bool = False) -> T:
         """Run ``work``, which writes, on the driver (the hot path: see ``driver.transaction``).
 
         ``atomic`` when its statements must commit together (a claim's gate and insert, a fork);
-        otherwise each statement is atomic alone and the work allows for writers between them."""
-        return driver.transaction(self._connections, work, write=True, atomic=atomic)
+        otherwise each statement is atomic alone and the work allows for writers between them.
+        ``durable`` when the commit must be on stable storage before this returns (SQLite's other
+        commits are synced lazily, at checkpoints: see ``driver.transaction``)."""
+        return driver.transaction(self._connections, work, write=True, atomic=atomic, durable=durable)
 
     def _fetch(self, work: Callable[[driver.Tx], T]) -> T:
         """Run ``work``, which only reads; each read is a fresh look, as under READ COMMITTED."""
@@ -248,7 +250,7 @@ class SqlJournal(Journal):
                         return float(row["condemned_at"])
             return None
 
-        stamped = self._write(work)
+        stamped = self._write(work, durable=True)  # durable before any hook runs (Journal.condemn)
         if stamped is None:
             raise JournalError(
                 f"run {run_id!r}: could not write its tombstone (its row kept changing)", run_id=run_id
@@ -312,7 +314,9 @@ class SqlJournal(Journal):
             raise UnknownRunError(run_id)
         raise CompensatedRunError(run_id)
 
-    def claim_record(self, run_id: str, new: NewRecord, *, gated: bool) -> ToolRecord | None:
+    def claim_record(
+        self, run_id: str, new: NewRecord, *, gated: bool, durable: bool = False
+    ) -> ToolRecord | None:
         params = {
             "rid": run_id,
             "sfx": new.suffix,
@@ -324,16 +328,16 @@ class SqlJournal(Journal):
             "origin": new.origin_run_id,
             "now": time.time(),
         }
-        return self._behind_gate(run_id, gated, self._q.record_insert, params)
+        return self._behind_gate(run_id, gated, durable, self._q.record_insert, params)
 
     def reclaim_record(
-        self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool
+        self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool, durable: bool = False
     ) -> ToolRecord | None:
         params = {"rid": run_id, "sfx": suffix, "expected": expected.value, "now": time.time()}
-        return self._behind_gate(run_id, gated, self._q.record_reclaim, params)
+        return self._behind_gate(run_id, gated, durable, self._q.record_reclaim, params)
 
     def _behind_gate(
-        self, run_id: str, gated: bool, stmt: driver.Prepared, params: dict[str, Any]
+        self, run_id: str, gated: bool, durable: bool, stmt: driver.Prepared, params: dict[str, Any]
     ) -> ToolRecord | None:
         """Take the gate, then run one record statement in the same transaction (it may use the
         sequence number as ``at_seq``); None, with nothing written, if the statement changed no row."""
@@ -345,7 +349,7 @@ class SqlJournal(Journal):
             return row
 
         try:
-            return self._record(self._write(work, atomic=True))
+            return self._record(self._write(work, atomic=True, durable=durable))
         except _Conflict:
             return None
 

@@ -80,13 +80,13 @@ def _no_tombstone_check(setter: Setter) -> None:
         setter(
             cls,
             "claim_record",
-            lambda self, run_id, new, *, gated, _c=claim: _c(self, run_id, new, gated=False),
+            lambda self, run_id, new, *, gated, _c=claim, **kw: _c(self, run_id, new, gated=False, **kw),
         )
         setter(
             cls,
             "reclaim_record",
-            lambda self, run_id, suffix, expected, *, gated, _r=reclaim: _r(
-                self, run_id, suffix, expected, gated=False
+            lambda self, run_id, suffix, expected, *, gated, _r=reclaim, **kw: _r(
+                self, run_id, suffix, expected, gated=False, **kw
             ),
         )
 
