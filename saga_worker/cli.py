@@ -25,9 +25,9 @@ from rich.table import Table
 from .compensation.report import CompensationReport, CompensationStatus
 from .errors import SagaError
 from .journal import Journal, open_journal
-from .journal.records import RunInfo
-from .keys import check_run_id, compensate_key
+from .keys import check_run_id
 from .settings import SagaSettings, get_settings
+from .views import journal_steps, parse_run_query, run_summary, runs_page
 
 CELERY_APP = "saga_worker.celery:app"  # the library's own app: no top-level package needed
 out = Console(highlight=False)
@@ -102,54 +102,6 @@ def report_table(report: CompensationReport | dict[str, Any], title: str | None 
     return table
 
 
-def _run_dict(run: RunInfo) -> dict[str, Any]:
-    return {
-        "run_id": run.run_id,
-        "status": run.status.value,
-        "condemned": run.condemned,
-        "condemned_at": run.condemned_at,
-        "unwind_state": run.unwind_state.value,
-        "unwind_attempts": run.unwind_attempts,
-        "unwind_next_at": run.unwind_next_at,
-        "unwind_note": run.unwind_note,
-        "source_run_id": run.source_run_id,
-        "created_at": run.created_at,
-        "updated_at": run.updated_at,
-    }
-
-
-def journal_steps(journal: Journal, run_id: str) -> list[dict[str, Any]]:
-    """The run's tool records in execution order, each with its compensation state."""
-    records = journal.list_records(run_id)
-    claims = journal.get_claims([(r.origin_run_id, r.suffix) for r in records])
-    steps = []
-    for r in records:
-        claim = claims.get((r.origin_run_id, r.suffix))
-        steps.append(
-            {
-                "seq": r.seq,
-                "suffix": r.suffix,
-                "tool_call_id": r.tool_call_id,
-                "tool_name": r.tool_name,
-                "status": r.status.value,
-                "attempts": r.attempts,
-                "error": r.error,
-                "origin_run_id": r.origin_run_id,
-                "compensation": None
-                if claim is None
-                else {
-                    "status": claim.status.value,
-                    "attempts": claim.attempts,
-                    "owner": claim.owner,
-                    "idempotency_key": claim.idempotency_key,
-                    "error": claim.error,
-                },
-                "compensation_key": compensate_key(r.origin_run_id, r.suffix),
-            }
-        )
-    return steps
-
-
 def steps_table(run_id: str, steps: Sequence[dict[str, Any]], title: str | None = None) -> Table:
     table = Table(title=title or f"journal of run {run_id}")
     for col in ("seq", "step", "tool", "call", "compensation", "comp. attempts", "note"):
@@ -183,32 +135,55 @@ def main() -> None:
 @main.command()
 @click.option("--limit", default=50, show_default=True, help="How many runs, most recently updated first.")
 @click.option("--condemned", is_flag=True, help="Only condemned runs.")
+@click.option("--status", default=None, help="Only runs with this status (running, finished, failed, ...).")
+@click.option("--unwind", default=None, help="Only runs in this unwind state (incomplete, attention, ...).")
+@click.option("--search", default=None, help="Only runs whose id starts with this.")
+@click.option("--cursor", default=None, help="The next page: the cursor the previous page printed.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def runs(limit: int, condemned: bool, as_json: bool) -> None:
+def runs(
+    limit: int,
+    condemned: bool,
+    status: str | None,
+    unwind: str | None,
+    search: str | None,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
     """List runs with their status, tombstone and unwind state (``attention``: a person must look)."""
+    query = parse_run_query(
+        status=status,
+        condemned=True if condemned else None,
+        unwind=unwind,
+        search=search,
+        cursor=cursor,
+        limit=limit,
+    )
     with _journal(get_settings()) as journal:
-        found = journal.list_runs(limit=limit, condemned_only=condemned)
+        page = runs_page(journal, query)
+    found = page.runs
     if as_json:
-        _dump([_run_dict(r) for r in found])
+        _dump([run_summary(r) for r in found])
         return
     table = Table(title=f"runs ({len(found)})")
     for col in ("run", "status", "condemned", "unwind", "re-drives", "updated", "note"):
         table.add_column(col, overflow="fold")
     for r in found:
-        unwind = r.unwind_state.value
+        unwind_state = r.unwind_state.value
         style = {"complete": "green", "attention": "bold red", "incomplete": "yellow", "pending": "cyan"}.get(
-            unwind, ""
+            unwind_state, ""
         )
         table.add_row(
             r.run_id,
             r.status.value,
             "yes" if r.condemned else "no",
-            f"[{style}]{unwind}[/]" if style else unwind,
+            f"[{style}]{unwind_state}[/]" if style else unwind_state,
             str(r.unwind_attempts),
             _when(r.updated_at),
             r.unwind_note or "",
         )
     out.print(table)
+    if page.next_cursor:
+        out.print(f"more: saga-worker runs --cursor {page.next_cursor}")
 
 
 @main.command()
@@ -222,7 +197,7 @@ def report(run_id: str, as_json: bool) -> None:
             fail(f"run {run_id!r} is not in the journal")
         steps = journal_steps(journal, run_id)
     if as_json:
-        _dump({"run": _run_dict(run), "steps": steps})
+        _dump({"run": run_summary(run), "steps": steps})
         return
     out.print(
         f"run [bold]{run_id}[/]: {run.status.value}, condemned: {'yes' if run.condemned else 'no'}, "
@@ -338,6 +313,80 @@ def _unwind_entries(journal: Journal, unwind_id: str) -> list[dict[str, Any]]:
     return [entries[p] for p in sorted(entries)]
 
 
+@main.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def redrive(run_id: str, as_json: bool) -> None:
+    """Hand a run flagged for attention (the sweeper gave up) back to the workers once."""
+    from . import actions
+
+    settings = get_settings()
+    with _journal(settings) as journal:
+        task_id = actions.redrive(
+            run_id,
+            journal=journal,
+            enqueue=actions.celery_enqueue(),
+            actor=_shell_actor(),
+            claim_ttl=settings.claim_ttl,
+        )
+    _dump({"run_id": run_id, "task_id": task_id}) if as_json else out.print(
+        f"run [bold]{run_id}[/] re-driven as task {task_id}"
+    )
+
+
+def _shell_actor() -> str:
+    import getpass
+
+    try:
+        return f"cli:{getpass.getuser()}"
+    except Exception:
+        return "cli"
+
+
+# -- the console -----------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--host", default=None, help="Address to bind (default SAGA_CONSOLE_HOST, 127.0.0.1).")
+@click.option("--port", default=None, type=int, help="Port (default SAGA_CONSOLE_PORT, 8350).")
+def serve(host: str | None, port: int | None) -> None:
+    """Serve the operator's console (pages, JSON API, /metrics); needs SAGA_CONSOLE_TOKENS."""
+    try:
+        import uvicorn
+
+        from .console.app import create_app
+    except ImportError as exc:
+        fail(f"the console needs its extra: pip install 'saga-worker[console]' ({exc})")
+    settings = get_settings()
+    app = create_app(settings)  # refuses without tokens, before anything binds
+    uvicorn.run(
+        app,
+        host=host or settings.console_host,
+        port=port or settings.console_port,
+        log_level="info",
+        proxy_headers=False,
+        server_header=False,
+    )
+
+
+@main.command()
+@click.argument("name")
+@click.option(
+    "--role",
+    type=click.Choice(["viewer", "operator"]),
+    default="viewer",
+    show_default=True,
+    help="What it may do.",
+)
+def token(name: str, role: str) -> None:
+    """Make a console token: prints the token (once) and its SAGA_CONSOLE_TOKENS entry (a digest)."""
+    from .console.auth import Role, new_token
+
+    secret, entry = new_token(name, Role(role))
+    click.echo(f"token (give it to {name}; it is not stored anywhere): {secret}")
+    click.echo(f"SAGA_CONSOLE_TOKENS entry: {entry}")
+
+
 # -- processes -------------------------------------------------------------------------------------
 
 
@@ -385,7 +434,26 @@ def worker(with_beat: bool | None, celery_args: tuple[str, ...]) -> None:
         and "--beat" not in extra
     ):
         extra.append("-B")
+    _metrics_folder(settings)
     os.execv(sys.executable, _celery_argv("worker", extra))
+
+
+def _metrics_folder(settings: SagaSettings) -> None:
+    """With SAGA_METRICS_PORT, the pool's children count in files of a folder the main process reads
+    (prometheus_client's multiprocess mode). It must be set before anything imports the client, and
+    start empty: files left by an earlier worker would add its counts to this one's."""
+    if settings.metrics_port is None:
+        return
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not folder:
+        import tempfile
+
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="saga-metrics-")
+        return
+    os.makedirs(folder, exist_ok=True)
+    for name in os.listdir(folder):
+        if name.endswith(".db"):
+            os.unlink(os.path.join(folder, name))
 
 
 @main.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

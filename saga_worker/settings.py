@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_HOME = Path(".saga")
@@ -47,6 +47,18 @@ class SagaSettings(BaseSettings):
         description="Redis broker: seconds before an unacked message (its worker died) is delivered "
         "again. Must exceed the longest step.",
     )
+
+    console_tokens: SecretStr | None = Field(
+        None,
+        description="The console's tokens, comma-separated 'name:role:sha256:<hex>' (role viewer or "
+        "operator; `saga-worker token NAME` makes one). Unset, `saga-worker serve` refuses to start.",
+    )
+    console_host: str = Field("127.0.0.1", description="Address the console binds to.")
+    console_port: int = Field(8350, ge=1, le=65535, description="Port of the console.")
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="Port on which `saga-worker worker` serves /metrics (unset: none)."
+    )
+    metrics_host: str = Field("127.0.0.1", description="Address the worker's metrics bind to.")
 
     def resolved_journal_url(self) -> str:
         return self.journal_url or f"sqlite:///{(self.home / 'journal.db').resolve()}"

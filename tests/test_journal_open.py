@@ -53,7 +53,9 @@ def tables(url: str) -> set[str]:
 
 def schema_drift(engine: sa.Engine) -> list[object]:
     with engine.connect() as conn:
-        context = MigrationContext.configure(conn, opts={"version_table": migrate.VERSION_TABLE})
+        context = MigrationContext.configure(
+            conn, opts={"version_table": migrate.VERSION_TABLE, "include_object": migrate.include_object}
+        )
         return list(compare_metadata(context, metadata))
 
 

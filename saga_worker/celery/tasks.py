@@ -13,14 +13,16 @@ exists (:func:`saga_worker.celery.install`), and importing this module creates n
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from celery import Celery, Task
 from celery.exceptions import Ignore
-from celery.signals import worker_process_init
+from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from .. import executor, faults
+from .. import executor, faults, metrics
+from ..settings import get_settings
 
 COMPENSATE_RUN = "saga.compensate_run"
 COMPENSATE_STEP = "saga.compensate_step"
@@ -45,6 +47,21 @@ def _fresh_connections(**_: Any) -> None:
 
 
 worker_process_init.connect(_fresh_connections)
+
+
+def _serve_metrics(**_: Any) -> None:
+    # The main process serves the sum of its pool children's counts (SAGA_METRICS_PORT).
+    settings = get_settings()
+    if settings.metrics_port is not None:
+        metrics.serve_worker_metrics(settings.metrics_port, settings.metrics_host)
+
+
+def _child_exited(pid: int | None = None, **_: Any) -> None:
+    metrics.process_exited(pid if pid is not None else os.getpid())
+
+
+worker_init.connect(_serve_metrics)
+worker_process_shutdown.connect(_child_exited)
 
 
 def _continue(task: Task, nxt: executor.Next) -> Any:

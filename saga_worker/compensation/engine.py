@@ -11,11 +11,12 @@ import itertools
 import logging
 import os
 import socket
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .. import faults
+from .. import faults, metrics
 from ..journal.base import Journal
 from ..journal.records import (
     ClaimStatus,
@@ -54,6 +55,7 @@ def begin_unwind(journal: Journal, run_id: str, *, dry_run: bool) -> WorklistVie
     malformed run or record row fails here, before any hook runs, not after them."""
     if not dry_run:
         journal.condemn(run_id)
+        metrics.UNWINDS_STARTED.inc()
     return journal.read_worklist(run_id, UNWOUND)
 
 
@@ -91,6 +93,36 @@ def compensate_step(
     ``claims``, when given, holds the step's claim as read for the whole worklist at once.
     ``lock_owner`` (default: ``owner``) is the token of the fast-path lock: the executor shares it
     between deliveries of one step, while each delivery claims the journal under its own owner."""
+    entry = _decide_step(
+        journal,
+        run_id,
+        record,
+        tools,
+        dry_run=dry_run,
+        claim_ttl=claim_ttl,
+        lock=lock,
+        owner=owner,
+        lock_owner=lock_owner,
+        claims=claims,
+    )
+    if not dry_run:
+        metrics.STEPS.labels(entry.status.value).inc()
+    return entry
+
+
+def _decide_step(
+    journal: Journal,
+    run_id: str,
+    record: ToolRecord,
+    tools: Mapping[str, Tool],
+    *,
+    dry_run: bool,
+    claim_ttl: float | None,
+    lock: StepLock | None,
+    owner: str | None,
+    lock_owner: str | None,
+    claims: Mapping[tuple[str, str], CompensationClaim] | None,
+) -> CompensationEntry:
     ttl = claim_ttl if claim_ttl is not None else get_settings().claim_ttl
     key = compensate_key(record.origin_run_id, record.suffix)
 
@@ -175,6 +207,8 @@ def compensate_step(
                 held.attempts if held is not None else attempts,
             )
         assert held is not None
+        if claim is not None and claim.status is ClaimStatus.CLAIMED and claim.owner != owner:
+            metrics.CLAIM_TAKEOVERS.inc()  # a holder whose lease ran out: this attempt re-drives its step
         faults.point("after_claim", key)
         return _run_hook(
             journal, run_id, record, tool, output, key, owner, ttl, lock, lock_owner, held.attempts
@@ -248,11 +282,14 @@ def _run_hook(
 
     opts = CallOptions(key, record.tool_call_id, run_id)
     with keeper.keep(renew, ttl / 3):
+        started = time.perf_counter()
         try:
             faults.point("before_hook", key)
             call_hook(tool.compensate, record.input, output, opts)
+            metrics.HOOK_SECONDS.labels(record.tool_name, "returned").observe(time.perf_counter() - started)
             faults.point("after_hook", key)
         except Exception as exc:
+            metrics.HOOK_SECONDS.labels(record.tool_name, "raised").observe(time.perf_counter() - started)
             error = f"{type(exc).__name__}: {exc}"
             journal.finish_claim(record.origin_run_id, record.suffix, owner, ClaimStatus.FAILED, error)
             return entry_for(record, CompensationStatus.FAILED, error, attempts)
@@ -273,6 +310,10 @@ def finish_unwind(journal: Journal, report: CompensationReport) -> None:
     """Tell the sweeper whether this run still needs work (an uncertain, failed or busy step)."""
     if report.dry_run:
         return
+    halt = next((e.status.value for e in report.entries if e.status in HALTING), None)
+    metrics.UNWINDS_FINISHED.labels(
+        "complete" if report.complete else f"halted-{halt}" if halt else "incomplete"
+    ).inc()
     if report.complete:
         journal.set_unwind_state(report.run_id, UnwindState.COMPLETE)
         return

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from .. import metrics
 from ..journal.base import Journal
 from ..journal.records import UnwindState
 from ..settings import SagaSettings, get_settings
@@ -53,6 +54,7 @@ def sweep(
                 note=f"gave up after {run.unwind_attempts} re-drives: {why}"[:2000],
             )
             outcome.flagged.append(run.run_id)
+            metrics.SWEEPER_FLAGGED.inc()
             continue
         delay = backoff_delay(run.unwind_attempts, base=s.sweep_backoff, cap=s.sweep_backoff_max)
         # Book the next look before enqueueing: a lost message just makes the run due again later.
@@ -61,4 +63,5 @@ def sweep(
         )
         enqueue(run.run_id)
         outcome.redriven.append(run.run_id)
+        metrics.SWEEPER_REDRIVES.inc()
     return outcome

@@ -20,6 +20,7 @@ from .records import (
     NewRecord,
     RecordStatus,
     RunInfo,
+    RunQuery,
     RunStatus,
     StepView,
     ToolRecord,
@@ -49,6 +50,14 @@ class Journal(abc.ABC):
     @abc.abstractmethod
     def list_runs(self, *, limit: int = 100, condemned_only: bool = False) -> list[RunInfo]:
         """Most recently updated first."""
+
+    def page_runs(self, query: RunQuery) -> list[RunInfo]:
+        """One page of runs matching ``query``, newest updated first (see ``RunQuery``)."""
+        raise NotImplementedError(f"{type(self).__name__} does not page runs")
+
+    def count_runs(self, unwind_state: UnwindState) -> int:
+        """How many runs are in ``unwind_state`` (the console's attention gauge)."""
+        raise NotImplementedError(f"{type(self).__name__} does not count runs")
 
     @abc.abstractmethod
     def end_run(self, run_id: str, status: RunStatus, text: str, error: str | None) -> RunInfo:
@@ -187,6 +196,10 @@ class Journal(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} does not keep distributed unwinds")
 
     def get_unwind(self, unwind_id: str) -> UnwindInfo | None:
+        raise NotImplementedError(f"{type(self).__name__} does not keep distributed unwinds")
+
+    def list_unwinds(self, run_id: str, *, limit: int = 20) -> list[UnwindInfo]:
+        """The run's distributed unwinds, newest first."""
         raise NotImplementedError(f"{type(self).__name__} does not keep distributed unwinds")
 
     def record_unwind_entry(self, unwind_id: str, position: int, entry: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from .records import (
     NewRecord,
     RecordStatus,
     RunInfo,
+    RunQuery,
     RunStatus,
     ToolRecord,
     UnwindInfo,
@@ -73,6 +74,24 @@ class MemoryJournal(Journal):
         with self._lock:
             runs = [r for r in self._runs.values() if r.condemned or not condemned_only]
         return sorted(runs, key=lambda r: (r.updated_at, r.run_id), reverse=True)[:limit]
+
+    def page_runs(self, query: RunQuery) -> list[RunInfo]:
+        def wanted(r: RunInfo) -> bool:
+            return (
+                (query.status is None or r.status is query.status)
+                and (query.condemned is None or r.condemned is query.condemned)
+                and (query.unwind_state is None or r.unwind_state is query.unwind_state)
+                and (query.search is None or r.run_id.startswith(query.search))
+                and (query.before is None or (r.updated_at, r.run_id) < query.before)
+            )
+
+        with self._lock:
+            found = [r for r in self._runs.values() if wanted(r)]
+        return sorted(found, key=lambda r: (r.updated_at, r.run_id), reverse=True)[: query.limit]
+
+    def count_runs(self, unwind_state: UnwindState) -> int:
+        with self._lock:
+            return sum(1 for r in self._runs.values() if r.unwind_state is unwind_state)
 
     def end_run(self, run_id: str, status: RunStatus, text: str, error: str | None) -> RunInfo:
         with self._lock:
@@ -364,6 +383,11 @@ class MemoryJournal(Journal):
     def get_unwind(self, unwind_id: str) -> UnwindInfo | None:
         with self._lock:
             return self._unwinds.get(unwind_id)
+
+    def list_unwinds(self, run_id: str, *, limit: int = 20) -> list[UnwindInfo]:
+        with self._lock:
+            found = [u for u in self._unwinds.values() if u.run_id == run_id]
+        return sorted(found, key=lambda u: (u.created_at, u.unwind_id), reverse=True)[:limit]
 
     def record_unwind_entry(self, unwind_id: str, position: int, entry: dict[str, Any]) -> dict[str, Any]:
         with self._lock:

@@ -14,6 +14,13 @@ MIGRATIONS = Path(__file__).with_name("migrations")
 VERSION_TABLE = "saga_alembic_version"
 
 
+def include_object(obj: object, name: str | None, type_: str, reflected: bool, compare_to: object) -> bool:
+    """What autogenerate compares: everything but the indexes only a migration knows (see schema)."""
+    from .schema import MIGRATION_ONLY_INDEXES
+
+    return not (type_ == "index" and name in MIGRATION_ONLY_INDEXES)
+
+
 def _config(connection: sa.Connection | None = None) -> Config:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))

@@ -156,3 +156,19 @@ class StepView:
     entry: dict[str, Any] | None
     record: ToolRecord | None
     claim: CompensationClaim | None
+
+
+@dataclass(frozen=True)
+class RunQuery:
+    """One page of the runs listing (the console, ``saga-worker runs``): filters and a keyset cursor.
+
+    Newest updated first. ``before`` is the ``(updated_at, run_id)`` of the last run of the previous
+    page: the next page starts strictly after it, so a page costs the same however deep it is (no
+    OFFSET). ``search`` matches the start of the run id."""
+
+    status: RunStatus | None = None
+    condemned: bool | None = None
+    unwind_state: UnwindState | None = None
+    search: str | None = None
+    before: tuple[float, str] | None = None
+    limit: int = 50

@@ -27,7 +27,20 @@ runs = sa.Table(
     sa.Column("created_at", sa.Double, nullable=False),
     sa.Column("updated_at", sa.Double, nullable=False),
 )
-sa.Index("ix_saga_runs_updated", runs.c.updated_at)
+# Migration 0003: the runs listing's keyset indexes (see that migration).
+sa.Index("ix_saga_runs_page", runs.c.updated_at, runs.c.run_id)
+sa.Index("ix_saga_runs_status_page", runs.c.status, runs.c.updated_at, runs.c.run_id)
+sa.Index("ix_saga_runs_unwind_page", runs.c.unwind_state, runs.c.updated_at, runs.c.run_id)
+sa.Index(
+    "ix_saga_runs_condemned_page",
+    runs.c.updated_at,
+    runs.c.run_id,
+    sqlite_where=runs.c.condemned_at.is_not(None),
+    postgresql_where=runs.c.condemned_at.is_not(None),
+)
+# PostgreSQL also has ix_saga_runs_id_bytes on (run_id COLLATE "C"), for the id prefix search: an
+# expression index on one dialect, which autogenerate cannot compare; only the migration knows it.
+MIGRATION_ONLY_INDEXES = frozenset({"ix_saga_runs_id_bytes"})
 sa.Index("ix_saga_runs_unwind_due", runs.c.unwind_state, runs.c.unwind_next_at)
 
 decisions = sa.Table(

@@ -31,6 +31,7 @@ from .records import (
     NewRecord,
     RecordStatus,
     RunInfo,
+    RunQuery,
     RunStatus,
     StepView,
     ToolRecord,
@@ -38,7 +39,7 @@ from .records import (
     UnwindState,
     WorklistView,
 )
-from .statements import CLAIM_PREFIX, Statements
+from .statements import CLAIM_PREFIX, Statements, run_page
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 T = TypeVar("T")
@@ -221,6 +222,42 @@ class SqlJournal(Journal):
     def list_runs(self, *, limit: int = 100, condemned_only: bool = False) -> list[RunInfo]:
         stmt = self._q.condemned_newest if condemned_only else self._q.runs_newest
         return [self._run(r) for r in self._fetch(lambda tx: tx.all(stmt, {"max_rows": int(limit)}))]
+
+    def page_runs(self, query: RunQuery) -> list[RunInfo]:
+        shape = (
+            query.status is not None,
+            query.condemned,
+            query.unwind_state is not None,
+            query.search is not None,
+            query.before is not None,
+        )
+        pages: dict[tuple[Any, ...], driver.Prepared] = self.__dict__.setdefault("_pages", {})
+        stmt = pages.get(shape)
+        if stmt is None:
+            stmt = pages[shape] = run_page(
+                self.engine.dialect,
+                status=shape[0],
+                condemned=shape[1],
+                unwind=shape[2],
+                search=shape[3],
+                after=shape[4],
+            )
+        params: dict[str, Any] = {"max_rows": int(query.limit)}
+        if query.status is not None:
+            params["want_status"] = query.status.value
+        if query.unwind_state is not None:
+            params["want_unwind"] = query.unwind_state.value
+        if query.search is not None:
+            # Run ids are ASCII letters, digits and "_.-", all below "~": every id that starts with
+            # the prefix lies in [prefix, prefix + "~"), and no other does.
+            params["id_lo"], params["id_hi"] = query.search, query.search + "~"
+        if query.before is not None:
+            params["before_at"], params["before_id"] = float(query.before[0]), query.before[1]
+        return [self._run(r) for r in self._fetch(lambda tx: tx.all(stmt, params))]
+
+    def count_runs(self, unwind_state: UnwindState) -> int:
+        row = self._fetch(lambda tx: tx.one(self._q.runs_in_unwind_state, {"state": unwind_state.value}))
+        return 0 if row is None else int(next(iter(row.values())))
 
     def end_run(self, run_id: str, status: RunStatus, text: str, error: str | None) -> RunInfo:
         q = self._q
@@ -531,6 +568,10 @@ class SqlJournal(Journal):
     def get_unwind(self, unwind_id: str) -> UnwindInfo | None:
         row = self._fetch(lambda tx: tx.one(self._q.unwind_get, {"uid": unwind_id}))
         return None if row is None else self._unwind(row)
+
+    def list_unwinds(self, run_id: str, *, limit: int = 20) -> list[UnwindInfo]:
+        rows = self._fetch(lambda tx: tx.all(self._q.unwinds_of_run, {"rid": run_id, "max_rows": int(limit)}))
+        return [self._unwind(r) for r in rows]
 
     def record_unwind_entry(self, unwind_id: str, position: int, entry: dict[str, Any]) -> dict[str, Any]:
         q = self._q

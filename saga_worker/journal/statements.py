@@ -348,3 +348,50 @@ class Statements:
             .where(unwind_entries.c.unwind_id == b("uid"))
             .order_by(unwind_entries.c.position)
         )
+        self.unwinds_of_run = p(
+            sa.select(unwinds)
+            .where(unwinds.c.run_id == b("rid"))
+            .order_by(unwinds.c.created_at.desc(), unwinds.c.unwind_id.desc())
+            .limit(limit)
+        )
+        self.runs_in_unwind_state = p(
+            sa.select(sa.func.count()).select_from(runs).where(runs.c.unwind_state == b("state"))
+        )
+
+
+def run_page(
+    dialect: sa.Dialect, *, status: bool, condemned: bool | None, unwind: bool, search: bool, after: bool
+) -> Prepared:
+    """The runs listing for one shape of filters (each shape is prepared once, then cached).
+
+    Keyset paging on ``(updated_at, run_id)``, newest first: a page starts strictly after the last
+    row of the previous one, so page 10,000 costs what page 1 does. Each filter has an index that
+    leads with it and continues with the keyset columns (migration 0003). The id search is a prefix
+    as a range (``lo <= run_id < hi``), which an index serves; on PostgreSQL it compares bytes
+    (``COLLATE "C"``), as SQLite does, so the range is exact whatever the database's collation."""
+    where: list[sa.ColumnElement[bool]] = []
+    if status:
+        where.append(runs.c.status == b("want_status"))
+    if condemned is True:
+        where.append(runs.c.condemned_at.is_not(None))
+    elif condemned is False:
+        where.append(runs.c.condemned_at.is_(None))
+    if unwind:
+        where.append(runs.c.unwind_state == b("want_unwind"))
+    if search:
+        run_id: sa.ColumnElement[str] = (
+            sa.collate(runs.c.run_id, "C") if dialect.name == "postgresql" else runs.c.run_id
+        )
+        where += [run_id >= b("id_lo"), run_id < b("id_hi")]
+    if after:
+        where.append(
+            sa.tuple_(runs.c.updated_at, runs.c.run_id)
+            < sa.tuple_(b("before_at", type_=sa.Double), b("before_id", type_=sa.String))
+        )
+    stmt = (
+        sa.select(runs)
+        .where(*where)
+        .order_by(runs.c.updated_at.desc(), runs.c.run_id.desc())
+        .limit(b("max_rows", type_=sa.Integer))
+    )
+    return Prepared(stmt, dialect)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
+from saga_worker.journal.migrate import include_object
 from saga_worker.journal.schema import metadata
 
 connection = context.config.attributes.get("connection")
@@ -14,6 +15,7 @@ context.configure(
     connection=connection,
     target_metadata=metadata,
     version_table="saga_alembic_version",
+    include_object=include_object,
     render_as_batch=connection.dialect.name == "sqlite",
 )
 with context.begin_transaction():

@@ -1,0 +1,108 @@
+"""The console's JSON API: the same reads and actions as its pages (and as the CLI).
+
+``GET /api/runs`` (filters: status, condemned, unwind, search, cursor, limit), ``GET /api/runs/{id}``,
+``POST /api/runs/{id}/plan`` (the dry run; any role), ``POST /api/runs/{id}/compensate``
+(``{"reason": …}``; operator), ``POST /api/runs/{id}/redrive`` (operator).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from .. import actions, views
+from ..errors import InvalidInputError, UnknownRunError
+from .service import blocking, console_of, operator, principal, run_id_of
+
+
+async def list_runs(request: Request) -> JSONResponse:
+    principal(request)
+    q = request.query_params
+    query = views.parse_run_query(
+        status=q.get("status"),
+        condemned=q.get("condemned"),
+        unwind=q.get("unwind"),
+        search=q.get("search"),
+        cursor=q.get("cursor"),
+        limit=q.get("limit"),
+    )
+    page = await blocking(views.runs_page, console_of(request).journal, query)
+    return JSONResponse({"runs": [views.run_summary(r) for r in page.runs], "next_cursor": page.next_cursor})
+
+
+async def get_run(request: Request) -> JSONResponse:
+    principal(request)
+    run_id = run_id_of(request)
+    view = await blocking(views.run_view, console_of(request).journal, run_id)
+    if view is None:
+        raise UnknownRunError(run_id)
+    return JSONResponse(view)
+
+
+async def plan(request: Request) -> JSONResponse:
+    principal(request)
+    run_id = run_id_of(request)
+    console = console_of(request)
+    if await blocking(console.journal.get_run, run_id) is None:
+        raise UnknownRunError(run_id)
+    report = await blocking(actions.plan, run_id, context=console.context)
+    return JSONResponse(report.model_dump(mode="json"))
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if not raw:
+        return {}
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise InvalidInputError("the request body is not JSON") from None
+    if not isinstance(data, dict):
+        raise InvalidInputError("the request body must be a JSON object")
+    return data
+
+
+async def compensate(request: Request) -> JSONResponse:
+    who = operator(request)
+    run_id = run_id_of(request)
+    reason = (await _body(request)).get("reason")
+    if not isinstance(reason, str):
+        raise InvalidInputError("a reason (a string) is required to compensate a run", run_id=run_id)
+    console = console_of(request)
+    task_id = await blocking(
+        actions.unwind,
+        run_id,
+        journal=console.journal,
+        enqueue=console.enqueue,
+        actor=who.name,
+        reason=reason,
+    )
+    return JSONResponse({"run_id": run_id, "task_id": task_id, "actor": who.name}, status_code=202)
+
+
+async def redrive(request: Request) -> JSONResponse:
+    who = operator(request)
+    run_id = run_id_of(request)
+    console = console_of(request)
+    task_id = await blocking(
+        actions.redrive,
+        run_id,
+        journal=console.journal,
+        enqueue=console.enqueue,
+        actor=who.name,
+        claim_ttl=console.settings.claim_ttl,
+    )
+    return JSONResponse({"run_id": run_id, "task_id": task_id, "actor": who.name}, status_code=202)
+
+
+routes = [
+    Route("/api/runs", list_runs),
+    Route("/api/runs/{run_id:str}", get_run),
+    Route("/api/runs/{run_id:str}/plan", plan, methods=["POST"]),
+    Route("/api/runs/{run_id:str}/compensate", compensate, methods=["POST"]),
+    Route("/api/runs/{run_id:str}/redrive", redrive, methods=["POST"]),
+]

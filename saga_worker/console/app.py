@@ -1,0 +1,141 @@
+"""The console's application: pages, API, /metrics and static files, behind the tokens.
+
+``create_app`` refuses to build without tokens (nothing is served without configuration). Errors
+answer as the caller speaks: JSON under ``/api``, a page elsewhere; a bad id or filter is a 400
+that names it, an unknown run a 404, an action on a run in the wrong state a 409.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable
+from pathlib import Path
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from .. import metrics
+from ..actions import ActionRefusedError, Enqueue, celery_enqueue
+from ..errors import CompensatedRunError, InvalidInputError, SagaError, UnknownRunError
+from ..executor.context import WorkerContext
+from ..journal.records import UnwindState
+from ..redact import redact_text
+from ..settings import SagaSettings, get_settings
+from . import api, pages
+from .auth import Tokens
+from .service import Console, Forbidden, NotAuthenticated, blocking, console_of, principal
+
+log = logging.getLogger(__name__)
+
+
+def _answer(request: Request, status: int, message: str, title: str) -> Response:
+    message = redact_text(message)
+    if request.url.path.startswith("/api/") or request.url.path == "/metrics":
+        return JSONResponse({"error": message}, status_code=status)
+    if status == 401:
+        return pages.render(request, "login.html", None, status_code=401, error=message)
+    return pages.render(request, "error.html", None, status_code=status, title=title, message=message)
+
+
+async def _not_authenticated(request: Request, exc: Exception) -> Response:
+    return _answer(request, 401, "a token is required (Authorization: Bearer <token>, or log in)", "Log in")
+
+
+async def _forbidden(request: Request, exc: Exception) -> Response:
+    return _answer(request, 403, str(exc), "Not allowed")
+
+
+async def _saga_error(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, UnknownRunError):
+        return _answer(request, 404, str(exc), "No such run")
+    if isinstance(exc, InvalidInputError):
+        return _answer(request, 400, str(exc), "Bad request")
+    if isinstance(exc, ActionRefusedError | CompensatedRunError):
+        return _answer(request, 409, str(exc), "Not now")
+    log.warning("console: %s", redact_text(str(exc)))
+    return _answer(request, 500, str(exc), "Error")
+
+
+def _metrics_registry(console: Console) -> CollectorRegistry:
+    merged = CollectorRegistry()
+    merged.register(_Forward(metrics.registry()))
+    merged.register(metrics.AttentionCollector(lambda: console.journal.count_runs(UnwindState.ATTENTION)))
+    return merged
+
+
+class _Forward(Collector):
+    """A registry's metrics as one collector of another (the process's or the workers' counters,
+    next to the console's own gauge)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterable[Metric]:
+        return self._registry.collect()
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+async def metrics_endpoint(request: Request) -> Response:
+    principal(request)
+    registry: CollectorRegistry = request.app.state.metrics
+    body = await blocking(generate_latest, registry)
+    return Response(body, media_type=CONTENT_TYPE_LATEST)
+
+
+def _lifespan(console: Console) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            console.context.close()
+
+    return lifespan
+
+
+def create_app(
+    settings: SagaSettings | None = None,
+    *,
+    context: WorkerContext | None = None,
+    enqueue: Enqueue | None = None,
+) -> Starlette:
+    """The console for ``settings`` (default: the environment's). Raises ConsoleConfigError without
+    tokens. ``enqueue`` defaults to the Celery task ``saga.compensate_run``."""
+    settings = settings if settings is not None else get_settings()
+    secret = settings.console_tokens.get_secret_value() if settings.console_tokens else None
+    tokens = Tokens(secret)
+    console = Console(
+        settings=settings,
+        tokens=tokens,
+        context=context if context is not None else WorkerContext(settings),
+        enqueue=enqueue if enqueue is not None else celery_enqueue(),
+    )
+    app = Starlette(
+        routes=[
+            *pages.routes,
+            *api.routes,
+            Route("/metrics", metrics_endpoint),
+            Mount("/static", StaticFiles(directory=str(Path(__file__).with_name("static"))), name="static"),
+        ],
+        exception_handlers={
+            NotAuthenticated: _not_authenticated,
+            Forbidden: _forbidden,
+            SagaError: _saga_error,
+        },
+        lifespan=_lifespan(console),
+    )
+    app.state.console = console
+    app.state.metrics = _metrics_registry(console)
+    return app
+
+
+__all__ = ["console_of", "create_app"]

@@ -1,0 +1,207 @@
+"""The console's server-rendered pages: the runs list, a run, its plan, and the forms that act.
+
+Every page reads through ``saga_worker.views`` and acts through ``saga_worker.actions``, as the API
+and the CLI do. The run page's live part (steps, claims, unwinds) is also served alone at
+``/runs/{id}/live``; a few lines of vendored JavaScript poll it while an unwind is moving.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+
+from .. import actions, views
+from ..errors import UnknownRunError
+from ..redact import redact_url
+from .auth import COOKIE, Principal
+from .service import Forbidden, blocking, console_of, operator, principal, run_id_of
+
+templates = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
+
+STATUS_CLASS = {
+    "compensated": "ok",
+    "already-compensated": "ok",
+    "complete": "ok",
+    "succeeded": "ok",
+    "finished": "ok",
+    "would-compensate": "info",
+    "claimed": "info",
+    "pending": "info",
+    "running": "info",
+    "skipped-no-hook": "warn",
+    "skipped-not-executed": "warn",
+    "skipped-denied": "warn",
+    "incomplete": "warn",
+    "suspended": "warn",
+    "awaiting-approval": "warn",
+    "uncertain": "odd",
+    "busy": "bad",
+    "failed": "bad",
+    "attention": "bad",
+    "denied": "bad",
+    "not-attempted": "dim",
+    "none": "dim",
+}
+
+
+def _when(ts: float | None) -> str:
+    return "" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) + "Z"
+
+
+templates.env.filters["when"] = _when
+templates.env.globals["status_class"] = lambda s: STATUS_CLASS.get(str(s), "")
+
+
+def render(
+    request: Request, name: str, who: Principal | None, status_code: int = 200, **context: Any
+) -> Response:
+    console = console_of(request)
+    return templates.TemplateResponse(
+        request,
+        name,
+        {
+            "who": who,
+            "csrf": who.csrf_token() if who is not None else "",
+            "journal_url": redact_url(console.settings.resolved_journal_url()),
+            **context,
+        },
+        status_code=status_code,
+    )
+
+
+async def runs_list(request: Request) -> Response:
+    who = principal(request)
+    q = request.query_params
+    filters = {k: q.get(k, "") for k in ("status", "condemned", "unwind", "search")}
+    query = views.parse_run_query(**filters, cursor=q.get("cursor"), limit=q.get("limit"))
+    page = await blocking(views.runs_page, console_of(request).journal, query)
+    kept = {k: v for k, v in filters.items() if v}
+    next_url = None
+    if page.next_cursor:
+        next_url = "/?" + urlencode({**kept, "cursor": page.next_cursor, "limit": query.limit})
+    return render(
+        request,
+        "runs.html",
+        who,
+        runs=[views.run_summary(r) for r in page.runs],
+        filters=filters,
+        next_url=next_url,
+        first_url="/?" + urlencode(kept) if q.get("cursor") else None,
+    )
+
+
+async def _view(request: Request) -> tuple[str, dict[str, Any]]:
+    run_id = run_id_of(request)
+    view = await blocking(views.run_view, console_of(request).journal, run_id)
+    if view is None:
+        raise UnknownRunError(run_id)
+    return run_id, view
+
+
+async def run_page(request: Request) -> Response:
+    who = principal(request)
+    _, view = await _view(request)
+    return render(request, "run.html", who, view=view, watch=request.query_params.get("watch") == "1")
+
+
+async def run_live(request: Request) -> Response:
+    who = principal(request)
+    _, view = await _view(request)
+    response = render(request, "_live.html", who, view=view)
+    response.headers["X-Saga-Moving"] = "1" if view["in_progress"] else "0"
+    response.headers["Cache-Control"] = "no-store"
+    return response
+
+
+async def plan_page(request: Request) -> Response:
+    who = principal(request)
+    run_id, view = await _view(request)
+    report = await blocking(actions.plan, run_id, context=console_of(request).context)
+    return render(request, "plan.html", who, view=view, plan=report.model_dump(mode="json"))
+
+
+async def compensate_form(request: Request) -> Response:
+    form = await request.form()
+    who = operator(request, form)
+    run_id = run_id_of(request)
+    console = console_of(request)
+    reason = form.get("reason")
+    await blocking(
+        actions.unwind,
+        run_id,
+        journal=console.journal,
+        enqueue=console.enqueue,
+        actor=who.name,
+        reason=reason if isinstance(reason, str) else "",
+    )
+    return RedirectResponse(f"/runs/{run_id}?watch=1", status_code=303)
+
+
+async def redrive_form(request: Request) -> Response:
+    form = await request.form()
+    who = operator(request, form)
+    run_id = run_id_of(request)
+    console = console_of(request)
+    await blocking(
+        actions.redrive,
+        run_id,
+        journal=console.journal,
+        enqueue=console.enqueue,
+        actor=who.name,
+        claim_ttl=console.settings.claim_ttl,
+    )
+    return RedirectResponse(f"/runs/{run_id}?watch=1", status_code=303)
+
+
+async def login(request: Request) -> Response:
+    if request.method == "GET":
+        return render(request, "login.html", None)
+    form = await request.form()
+    token = form.get("token")
+    who = console_of(request).tokens.who(token if isinstance(token, str) else None)
+    if who is None:
+        return render(request, "login.html", None, status_code=401, error="That token is not known here.")
+    response = RedirectResponse("/", status_code=303)
+    response.set_cookie(
+        COOKIE,
+        str(token),
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        max_age=12 * 3600,
+    )
+    return response
+
+
+async def logout(request: Request) -> Response:
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(COOKIE)
+    return response
+
+
+def forbidden_page(request: Request, exc: Forbidden) -> Response:
+    return render(request, "error.html", None, status_code=403, title="Not allowed", message=str(exc))
+
+
+async def healthz(request: Request) -> Response:
+    return HTMLResponse("ok")
+
+
+routes = [
+    Route("/", runs_list),
+    Route("/login", login, methods=["GET", "POST"]),
+    Route("/logout", logout, methods=["POST"]),
+    Route("/healthz", healthz),
+    Route("/runs/{run_id:str}", run_page),
+    Route("/runs/{run_id:str}/live", run_live),
+    Route("/runs/{run_id:str}/plan", plan_page, methods=["POST"]),
+    Route("/runs/{run_id:str}/compensate", compensate_form, methods=["POST"]),
+    Route("/runs/{run_id:str}/redrive", redrive_form, methods=["POST"]),
+]

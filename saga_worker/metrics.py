@@ -1,0 +1,98 @@
+"""Prometheus metrics of unwinds, recorded where the work happens (engine, executor, sweeper).
+
+Workers run Celery's prefork pool: each child counts in files under ``PROMETHEUS_MULTIPROC_DIR``
+(set before prometheus_client is imported; ``saga-worker worker`` does it) and the main process
+serves their sum (``serve_worker_metrics``). The console serves the same, plus the gauge of runs
+that need a person, read from the journal at scrape time. Recording is a counter increment: cheap
+enough for every step.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+UNWINDS_STARTED = Counter("saga_unwinds_started", "Unwinds begun: the tombstone written (dry runs excluded).")
+UNWINDS_FINISHED = Counter(
+    "saga_unwinds_finished",
+    "Unwinds ended, by outcome: complete, halted-<status of the halting step>, or incomplete "
+    "(an uncertain or skipped-over step left for the sweeper).",
+    ["outcome"],
+)
+STEPS = Counter(
+    "saga_compensation_steps", "Compensation steps decided, by status (dry runs excluded).", ["status"]
+)
+HOOK_SECONDS = Histogram(
+    "saga_compensate_hook_seconds",
+    "Duration of compensate hook calls, by tool and outcome (returned or raised).",
+    ["tool", "outcome"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
+)
+CLAIM_TAKEOVERS = Counter(
+    "saga_claim_takeovers", "Compensation claims taken over from a holder whose lease had expired."
+)
+SWEEPER_REDRIVES = Counter("saga_sweeper_redrives", "Unwinds the beat sweeper re-drove.")
+SWEEPER_FLAGGED = Counter("saga_sweeper_flagged", "Runs the sweeper gave up on and flagged for a person.")
+
+
+def multiprocess_dir() -> str | None:
+    return os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None
+
+
+def registry() -> CollectorRegistry:
+    """What a scrape reads: every process's counts when they share a multiprocess folder, else this
+    process's own."""
+    folder = multiprocess_dir()
+    if folder is None:
+        from prometheus_client import REGISTRY
+
+        return REGISTRY
+    from prometheus_client import multiprocess
+
+    merged = CollectorRegistry()
+    multiprocess.MultiProcessCollector(merged, path=folder)  # type: ignore[no-untyped-call]
+    return merged
+
+
+class AttentionCollector(Collector):
+    """``saga_runs_needing_attention``: runs whose unwind the sweeper gave up on, counted at scrape time."""
+
+    def __init__(self, count: Callable[[], int]) -> None:
+        self._count = count
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        gauge = GaugeMetricFamily(
+            "saga_runs_needing_attention", "Runs whose unwind needs a person (retry budget spent)."
+        )
+        try:
+            gauge.add_metric([], float(self._count()))
+        except Exception:  # a journal that cannot be read must not break the scrape of the rest
+            log.warning("cannot count the runs needing attention", exc_info=True)
+            return
+        yield gauge
+
+
+def serve_worker_metrics(port: int, host: str = "127.0.0.1") -> None:
+    """Serve the workers' metrics over HTTP from the worker's main process (a daemon thread)."""
+    if multiprocess_dir() is None:
+        log.warning(
+            "PROMETHEUS_MULTIPROC_DIR is not set: a prefork pool's children count where this process "
+            "cannot see (start workers with `saga-worker worker`, which sets it)"
+        )
+    start_http_server(port, addr=host, registry=registry())
+    log.info("metrics on http://%s:%d/metrics", host, port)
+
+
+def process_exited(pid: int) -> None:
+    """A pool child exited: its live gauges (none yet) stop counting; its counters stay in the sum."""
+    if multiprocess_dir() is not None:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]

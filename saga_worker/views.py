@@ -1,0 +1,263 @@
+"""What the CLI and the console show, read from the journal once, here, for both.
+
+``runs_page`` is the runs listing (filters, keyset cursor), ``run_view`` a run's page: its tool
+calls in execution order, their compensation claims as they are now (owner, lease), its
+distributed unwinds with each step's entry, and whether anything is still moving. The text of
+inputs, outputs and errors is cut to a preview and stripped of URL passwords.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InvalidInputError
+from .journal.base import Journal
+from .journal.records import (
+    ClaimStatus,
+    CompensationClaim,
+    RecordStatus,
+    RunInfo,
+    RunQuery,
+    RunStatus,
+    ToolRecord,
+    UnwindInfo,
+    UnwindState,
+)
+from .keys import canonical_json, check_run_id, compensate_key, execute_key
+from .redact import redact_text
+
+PREVIEW_CHARS = 240
+MAX_PAGE = 500
+_ID_PREFIX = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
+
+
+# -- the runs listing ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunsPage:
+    runs: list[RunInfo]
+    next_cursor: str | None  # None on the last page
+
+
+def encode_cursor(run: RunInfo) -> str:
+    """The keyset position after ``run``, opaque to callers (URL-safe)."""
+    raw = json.dumps([run.updated_at, run.run_id], separators=(",", ":")).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[float, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        at, run_id = json.loads(raw)
+        if isinstance(at, bool) or not isinstance(at, int | float) or not isinstance(run_id, str):
+            raise ValueError
+        return float(at), check_run_id(run_id)
+    except (ValueError, TypeError, binascii.Error, InvalidInputError) as exc:
+        raise InvalidInputError(
+            f"cursor {cursor[:60]!r} is not one this listing gave out", cursor=cursor
+        ) from exc
+
+
+def _choice(kind: Any, value: str | None, what: str) -> Any:
+    if value is None or value == "":
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        allowed = ", ".join(m.value for m in kind)
+        raise InvalidInputError(f"{what} {value!r} is not one of: {allowed}", **{what: value}) from None
+
+
+def parse_run_query(
+    *,
+    status: str | None = None,
+    condemned: str | bool | None = None,
+    unwind: str | None = None,
+    search: str | None = None,
+    cursor: str | None = None,
+    limit: int | str | None = None,
+) -> RunQuery:
+    """A ``RunQuery`` from the strings of a query string or command line; bad input names itself."""
+    if isinstance(condemned, str):
+        flags = {"": None, "yes": True, "true": True, "1": True, "no": False, "false": False, "0": False}
+        if condemned.lower() not in flags:
+            raise InvalidInputError(f"condemned {condemned!r} must be yes or no", condemned=condemned)
+        condemned = flags[condemned.lower()]
+    search = (search or "").strip() or None
+    if search is not None and not _ID_PREFIX.match(search):
+        raise InvalidInputError(
+            f"search {search[:60]!r}: run ids hold only letters, digits, '_', '.' and '-'", search=search
+        )
+    try:
+        size = 50 if limit in (None, "") else int(limit)
+    except ValueError:
+        raise InvalidInputError(f"limit {limit!r} is not a number", limit=limit) from None
+    if not 1 <= size <= MAX_PAGE:
+        raise InvalidInputError(f"limit {size} must be between 1 and {MAX_PAGE}", limit=size)
+    return RunQuery(
+        status=_choice(RunStatus, status, "status"),
+        condemned=condemned,
+        unwind_state=_choice(UnwindState, unwind, "unwind"),
+        search=search,
+        before=decode_cursor(cursor) if cursor else None,
+        limit=size,
+    )
+
+
+def runs_page(journal: Journal, query: RunQuery) -> RunsPage:
+    """One page, and the cursor of the next (read one row more than asked, to know there is one)."""
+    found = journal.page_runs(RunQuery(**{**query.__dict__, "limit": query.limit + 1}))
+    more = len(found) > query.limit
+    found = found[: query.limit]
+    return RunsPage(found, encode_cursor(found[-1]) if more and found else None)
+
+
+def run_summary(run: RunInfo) -> dict[str, Any]:
+    return {
+        "run_id": run.run_id,
+        "status": run.status.value,
+        "condemned": run.condemned,
+        "condemned_at": run.condemned_at,
+        "unwind_state": run.unwind_state.value,
+        "unwind_attempts": run.unwind_attempts,
+        "unwind_next_at": run.unwind_next_at,
+        "unwind_note": None if run.unwind_note is None else redact_text(run.unwind_note),
+        "source_run_id": run.source_run_id,
+        "created_at": run.created_at,
+        "updated_at": run.updated_at,
+    }
+
+
+# -- one run -------------------------------------------------------------------------------------
+
+
+def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
+    """A value's JSON text, cut to ``limit`` characters, URL passwords hidden."""
+    if value is None:
+        return ""
+    try:
+        text = canonical_json(value)
+    except InvalidInputError:
+        text = repr(value)
+    text = redact_text(text)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _claim_dict(claim: CompensationClaim | None, now: float) -> dict[str, Any] | None:
+    if claim is None:
+        return None
+    live = claim.status is ClaimStatus.CLAIMED and claim.lease_expires_at > now
+    return {
+        "status": claim.status.value,
+        "attempts": claim.attempts,
+        "owner": claim.owner,
+        "via_run_id": claim.via_run_id,
+        "idempotency_key": claim.idempotency_key,
+        "error": None if claim.error is None else redact_text(claim.error),
+        "started_at": claim.started_at,
+        "finished_at": claim.finished_at,
+        "lease_expires_at": claim.lease_expires_at,
+        # A claim whose lease ran out is a dead holder's: the next unwind takes it over.
+        "lease_live": live,
+        "lease_seconds_left": round(claim.lease_expires_at - now, 1) if live else 0.0,
+    }
+
+
+def step_dict(record: ToolRecord, claim: CompensationClaim | None, now: float) -> dict[str, Any]:
+    return {
+        "seq": record.seq,
+        "suffix": record.suffix,
+        "tool_call_id": record.tool_call_id,
+        "tool_name": record.tool_name,
+        "status": record.status.value,
+        "attempts": record.attempts,
+        "error": None if record.error is None else redact_text(record.error),
+        "origin_run_id": record.origin_run_id,
+        "input_preview": preview(record.input),
+        "output_preview": preview(record.output),
+        "execute_key": execute_key(
+            record.origin_run_id, record.mode, record.tool_name, record.tool_call_id, record.input
+        ),
+        "compensation_key": compensate_key(record.origin_run_id, record.suffix),
+        "compensation": _claim_dict(claim, now),
+    }
+
+
+def journal_steps(journal: Journal, run_id: str) -> list[dict[str, Any]]:
+    """The run's tool records in execution order, each with its compensation claim as it is now."""
+    records = journal.list_records(run_id)
+    claims = journal.get_claims([(r.origin_run_id, r.suffix) for r in records])
+    now = journal.now()
+    return [step_dict(r, claims.get((r.origin_run_id, r.suffix)), now) for r in records]
+
+
+def unwind_dict(journal: Journal, info: UnwindInfo) -> dict[str, Any]:
+    """One distributed unwind: each worklist step with the entry stored for it (None: not yet)."""
+    stored = journal.list_unwind_entries(info.unwind_id)
+    steps = []
+    for position, suffix in enumerate(info.suffixes):
+        entry = stored.get(position)
+        if entry is not None and entry.get("error"):
+            entry = {**entry, "error": redact_text(str(entry["error"]))}
+        steps.append({"position": position, "suffix": suffix, "entry": entry})
+    return {
+        "unwind_id": info.unwind_id,
+        "dry_run": info.dry_run,
+        "created_at": info.created_at,
+        "steps": steps,
+        "done": len(stored) >= len(info.suffixes)
+        or any((e or {}).get("status") in ("failed", "busy", "awaiting-approval") for e in stored.values()),
+    }
+
+
+def list_unwinds(journal: Journal, run_id: str, limit: int = 10) -> list[dict[str, Any]]:
+    try:
+        found = journal.list_unwinds(run_id, limit=limit)
+    except NotImplementedError:
+        return []
+    return [unwind_dict(journal, u) for u in found]
+
+
+def pending_approvals(steps: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Suspended tool calls: each waits for a person's approve or deny."""
+    return [
+        {
+            "kind": "call",
+            "suffix": s["suffix"],
+            "tool_call_id": s["tool_call_id"],
+            "tool_name": s["tool_name"],
+        }
+        for s in steps
+        if s["status"] == RecordStatus.SUSPENDED.value
+    ]
+
+
+def run_view(journal: Journal, run_id: str) -> dict[str, Any] | None:
+    """Everything the run page shows, or None for a run the journal has never seen."""
+    check_run_id(run_id)
+    run = journal.get_run(run_id)
+    if run is None:
+        return None
+    steps = journal_steps(journal, run_id)
+    unwinds = list_unwinds(journal, run_id)
+    # Moving: an unwind holds the run (pending) or a hook runs under a live lease right now. An
+    # unwind abandoned by a dead worker is not "moving": the sweeper will start another.
+    moving = run.unwind_state is UnwindState.PENDING or any(
+        (s["compensation"] or {}).get("lease_live") for s in steps
+    )
+    return {
+        "run": run_summary(run),
+        "steps": steps,
+        "unwinds": unwinds,
+        "approvals": pending_approvals(steps),
+        "audit": [],
+        "in_progress": moving,
+        "can_redrive": run.condemned and run.unwind_state is UnwindState.ATTENTION,
+    }
