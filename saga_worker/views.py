@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .compensation.report import HALTING, CompensationStatus
 from .errors import InvalidInputError
 from .journal.base import Journal
 from .journal.records import (
@@ -34,6 +35,7 @@ from .redact import redact_text
 
 PREVIEW_CHARS = 240
 MAX_PAGE = 500
+_HALTING = frozenset(s.value for s in HALTING)
 _ID_PREFIX = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
 
 
@@ -198,31 +200,51 @@ def journal_steps(journal: Journal, run_id: str) -> list[dict[str, Any]]:
     return [step_dict(r, claims.get((r.origin_run_id, r.suffix)), now) for r in records]
 
 
-def unwind_dict(journal: Journal, info: UnwindInfo) -> dict[str, Any]:
-    """One distributed unwind: each worklist step with the entry stored for it (None: not yet)."""
+def unwind_dict(
+    journal: Journal, info: UnwindInfo, steps_by_suffix: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
+    """One distributed unwind: each worklist step with the entry stored for it (None: not yet).
+    ``steps_by_suffix`` (the run's steps) names the tool and key of steps the unwind never reached."""
     stored = journal.list_unwind_entries(info.unwind_id)
-    steps = []
+    steps: list[dict[str, Any]] = []
+    halted = False
     for position, suffix in enumerate(info.suffixes):
-        entry = stored.get(position)
-        if entry is not None and entry.get("error"):
-            entry = {**entry, "error": redact_text(str(entry["error"]))}
+        entry = None if halted else stored.get(position)
+        if halted:
+            # As the report says: once an unwind halts, the steps after it were not attempted.
+            known = (steps_by_suffix or {}).get(suffix, {})
+            entry = {
+                "suffix": suffix,
+                "tool_name": known.get("tool_name", ""),
+                "status": CompensationStatus.NOT_ATTEMPTED.value,
+                "attempts": 0,
+                "idempotency_key": known.get("compensation_key", compensate_key(info.run_id, suffix)),
+            }
+        elif entry is not None:
+            if entry.get("error"):
+                entry = {**entry, "error": redact_text(str(entry["error"]))}
+            halted = entry.get("status") in _HALTING
         steps.append({"position": position, "suffix": suffix, "entry": entry})
     return {
         "unwind_id": info.unwind_id,
         "dry_run": info.dry_run,
         "created_at": info.created_at,
         "steps": steps,
-        "done": len(stored) >= len(info.suffixes)
-        or any((e or {}).get("status") in ("failed", "busy", "awaiting-approval") for e in stored.values()),
+        "done": halted or len(stored) >= len(info.suffixes),
     }
 
 
-def list_unwinds(journal: Journal, run_id: str, limit: int = 10) -> list[dict[str, Any]]:
+def list_unwinds(
+    journal: Journal,
+    run_id: str,
+    limit: int = 10,
+    steps_by_suffix: Mapping[str, Mapping[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
     try:
         found = journal.list_unwinds(run_id, limit=limit)
     except NotImplementedError:
         return []
-    return [unwind_dict(journal, u) for u in found]
+    return [unwind_dict(journal, u, steps_by_suffix) for u in found]
 
 
 def pending_approvals(steps: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -246,7 +268,7 @@ def run_view(journal: Journal, run_id: str) -> dict[str, Any] | None:
     if run is None:
         return None
     steps = journal_steps(journal, run_id)
-    unwinds = list_unwinds(journal, run_id)
+    unwinds = list_unwinds(journal, run_id, steps_by_suffix={s["suffix"]: s for s in steps})
     # Moving: an unwind holds the run (pending) or a hook runs under a live lease right now. An
     # unwind abandoned by a dead worker is not "moving": the sweeper will start another.
     moving = run.unwind_state is UnwindState.PENDING or any(

@@ -1,0 +1,145 @@
+"""The console in a real headless Chromium, against a real worker: what an operator sees and does."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from saga_worker import Journal
+from saga_worker.journal.records import UnwindState
+from tests.integration.scenarios import place_order
+from tests.ledger import Ledger
+
+from .conftest import DOCS, Deployment, Tokens
+
+pytestmark = [pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
+pytest.importorskip("playwright")
+from playwright.sync_api import Page, expect  # noqa: E402
+
+WAIT_MS = 60_000
+expect.set_options(timeout=WAIT_MS)
+
+
+@pytest.fixture
+def journal_and_ledger(deployment: Deployment) -> Iterator[tuple[Journal, Ledger]]:
+    journal, ledger = deployment.setup.journal(), deployment.setup.ledger()
+    yield journal, ledger
+    ledger.close()
+    journal.close()
+
+
+def page_for(chromium: Any, deployment: Deployment, token: str) -> Page:
+    context = chromium.new_context(viewport={"width": 1440, "height": 900})
+    page: Page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    page.goto(deployment.console.url + "/")
+    expect(page.locator("h1")).to_have_text("Log in")  # nothing shows without a token
+    page.fill("#token", token)
+    page.click("button[type=submit]")
+    expect(page.locator("h1")).to_have_text("Runs")
+    return page
+
+
+def order(journal_and_ledger: tuple[Journal, Ledger], prefix: str) -> str:
+    run_id = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    place_order(*journal_and_ledger, run_id)
+    return run_id
+
+
+def comp_statuses(page: Page) -> Any:
+    return page.locator("#steps tbody tr td.comp-status .badge")
+
+
+def test_an_operator_goes_from_the_list_to_a_run_plans_it_and_watches_its_steps_turn_compensated(
+    deployment: Deployment, chromium: Any, tokens: Tokens, journal_and_ledger: tuple[Journal, Ledger]
+) -> None:
+    for n in range(4):
+        order(journal_and_ledger, f"order-{n}")
+    run_id = order(journal_and_ledger, "order-7")
+    # The charge's refund takes a moment, so the page has an unwind in progress to follow.
+    deployment.setup.control_file(run_id, "slow", "charge", "2")
+    page = page_for(chromium, deployment, tokens.operator)
+
+    page.fill("input[name=search]", "order-7")
+    page.click("text=Filter")
+    expect(page.locator("table.runs tbody tr")).to_have_count(1)
+    page.click(f"text={run_id}")
+    expect(page.locator("h1")).to_contain_text(run_id)
+    expect(page.locator("#steps tbody tr")).to_have_count(3)  # charge, reserve, notify in execution order
+    expect(page.locator("#steps tbody tr td:nth-child(3)")).to_have_text(["charge", "reserve", "notify"])
+
+    page.click("#dry-run")
+    expect(page.locator("h1")).to_contain_text("Dry run")
+    expect(page.locator("#plan tbody tr .badge")).to_have_text(["would-compensate"] * 3)
+    assert not journal_and_ledger[0].get_run(run_id).condemned  # type: ignore[union-attr]  # a plan writes nothing
+
+    page.fill("#reason", "customer cancelled order 7")
+    page.click("#compensate")
+    expect(page).to_have_url(f"{deployment.console.url}/runs/{run_id}?watch=1")
+    page.evaluate("window.__notReloaded = true")
+    # The steps turn compensated on the page by themselves (polling), without a reload.
+    expect(comp_statuses(page)).to_have_text(["compensated"] * 3, timeout=WAIT_MS)
+    expect(page.locator("#unwind-state")).to_have_text("complete")
+    expect(page.locator("#condemned")).to_contain_text("condemned")
+    assert page.evaluate("window.__notReloaded === true")
+    expect(page.locator("details.unwind").first.locator(".entry-status")).to_have_text(["compensated"] * 3)
+    DOCS.mkdir(exist_ok=True)
+    page.screenshot(path=str(DOCS / "console-run.png"), full_page=True)
+
+    page.goto(deployment.console.url + "/")
+    expect(page.locator(f"tr[data-run={run_id}] td:nth-child(3)")).to_have_text("condemned")
+    page.screenshot(path=str(DOCS / "console-runs.png"), full_page=True)
+
+    ledger = journal_and_ledger[1]
+    undone = {c.key for c in ledger.effects() if c.key.startswith(run_id + ":comp:")}
+    assert undone == {f"{run_id}:comp:call-{n}" for n in (1, 2, 3)}
+
+
+def test_a_viewer_sees_the_plan_but_cannot_compensate(
+    deployment: Deployment, chromium: Any, tokens: Tokens, journal_and_ledger: tuple[Journal, Ledger]
+) -> None:
+    run_id = order(journal_and_ledger, "order-viewed")
+    page = page_for(chromium, deployment, tokens.viewer)
+    page.goto(f"{deployment.console.url}/runs/{run_id}")
+    page.click("#dry-run")
+    expect(page.locator("#plan tbody tr .badge")).to_have_text(["would-compensate"] * 3)
+    expect(page.locator("#compensate")).to_have_count(0)
+    expect(page.get_by_text("You are a viewer")).to_be_visible()
+
+    # Posting the form anyway, with the viewer's own CSRF token (from the run page), is refused.
+    page.goto(f"{deployment.console.url}/runs/{run_id}")
+    answer = page.evaluate(
+        """async (runId) => {
+            const csrf = document.querySelector("input[name=csrf]").value;
+            const body = new URLSearchParams({csrf: csrf, reason: "just looking"});
+            const r = await fetch(`/runs/${runId}/compensate`, {method: "POST", body: body});
+            return r.status;
+        }""",
+        run_id,
+    )
+    assert answer == 403
+    assert not journal_and_ledger[0].get_run(run_id).condemned  # type: ignore[union-attr]
+
+
+def test_a_halted_unwind_shows_its_failed_step_and_the_error(
+    deployment: Deployment, chromium: Any, tokens: Tokens, journal_and_ledger: tuple[Journal, Ledger]
+) -> None:
+    run_id = order(journal_and_ledger, "order-refused")
+    deployment.setup.control_file(run_id, "fail", "reserve")
+    page = page_for(chromium, deployment, tokens.operator)
+    page.goto(f"{deployment.console.url}/runs/{run_id}")
+    page.click("#dry-run")
+    page.fill("#reason", "stock was never shipped")
+    page.click("#compensate")
+    # notify undone, reserve refused, charge not attempted: the unwind halted at reserve.
+    unwind = page.locator("details.unwind").first
+    expect(unwind.locator(".entry-status")).to_have_text(["compensated", "failed", "not-attempted"])
+    expect(unwind).to_contain_text("RuntimeError: reserve: the provider refused the compensation")
+    expect(page.locator("#unwind-state")).to_have_text("incomplete")
+    expect(page.locator("#steps tr[data-suffix=call-2] td.comp-status .badge")).to_have_text("failed")
+    page.screenshot(path=str(DOCS / "console-halted.png"), full_page=True)
+    run = journal_and_ledger[0].get_run(run_id)
+    assert run is not None and run.unwind_state is UnwindState.INCOMPLETE
