@@ -70,7 +70,9 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail(f"{url}: the process exited with {proc.returncode}:\n{log.read_text(errors='replace')}")
+            pytest.fail(
+                f"{url}: the process exited with {proc.returncode}:\n{log.read_text(errors='replace')}"
+            )
         try:
             with urllib.request.urlopen(url, timeout=2):
                 return
