@@ -1,4 +1,4 @@
-# One image for every saga-worker process: migrate, worker, beat, flower (see docker-compose.yml).
+# One image for every saga-worker process: migrate, worker, beat, flower, console (see docker-compose.yml).
 FROM python:3.12-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -11,7 +11,7 @@ COPY pyproject.toml README.md ./
 COPY saga_worker ./saga_worker
 COPY tasks ./tasks
 COPY config ./config
-RUN pip install '.[postgres,flower]' \
+RUN pip install '.[postgres,flower,console]' \
     && useradd --create-home --uid 1000 saga \
     && mkdir -p /data && chown saga /data
 
