@@ -3,7 +3,8 @@
 ``from saga_worker.celery import compensate_run`` is what apps import: ``compensate_run.delay(run_id)``
 sends ``saga.compensate_run`` through the app the tasks were installed on (:func:`install`), or else
 through saga-worker's own app, built from the ``SAGA_*`` settings on first use (``app``, which
-``celery -A saga_worker.celery worker`` runs). Importing this package creates no app and opens nothing.
+``celery -A saga_worker.celery:app worker`` runs). Importing this package creates no app and opens
+nothing. Forward steps recorded by an app's own tasks: :func:`record_call`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from celery import Celery
 from celery.local import Proxy
 
 from .config import celery_config, is_redis, make_app, prepare_stores
+from .forward import record_call
+from .install import install, task_options
 from .tasks import COMPENSATE_RUN, COMPENSATE_STEP, FINALIZE_UNWIND, NAMES, RETRY_UNCERTAIN
 
 _lock = threading.Lock()
@@ -34,6 +37,12 @@ def default_app() -> Celery:
 def current_app() -> Celery:
     """The app the ``saga.*`` tasks are sent through: the one :func:`install` was given, else ours."""
     return _installed if _installed is not None else default_app()
+
+
+def _set_installed(app: Celery) -> None:
+    global _installed
+    with _lock:
+        _installed = app
 
 
 def _task(name: str) -> Any:
@@ -62,8 +71,11 @@ __all__ = [
     "current_app",
     "default_app",
     "finalize_unwind",
+    "install",
     "is_redis",
     "make_app",
     "prepare_stores",
+    "record_call",
     "retry_uncertain",
+    "task_options",
 ]

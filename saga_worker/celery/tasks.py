@@ -140,7 +140,9 @@ def register(app: Celery, **options: Any) -> dict[str, Task]:
     registered: dict[str, Task] = {}
     for name, (body, retries) in bodies.items():
         opts = {**(RETRY if retries else {}), **options}
-        registered[name] = app.task(name=name, bind=True, **opts)(body)
+        # shared=False: Celery would otherwise add the task, with these options, to every app created
+        # after this one in the process (a host app's saga tasks would then carry ours, or theirs).
+        registered[name] = app.task(name=name, bind=True, shared=False, **opts)(body)
     return registered
 
 

@@ -102,6 +102,26 @@ class WorkerContext:
 _current: WorkerContext | None = None
 _current_pid = 0
 _guard = threading.Lock()
+# Set by saga_worker.celery.install(app, settings=..., tools=...): what this process's workers use
+# instead of the environment's settings and SAGA_TOOLS. Kept across reset() and inherited by forks.
+_configured_settings: SagaSettings | None = None
+_configured_tools: dict[str, Tool] | None = None
+
+
+def configure(settings: SagaSettings | None = None, tools: Mapping[str, Tool] | None = None) -> None:
+    """Use these settings (else the environment's) and these tools (else ``SAGA_TOOLS``) from now on."""
+    global _configured_settings, _configured_tools
+    checked = None if tools is None else check_tools(tools)
+    with _guard:
+        _configured_settings, _configured_tools = settings, checked
+    reset()
+
+
+def _new_context() -> WorkerContext:
+    fixed = _configured_tools
+    if fixed is None:
+        return WorkerContext(_configured_settings)
+    return WorkerContext(_configured_settings, tools_loader=lambda _spec: dict(fixed))
 
 
 def current() -> WorkerContext:
@@ -111,7 +131,7 @@ def current() -> WorkerContext:
         if _current is None or _current_pid != os.getpid():
             if _current is not None:
                 _current.close(after_fork=True)
-            _current, _current_pid = WorkerContext(), os.getpid()
+            _current, _current_pid = _new_context(), os.getpid()
         return _current
 
 

@@ -1,0 +1,105 @@
+"""``install(app)``: the ``saga.*`` tasks and the sweeper's beat entry on a Celery app that already
+exists (DESIGN.md §7).
+
+The host app keeps its broker, its result backend and its own tasks' settings. What the saga tasks
+rely on is set on them alone: JSON messages (sent as JSON, and a non-JSON message refused by the
+worker), acknowledged late and handed back when the worker is lost, on their own queue
+(``SAGA_QUEUE``, routed by a ``saga.*`` task route so a message sent by name lands there too).
+``SAGA_BROKER_URL`` / ``SAGA_RESULT_BACKEND``, when set, say otherwise for the whole app: Celery has
+one broker per app.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from celery import Celery, Task
+
+from .. import executor
+from ..errors import InvalidInputError
+from ..settings import SagaSettings, get_settings
+from ..tools import Tool
+from .config import SWEEP_ENTRY, SWEEP_TASK
+from .tasks import register
+
+SAGA_ROUTE = "saga.*"
+
+
+def task_options(settings: SagaSettings) -> dict[str, Any]:
+    """The per-task settings every saga task carries, whatever the host app's defaults are."""
+    return {
+        "queue": settings.queue,
+        "serializer": "json",
+        "acks_late": True,
+        "reject_on_worker_lost": True,
+        "acks_on_failure_or_timeout": True,  # a failure is an outcome (stored), not a lost message
+        "track_started": True,
+        "Request": "saga_worker.celery.request:JsonOnlyRequest",
+    }
+
+
+def _check_accepts_json(app: Celery) -> None:
+    accept = app.conf.accept_content
+    if accept is not None and not {"json", "application/json"} & {str(a) for a in accept}:
+        raise InvalidInputError(
+            f"install(app): app {app.main!r} does not accept JSON messages (accept_content={list(accept)!r}); "
+            "the saga tasks send JSON only: add 'json' to accept_content"
+        )
+
+
+def _route(app: Celery, queue: str) -> None:
+    ours = {SAGA_ROUTE: {"queue": queue}}
+    routes = app.conf.task_routes
+    if routes is None:
+        app.conf.task_routes = (ours,)
+    elif isinstance(routes, list | tuple):
+        app.conf.task_routes = (ours, *[r for r in routes if r != ours])
+    else:
+        app.conf.task_routes = (ours, routes)
+
+
+def _beat(app: Celery, settings: SagaSettings) -> None:
+    schedule = dict(app.conf.beat_schedule or {})
+    schedule[SWEEP_ENTRY] = {
+        "task": SWEEP_TASK,
+        "schedule": settings.sweep_interval,
+        # A sweep that waited longer than two intervals is stale: the next one supersedes it.
+        "options": {"expires": max(2 * settings.sweep_interval, 1.0), "queue": settings.queue},
+    }
+    app.conf.beat_schedule = schedule
+
+
+def install(
+    app: Celery,
+    *,
+    settings: SagaSettings | None = None,
+    tools: Mapping[str, Tool] | None = None,
+    beat: bool = True,
+) -> dict[str, Task]:
+    """Register ``saga.compensate_run``, ``saga.compensate_step``, ``saga.finalize_unwind`` and
+    ``saga.retry_uncertain`` on ``app`` (and, with ``beat``, the sweeper's entry in its beat schedule).
+
+    ``settings`` default to the ``SAGA_*`` environment; ``tools`` default to ``SAGA_TOOLS``. From now
+    on ``saga_worker.celery.compensate_run`` (and its siblings) send through ``app``. Returns the
+    four tasks by name."""
+    if not isinstance(app, Celery):
+        raise InvalidInputError(f"install(app) needs a Celery app, got {type(app).__name__}")
+    s = settings if settings is not None else get_settings()
+    _check_accepts_json(app)
+    if s.broker_url is not None:
+        app.conf.broker_url = s.broker_url
+    if s.result_backend is not None:
+        app.conf.result_backend = s.result_backend
+    registered = register(app, **task_options(s))
+    _route(app, s.queue)
+    if beat:
+        _beat(app, s)
+    executor.configure(s if settings is not None else None, tools)
+    from . import _set_installed
+
+    _set_installed(app)
+    return registered
+
+
+__all__ = ["install", "task_options"]

@@ -1,0 +1,98 @@
+"""``install(app)`` on a foreign app (no worker: what the app and its tasks are configured to do).
+The same app with real workers is in tests/integration/test_celery_host_app.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from celery import Celery
+
+import saga_worker.celery as saga_celery
+from saga_worker import InvalidInputError, Tool, executor
+from saga_worker.celery import NAMES, install
+from saga_worker.settings import SagaSettings
+
+
+@pytest.fixture
+def host() -> Iterator[Celery]:
+    app = Celery("host", set_as_current=False)
+    app.conf.update(
+        broker_url="memory://",
+        result_backend="cache+memory://",
+        task_serializer="pickle",
+        accept_content=["pickle", "json"],
+        task_default_queue="host",
+        task_acks_late=False,
+        task_routes={"host.*": {"queue": "host-special"}},
+        beat_schedule={"host-tick": {"task": "host.tick", "schedule": 60}},
+    )
+
+    @app.task(name="host.tick", shared=False)
+    def tick() -> str:
+        return "tock"
+
+    yield app
+    saga_celery._set_installed(None)  # type: ignore[arg-type]
+    executor.configure(None, None)
+
+
+def settings(**kw: object) -> SagaSettings:
+    return SagaSettings(queue="saga-q", sweep_interval=7, **kw)  # type: ignore[arg-type]
+
+
+def test_install_registers_the_saga_tasks_with_what_they_rely_on_and_leaves_the_host_alone(
+    host: Celery,
+) -> None:
+    registered = install(host, settings=settings())
+    assert sorted(registered) == sorted(NAMES)
+    for name in NAMES:
+        task = host.tasks[name]
+        assert (task.serializer, task.acks_late, task.reject_on_worker_lost, task.queue) == (
+            "json",
+            True,
+            True,
+            "saga-q",
+        )
+        assert host.amqp.router.route({}, name)["queue"].name == "saga-q"
+    # The host's own settings, tasks and routes are as they were.
+    assert host.conf.task_serializer == "pickle" and host.conf.task_acks_late is False
+    assert host.conf.broker_url == "memory://" and host.conf.result_backend == "cache+memory://"
+    assert host.tasks["host.tick"].acks_late is False and host.tasks["host.tick"].serializer == "pickle"
+    assert host.amqp.router.route({}, "host.tick")["queue"].name == "host-special"
+    assert host.amqp.router.route({}, "other.task")["queue"].name == "host"
+    assert set(host.conf.beat_schedule) == {"host-tick", "saga-retry-uncertain"}
+    entry = host.conf.beat_schedule["saga-retry-uncertain"]
+    assert entry["task"] == "saga.retry_uncertain" and entry["schedule"] == 7
+    assert entry["options"]["queue"] == "saga-q"
+
+
+def test_after_install_the_librarys_compensate_run_sends_through_the_host_app(host: Celery) -> None:
+    install(host, settings=settings())
+    assert saga_celery.compensate_run.app is host
+    assert saga_celery.compensate_run.name == "saga.compensate_run"
+
+
+def test_saga_broker_and_result_settings_when_set_say_otherwise(host: Celery) -> None:
+    install(
+        host,
+        settings=settings(broker_url="redis://127.0.0.1:6379/9", result_backend="redis://127.0.0.1:6379/9"),
+    )
+    assert host.conf.broker_url == "redis://127.0.0.1:6379/9"
+    assert host.conf.result_backend == "redis://127.0.0.1:6379/9"
+
+
+def test_install_uses_the_tools_and_settings_it_is_given_in_the_worker_context(host: Celery) -> None:
+    tools = {"noop": Tool(lambda i, o: None)}
+    install(host, settings=settings(journal_url="memory://"), tools=tools)
+    ctx = executor.current()
+    assert ctx.settings.queue == "saga-q" and list(ctx.tools) == ["noop"]
+
+
+def test_install_refuses_an_app_that_accepts_no_json_and_what_is_not_an_app() -> None:
+    pickle_only = Celery("p", set_as_current=False)
+    pickle_only.conf.accept_content = ["pickle"]
+    with pytest.raises(InvalidInputError, match="accept_content"):
+        install(pickle_only, settings=settings())
+    with pytest.raises(InvalidInputError, match="Celery app"):
+        install(object())  # type: ignore[arg-type]
