@@ -1,0 +1,85 @@
+"""The runs listing on every journal: filters, the run-id prefix search and keyset paging."""
+
+from __future__ import annotations
+
+import pytest
+
+from saga_worker import Journal
+from saga_worker.errors import InvalidInputError
+from saga_worker.journal.records import RunQuery, RunStatus, UnwindState
+from saga_worker.views import decode_cursor, encode_cursor, parse_run_query, runs_page
+
+
+def make_runs(journal: Journal) -> None:
+    for n in range(7):
+        journal.start_run(f"ord-{n}", "")
+    journal.start_run("ord_x", "")  # "_" is a LIKE wildcard: the prefix search must not treat it as one
+    journal.start_run("other-1", "")
+    journal.end_run("ord-1", RunStatus.FINISHED, "", None)
+    journal.end_run("ord-2", RunStatus.FAILED, "", "boom")
+    journal.condemn("ord-3")
+    journal.condemn("ord-4")
+    journal.set_unwind_state("ord-4", UnwindState.ATTENTION, note="gave up")
+
+
+def ids(journal: Journal, **query: object) -> set[str]:
+    return {r.run_id for r in journal.page_runs(RunQuery(**query))}  # type: ignore[arg-type]
+
+
+def test_each_filter_selects_exactly_its_runs(journal: Journal) -> None:
+    make_runs(journal)
+    assert ids(journal, status=RunStatus.FINISHED) == {"ord-1"}
+    assert ids(journal, status=RunStatus.FAILED) == {"ord-2"}
+    assert ids(journal, condemned=True) == {"ord-3", "ord-4"}
+    assert len(ids(journal, condemned=False)) == 7
+    assert ids(journal, unwind_state=UnwindState.ATTENTION) == {"ord-4"}
+    assert ids(journal, condemned=True, unwind_state=UnwindState.ATTENTION) == {"ord-4"}
+    assert journal.count_runs(UnwindState.ATTENTION) == 1
+
+
+def test_the_search_is_an_exact_run_id_prefix(journal: Journal) -> None:
+    make_runs(journal)
+    assert ids(journal, search="ord-") == {f"ord-{n}" for n in range(7)}
+    assert ids(journal, search="ord_") == {"ord_x"}
+    assert ids(journal, search="ord-3") == {"ord-3"}
+    assert ids(journal, search="other") == {"other-1"}
+    assert ids(journal, search="zzz") == set()
+
+
+def test_keyset_pages_visit_every_run_once_newest_updated_first(journal: Journal) -> None:
+    make_runs(journal)
+    everything = journal.page_runs(RunQuery(limit=100))
+    assert [(r.updated_at, r.run_id) for r in everything] == sorted(
+        ((r.updated_at, r.run_id) for r in everything), reverse=True
+    )
+    seen: list[str] = []
+    query = parse_run_query(limit=2)
+    while True:
+        page = runs_page(journal, query)
+        seen += [r.run_id for r in page.runs]
+        if page.next_cursor is None:
+            break
+        query = parse_run_query(limit=2, cursor=page.next_cursor)
+    assert seen == [r.run_id for r in everything]
+
+
+def test_a_page_past_a_filtered_cursor_keeps_the_filter(journal: Journal) -> None:
+    make_runs(journal)
+    first = runs_page(journal, parse_run_query(search="ord-", limit=3))
+    rest = runs_page(journal, parse_run_query(search="ord-", limit=10, cursor=first.next_cursor))
+    assert {r.run_id for r in first.runs + rest.runs} == {f"ord-{n}" for n in range(7)}
+    assert rest.next_cursor is None
+
+
+@pytest.mark.parametrize("cursor", ["", "abc", "W10", "WzEsMl0", "WyJ4IiwiYSJd"])
+def test_a_cursor_the_listing_never_gave_out_is_refused(cursor: str) -> None:
+    if cursor == "":
+        assert parse_run_query(cursor=cursor).before is None
+        return
+    with pytest.raises(InvalidInputError, match="cursor"):
+        decode_cursor(cursor)
+
+
+def test_a_cursor_keeps_the_exact_time_of_its_run(journal: Journal) -> None:
+    run, _ = journal.start_run("ord-9", "")
+    assert decode_cursor(encode_cursor(run)) == (run.updated_at, "ord-9")
