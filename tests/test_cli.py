@@ -143,3 +143,61 @@ def test_compensate_refuses_a_malformed_run_id_before_enqueueing_anything(home: 
     assert result.exit_code == 1
     assert result.output.startswith("error:") and len(result.output.strip().splitlines()) == 1
     assert not (home / "broker.db").exists()
+
+
+def test_token_prints_a_token_once_and_an_entry_that_holds_only_its_digest(home: Path) -> None:
+    from saga_worker.console.auth import Tokens
+
+    code, output = invoke("token", "carol", "--role", "operator")
+    assert code == 0, output
+    token = output.split("it is not stored anywhere): ", 1)[1].split()[0]
+    entry = output.split("SAGA_CONSOLE_TOKENS entry: ", 1)[1].strip()
+    assert token not in entry and entry.startswith("carol:operator:sha256:")
+    who = Tokens(entry).who(token)
+    assert who is not None and who.name == "carol" and who.can_act
+
+
+def test_serve_without_tokens_refuses_to_start_with_one_line(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SAGA_CONSOLE_TOKENS", raising=False)
+    result = CliRunner().invoke(main, ["serve"])
+    assert result.exit_code == 1
+    assert "SAGA_CONSOLE_TOKENS is not set" in result.output
+
+
+def test_runs_filters_by_unwind_state_and_prefix_and_pages_with_a_cursor(home: Path) -> None:
+    for n in range(3):
+        place(f"order-{n}")
+    place("other-1")
+    with open_journal(get_settings().resolved_journal_url()) as journal:
+        journal.condemn("order-1")
+        journal.set_unwind_state("order-1", UnwindState.ATTENTION, note="gave up")
+    code, output = invoke("runs", "--unwind", "attention", "--json")
+    assert code == 0 and [r["run_id"] for r in json.loads(output)] == ["order-1"]
+    code, output = invoke("runs", "--search", "order-", "--limit", "2")
+    assert code == 0 and "more: saga-worker runs --cursor " in output
+    cursor = output.split("--cursor ", 1)[1].split()[0]
+    code, output = invoke("runs", "--search", "order-", "--limit", "2", "--cursor", cursor, "--json")
+    assert code == 0 and len(json.loads(output)) == 1
+    result = CliRunner().invoke(main, ["runs", "--unwind", "sideways"])
+    assert result.exit_code == 1 and "unwind 'sideways' is not one of" in result.output
+
+
+def test_redrive_refuses_a_run_not_flagged_and_hands_a_flagged_one_back_to_the_workers(home: Path) -> None:
+    place("order-5")
+    result = CliRunner().invoke(main, ["redrive", "order-5"])
+    assert result.exit_code == 1 and "not flagged for attention" in result.output
+    with open_journal(get_settings().resolved_journal_url()) as journal:
+        journal.condemn("order-5")
+        journal.set_unwind_state("order-5", UnwindState.ATTENTION, note="gave up")
+    code, output = invoke("redrive", "order-5", "--json")
+    assert code == 0, output
+    assert json.loads(output)["task_id"]
+    with open_journal(get_settings().resolved_journal_url()) as journal:
+        run = journal.get_run("order-5")
+    assert (
+        run is not None
+        and run.unwind_state is UnwindState.PENDING
+        and run.unwind_note.startswith("re-driven by cli:")
+    )
