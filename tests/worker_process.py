@@ -25,12 +25,14 @@ class WorkerProcess:
         concurrency: int,
         beat: bool,
         name: str = "t",
+        python: str = sys.executable,
+        cwd: Path = REPO,
     ) -> None:
         """``command`` is what follows ``python -m`` up to the worker's options (for example
         ``["celery", "-A", "saga_worker.celery:app", "worker"]``)."""
         self.log = log
         argv = [
-            sys.executable,
+            python,
             "-m",
             *command,
             "--loglevel",
@@ -49,7 +51,7 @@ class WorkerProcess:
             argv.append("--beat")
         self._out = open(log, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            argv, cwd=REPO, env=dict(env), stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True
+            argv, cwd=cwd, env=dict(env), stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True
         )
 
     def ready(self) -> bool:
