@@ -26,6 +26,7 @@ from typing import Any
 from .errors import (
     CompensatedRunError,
     InvalidInputError,
+    ReplayMismatchError,
     SagaError,
     ToolFailedError,
     UnknownToolError,
@@ -125,13 +126,13 @@ class SagaRun:
                 if call["id"] != call_id:
                     continue
                 if call["tool"] != tool_name or canonical_json(call["input"]) != canonical_json(input):
-                    raise InvalidInputError(
-                        f"run {self.run_id!r}: call {call_id!r} is journaled as {call['tool']}"
-                        f"({canonical_json(call['input'])}) but the code now calls {tool_name}"
-                        f"({canonical_json(input)}); a saga() block must make the same calls when it "
-                        "runs again (pass explicit ids to calls whose order can change)",
-                        run_id=self.run_id,
-                        tool_call_id=call_id,
+                    raise ReplayMismatchError(
+                        self.run_id,
+                        call_id,
+                        (call["tool"], canonical_json(call["input"])),
+                        (tool_name, canonical_json(input)),
+                        "a saga() block must make the same calls when it runs again (pass explicit ids "
+                        "to calls whose order can change)",
                     )
                 return step
         return None

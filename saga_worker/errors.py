@@ -93,3 +93,22 @@ class ToolFailedError(SagaError):
             error=error,
         )
         self.run_id, self.tool_call_id, self.tool_name, self.error = run_id, tool_call_id, tool_name, error
+
+
+class ReplayMismatchError(InvalidInputError):
+    """A run entered again asks, for a call the journal already holds, another tool or another input.
+
+    Replaying the journaled outcome would hand back the result of a different call, and executing
+    the new one would run a side effect the journal cannot place: neither happens."""
+
+    def __init__(
+        self, run_id: str, tool_call_id: str, journaled: tuple[str, str], asked: tuple[str, str], hint: str
+    ) -> None:
+        super().__init__(
+            f"run {run_id!r}: call {tool_call_id!r} is journaled as {journaled[0]}({journaled[1]}) but is now "
+            f"asked as {asked[0]}({asked[1]}); nothing was executed or replayed: {hint}",
+            run_id=run_id,
+            tool_call_id=tool_call_id,
+            journaled_tool=journaled[0],
+            asked_tool=asked[0],
+        )

@@ -1,0 +1,197 @@
+"""One agent run's side of the journal, shared by the three framework adapters.
+
+Every tool call the framework makes goes through a ``saga()`` block of its own: the framework's
+tool function (its "handler") is the ``execute`` hook, so the claim before execute, the replay of a
+recorded success, ``recover``/``idempotent`` for an interrupted call and the tombstone gate are the
+run machinery's, not a copy of it.
+
+The hard part is naming the call. An LLM's tool-call ids are minted afresh by every model request,
+so a re-run (after a crash, a retried model call, a resume from saved history) sees new ids for the
+same calls: replay never keys on them. A call is named by what a re-run can compute again:
+
+- by default, its **position**: ``call-N``, N the call's 1-based ordinal among all the tool calls in
+  the run's conversation (the framework's message history, calls of one model response in the order
+  the model listed them). The adapters count it from the history, not from the order calls arrive
+  in, so parallel calls and a run resumed from saved history keep their numbers;
+- for a tool declared ``idempotency="args"``, its **arguments**: the tool name and the hash of its
+  input (the record is ``args-{tool}-{hash16}``), wherever in the run it is asked.
+
+A re-run that asks, at a position the journal already holds, another tool or other arguments gets
+``ReplayMismatchError``: nothing is executed and nothing is replayed, since either would be a lie.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..blocks import saga
+from ..compensation import assert_not_compensated
+from ..errors import CompensatedRunError, InvalidInputError, ToolFailedError
+from ..journal.base import Journal
+from ..keys import canonical_json, check_run_id, check_tool_name, hash16
+from ..tools import CallOptions, Tool, check_tools
+from . import _CURRENT_CALL
+from . import hooks as make_hooks
+
+JsonOf = Callable[[Any], Any]
+
+# Tools the caller gave no hooks for are still journaled: side-effecting, nothing to undo them with.
+_NO_HOOKS = make_hooks()
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one call gave: ``output`` as journaled (JSON); ``live`` is the framework's own return
+    value when the call was executed just now (``executed``), so a first run hands the framework
+    exactly what its tool returned, and a replay hands it the journaled JSON."""
+
+    output: Any
+    executed: bool
+    live: Any = None
+
+
+def _plain_json(value: Any) -> Any:
+    return value
+
+
+class AgentJournal:
+    """Routes an agent run's tool calls through the journal as run ``run_id``.
+
+    ``tools`` maps a framework tool name to its saga side (:func:`saga_worker.integrations.hooks`
+    or any ``Tool``, whose own ``execute`` is not used: the framework executes)."""
+
+    def __init__(
+        self, run_id: str, *, journal: Journal, tools: Mapping[str, Tool] | None = None, prompt: str = ""
+    ) -> None:
+        self.run_id = check_run_id(run_id)
+        self.journal = journal
+        self.tools = check_tools(tools)
+        self.prompt = prompt if isinstance(prompt, str) else ""
+
+    def refuse_if_condemned(self) -> None:
+        """Raise ``CompensatedRunError`` before an agent run starts on a condemned run id."""
+        assert_not_compensated(self.journal, self.run_id)
+
+    def call_id(self, tool_name: str, input: Any, position: int) -> str:
+        """The journal's name for a call: its position, or its arguments for an args-mode tool."""
+        if not isinstance(position, int) or isinstance(position, bool) or position < 1:
+            raise InvalidInputError(f"tool call position must be a whole number >= 1, got {position!r}")
+        if self.tools.get(tool_name, _NO_HOOKS).idempotency == "args":
+            return f"{tool_name}.{hash16(input)}"
+        return f"call-{position}"
+
+    def call(
+        self,
+        tool_name: str,
+        input: Any,
+        position: int,
+        execute: Callable[[], Any],
+        json_of: JsonOf = _plain_json,
+    ) -> Outcome:
+        """Settle one call: replay it from the journal, or claim it and run ``execute()`` once.
+
+        An exception from ``execute`` is re-raised as it was (the framework's own control flow, such
+        as a retry request, keeps working), after the record says ``failed``."""
+        check_tool_name(tool_name)
+        try:
+            canonical_json(input)
+        except InvalidInputError as exc:
+            raise InvalidInputError(
+                f"run {self.run_id!r}: arguments of tool {tool_name!r} are not JSON: {exc}",
+                run_id=self.run_id,
+                tool_name=tool_name,
+            ) from exc
+        call_id = self.call_id(tool_name, input, position)
+        box: dict[str, Any] = {}
+
+        def run_it(_input: Any, opts: CallOptions) -> Any:
+            token = _CURRENT_CALL.set(opts)
+            try:
+                live = execute()
+            except BaseException as exc:  # re-raised to the framework below, once the record is written
+                box["error"] = exc
+                raise
+            finally:
+                _CURRENT_CALL.reset(token)
+            box["live"] = live
+            try:
+                return json_of(live)
+            except Exception as exc:
+                raise TypeError(
+                    f"tool {tool_name!r} returned a {type(live).__name__} that cannot be journaled as JSON: {exc}"
+                ) from exc
+
+        spec = self.tools.get(tool_name, _NO_HOOKS)
+        tool = Tool(
+            run_it,
+            spec.compensate,
+            spec.recover,
+            idempotency=spec.idempotency,
+            side_effect=spec.side_effect,
+            idempotent=spec.idempotent,
+            description=spec.description,
+        )
+        failed: ToolFailedError | None = None
+        # finish=False: an agent run's end is not one call's; the adapter says when the run is over.
+        with saga(
+            self.run_id, journal=self.journal, tools={tool_name: tool}, prompt=self.prompt, finish=False
+        ) as run:
+            try:
+                output = run.call(tool_name, input, id=call_id)
+            except ToolFailedError as exc:  # caught inside, so the block does not end the run failed
+                failed = exc
+        if failed is not None:
+            error = box.get("error")
+            if isinstance(error, BaseException):
+                raise error
+            raise failed
+        return Outcome(output, "live" in box, box.get("live"))
+
+    async def acall(
+        self,
+        tool_name: str,
+        input: Any,
+        position: int,
+        execute: Callable[[], Awaitable[Any]],
+        json_of: JsonOf = _plain_json,
+    ) -> Outcome:
+        """``call`` from the framework's event loop. The journal is written on a worker thread (its
+        I/O does not block the loop) and the framework's coroutine is run back on the loop it belongs
+        to, so the tool sees its own loop, context variables and task machinery."""
+        loop = asyncio.get_running_loop()
+
+        def on_loop() -> Any:
+            return asyncio.run_coroutine_threadsafe(_awaited(execute), loop).result()
+
+        return await asyncio.to_thread(self.call, tool_name, input, position, on_loop, json_of)
+
+    def finish(self) -> None:
+        """End the run ``finished`` (its agent run is over): a later re-run replays, executes nothing.
+
+        A run condemned meanwhile is left as it is: its unwind owns it now."""
+        try:
+            with saga(self.run_id, journal=self.journal, tools={}, prompt=self.prompt, finish=True):
+                pass
+        except CompensatedRunError:
+            return
+
+    async def afinish(self) -> None:
+        await asyncio.to_thread(self.finish)
+
+
+async def _awaited(execute: Callable[[], Awaitable[Any]]) -> Any:
+    return await execute()
+
+
+def position_of(call_id: str, calls: list[str]) -> int:
+    """The 1-based position of the call whose framework id is ``call_id`` among the run's calls, in
+    history order. The id only finds the call in this run's own history; it is never journaled as a key."""
+    for index in range(len(calls) - 1, -1, -1):  # the latest: a reused id names the newest call
+        if calls[index] == call_id:
+            return index + 1
+    raise InvalidInputError(
+        f"tool call {call_id!r} is not in the run's message history, so its position cannot be known"
+    )
