@@ -27,8 +27,8 @@ browser:
 # The whole suite: lint and types first (seconds), then every test against the real services.
 test: $(STAMP) browser
 	bash .ci/programs
-	$(BIN)/ruff check saga_worker tasks config tests bench
-	$(BIN)/ruff format --check saga_worker tasks config tests bench
+	$(BIN)/ruff check saga_worker tasks config tests bench examples
+	$(BIN)/ruff format --check saga_worker tasks config tests bench examples
 	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
@@ -36,8 +36,8 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow and not celery"
 
 lint: $(STAMP)
-	$(BIN)/ruff check saga_worker tasks config tests bench
-	$(BIN)/ruff format --check saga_worker tasks config tests bench
+	$(BIN)/ruff check saga_worker tasks config tests bench examples
+	$(BIN)/ruff format --check saga_worker tasks config tests bench examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
