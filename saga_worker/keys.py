@@ -71,6 +71,39 @@ def check_call_id(call_id: object) -> str:
     return call_id
 
 
+UNWIND_ID_MAX = 200  # the journal's unwind id column (saga_unwinds.unwind_id)
+
+
+def check_unwind_id(unwind_id: object) -> str:
+    """An unwind id (a Celery task id) must fit its column and be plain text: checked before the
+    tombstone, so a bad one is refused rather than condemning the run and then failing to record."""
+    if (
+        not isinstance(unwind_id, str)
+        or not 1 <= len(unwind_id) <= UNWIND_ID_MAX
+        or not unwind_id.isprintable()
+    ):
+        shown = unwind_id[:40] + "…" if isinstance(unwind_id, str) and len(unwind_id) > 40 else unwind_id
+        size = f" ({len(unwind_id)} characters)" if isinstance(unwind_id, str) else ""
+        raise InvalidInputError(
+            f"unwind id {shown!r}{size} cannot be recorded: use 1-{UNWIND_ID_MAX} printable characters "
+            "(a Celery task id is used as the unwind id)",
+            unwind_id=shown,
+        )
+    return unwind_id
+
+
+def check_dry_run(dry_run: object) -> bool:
+    """``dry_run`` decides between a plan and an irreversible unwind: only a real boolean may decide it
+    (a JSON ``false``, not ``None``, ``0``, ``""`` or the text ``"false"``)."""
+    if not isinstance(dry_run, bool):
+        raise InvalidInputError(
+            f"dry_run must be true or false (a JSON boolean), got {type(dry_run).__name__} {dry_run!r}; "
+            "nothing was written",
+            dry_run=repr(dry_run),
+        )
+    return dry_run
+
+
 def record_suffix(mode: IdempotencyMode, tool_name: str, tool_call_id: str, input: Any) -> str:
     """The suffix naming a tool record within its run: the call id, or one per (tool, input) in args mode."""
     if mode == "args":

@@ -84,7 +84,7 @@ def compensate_run(self: Task, run_id: str, dry_run: bool = False) -> Any:
     """Condemn the run and unwind it, one task per step; the result is the report as a JSON dict."""
     ctx = executor.current()
     nxt = executor.start_unwind(
-        ctx.journal, run_id, self.request.id, dry_run=bool(dry_run), claim_ttl=ctx.settings.claim_ttl
+        ctx.journal, run_id, self.request.id, dry_run=dry_run, claim_ttl=ctx.settings.claim_ttl
     )
     return _continue(self, nxt)
 

@@ -26,7 +26,7 @@ from ..journal.records import (
     UnwindState,
     WorklistView,
 )
-from ..keys import check_run_id, compensate_key, execute_key
+from ..keys import check_dry_run, check_run_id, compensate_key, execute_key
 from ..locks.base import StepLock
 from ..settings import get_settings
 from ..tools import CallOptions, RecoverResult, Tool, call_hook, check_tools
@@ -52,8 +52,9 @@ def begin_unwind(journal: Journal, run_id: str, *, dry_run: bool) -> WorklistVie
     order) and their claims, in one read.
 
     The tombstone comes first so that no new side effect can start once the worklist is read. A
-    malformed run or record row fails here, before any hook runs, not after them."""
-    if not dry_run:
+    malformed run or record row fails here, before any hook runs, not after them. So does a
+    ``dry_run`` that is not a real boolean: it fails before the tombstone."""
+    if not check_dry_run(dry_run):
         journal.condemn(run_id)
         metrics.UNWINDS_STARTED.inc()
     return journal.read_worklist(run_id, UNWOUND)

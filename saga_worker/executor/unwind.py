@@ -19,7 +19,7 @@ from ..compensation.report import HALTING, CompensationEntry, CompensationReport
 from ..errors import InvalidInputError
 from ..journal.base import Journal
 from ..journal.records import ClaimStatus, CompensationClaim, StepView, ToolRecord, UnwindInfo
-from ..keys import check_run_id, compensate_key
+from ..keys import check_run_id, check_unwind_id, compensate_key
 from ..locks.base import StepLock
 from ..tools import Tool
 
@@ -66,8 +66,10 @@ def _is_twin(claim_owner: str, step: str) -> bool:
 
 
 def start_unwind(journal: Journal, run_id: str, unwind_id: str, *, dry_run: bool, claim_ttl: float) -> Next:
-    """The coordinator: tombstone first, then the worklist, recorded once per unwind."""
+    """The coordinator: tombstone first, then the worklist, recorded once per unwind. Every id is
+    checked against what the journal can store before anything is written."""
     check_run_id(run_id)
+    check_unwind_id(unwind_id)
     view = begin_unwind(journal, run_id, dry_run=dry_run)
     worklist = [r.suffix for r in reversed(view.records)]
     info = journal.record_unwind(unwind_id, run_id, dry_run=dry_run, suffixes=worklist)
@@ -126,6 +128,7 @@ def run_step(
         raise InvalidInputError(f"step {suffix!r} is not in the worklist of unwind {unwind_id!r}")
     stored = view.entry
     if stored is None:
+        _check_in_order(view, unwind_id, suffix, position)
         entry = _compensate(journal, tools, info, view, suffix, claim_ttl=claim_ttl, lock=lock, sleep=sleep)
         if entry is None:
             return None
@@ -133,6 +136,31 @@ def run_step(
     if stored.get("status") in _HALTING:
         return Finalize(run_id, unwind_id)
     return _next(info, position + 1)
+
+
+def _check_in_order(view: StepView, unwind_id: str, suffix: str, position: int) -> None:
+    """A step runs only once the step before it has an outcome that did not halt: a message sent out
+    of order (by hand, or a stale continuation) must not undo a step the unwind never reached.
+
+    Checking the step just before is enough: its entry was itself only written once the step before
+    it had ended without halting, and so on back to the first."""
+    if position == 0:
+        return
+    previous = view.previous
+    why = (
+        "has no outcome yet"
+        if previous is None
+        else f"halted the unwind ({previous.get('status')})"
+        if previous.get("status") in _HALTING
+        else None
+    )
+    if why is not None:
+        raise InvalidInputError(
+            f"step {suffix!r} (position {position}) of unwind {unwind_id!r} refused: the step before it "
+            f"{why}; steps run in unwind order and stop at the first failed or busy one",
+            unwind_id=unwind_id,
+            suffix=suffix,
+        )
 
 
 def _compensate(

@@ -217,10 +217,12 @@ class Journal(abc.ABC):
         a SQL journal a round trip, checked against the worklist and never trusted."""
         unwind = self.get_unwind(unwind_id)
         position = unwind.suffixes.index(suffix) if unwind and suffix in unwind.suffixes else None
-        entry = None if position is None else self.list_unwind_entries(unwind_id).get(position)
+        entries = {} if position is None else self.list_unwind_entries(unwind_id)
+        entry = None if position is None else entries.get(position)
+        previous = None if not position else entries.get(position - 1)
         record = self.get_record(run_id, suffix)
         claim = None if record is None else self.get_claim(record.origin_run_id, suffix)
-        return StepView(unwind, position, entry, record, claim)
+        return StepView(unwind, position, entry, record, claim, previous)
 
     @abc.abstractmethod
     def now(self) -> float:

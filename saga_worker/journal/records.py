@@ -149,13 +149,16 @@ class StepView:
 
     ``position`` is the step's place in the unwind's worklist (None if it is not there), ``entry``
     the outcome this unwind already stored for it, ``record`` the tool record, and ``claim`` the
-    compensation claim of the record's origin run."""
+    compensation claim of the record's origin run. ``previous`` is the entry stored at the position
+    before (None at position 0, or while the step before has no outcome yet): a step may run only
+    after the one before it ended without halting."""
 
     unwind: UnwindInfo | None
     position: int | None
     entry: dict[str, Any] | None
     record: ToolRecord | None
     claim: CompensationClaim | None
+    previous: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)

@@ -583,7 +583,9 @@ class SqlJournal(Journal):
     def read_step(self, unwind_id: str, run_id: str, suffix: str, *, position: int | None = None) -> StepView:
         q = self._q
 
-        def work(tx: driver.Tx) -> tuple[UnwindInfo | None, int | None, Any, driver.Row | None]:
+        def work(
+            tx: driver.Tx,
+        ) -> tuple[UnwindInfo | None, int | None, Any, Any, driver.Row | None]:
             if position is not None:  # the message's word, checked against the worklist below
                 row = tx.one(q.unwind_with_entry, {"uid": unwind_id, "at": position})
                 unwind = None if row is None else self._unwind(row)
@@ -597,26 +599,36 @@ class SqlJournal(Journal):
                         unwind,
                         position,
                         row["entry"],
+                        row["previous"],
                         tx.one(q.record_with_claim, {"rid": run_id, "sfx": suffix}),
                     )
             row = tx.one(q.unwind_get, {"uid": unwind_id})
             unwind = None if row is None else self._unwind(row)
             at = unwind.suffixes.index(suffix) if unwind and suffix in unwind.suffixes else None
             entry = None if at is None else tx.one(q.entry_get, {"uid": unwind_id, "at": at})
+            before = None if not at else tx.one(q.entry_get, {"uid": unwind_id, "at": at - 1})
             return (
                 unwind,
                 at,
                 entry and entry["entry"],
+                before and before["entry"],
                 tx.one(q.record_with_claim, {"rid": run_id, "sfx": suffix}),
             )
 
-        unwind, at, entry_text, both = self._fetch(work)
+        unwind, at, entry_text, previous_text, both = self._fetch(work)
         entry = None if entry_text is None else _load(entry_text, unwind_id, f"unwind entry {at}")
+        previous = (
+            None
+            if previous_text is None or at is None
+            else _load(previous_text, unwind_id, f"unwind entry {at - 1}")
+        )
         if both is None:
-            return StepView(unwind, at, entry, None, None)
+            return StepView(unwind, at, entry, None, None, previous)
         claim = {k[len(CLAIM_PREFIX) :]: v for k, v in both.items() if k.startswith(CLAIM_PREFIX)}
         has_claim = claim["origin_run_id"] is not None
-        return StepView(unwind, at, entry, self._record(both), self._claim(claim) if has_claim else None)
+        return StepView(
+            unwind, at, entry, self._record(both), self._claim(claim) if has_claim else None, previous
+        )
 
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
         rows = self._fetch(lambda tx: tx.all(self._q.entries_of_unwind, {"uid": unwind_id}))

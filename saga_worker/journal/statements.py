@@ -318,15 +318,23 @@ class Statements:
             .returning(*unwinds.c)
         )
         self.unwind_get = p(sa.select(unwinds).where(unwinds.c.unwind_id == b("uid")))
-        # The unwind and the entry at a position, in one round trip (a step task knows its position).
+        # The unwind and the entries at a position and the one before, in one round trip (a step task
+        # knows its position, and may run only once the step before has an outcome that did not halt).
+        before = unwind_entries.alias("before")
         self.unwind_with_entry = p(
-            sa.select(unwinds, unwind_entries.c.entry)
+            sa.select(unwinds, unwind_entries.c.entry, before.c.entry.label("previous"))
             .select_from(
                 unwinds.outerjoin(
                     unwind_entries,
                     sa.and_(
                         unwind_entries.c.unwind_id == unwinds.c.unwind_id,
                         unwind_entries.c.position == b("at"),
+                    ),
+                ).outerjoin(
+                    before,
+                    sa.and_(
+                        before.c.unwind_id == unwinds.c.unwind_id,
+                        before.c.position == b("at") - 1,
                     ),
                 )
             )

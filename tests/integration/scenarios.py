@@ -6,6 +6,7 @@ import json
 import threading
 from typing import Any
 
+import pytest
 from celery import Celery
 
 from saga_worker import Journal, compensate_run, run_durable, scripted
@@ -135,3 +136,23 @@ def two_unwinds_at_once_compensate_each_step_once(
     for position in range(3):
         done = [r["entries"][position]["status"] for r in reports]
         assert done.count("compensated") == 1, done
+
+
+def bad_inputs_are_refused_before_the_tombstone(
+    setup: Setup, client: Celery, journal: Journal, ledger: Ledger, run_id: str
+) -> None:
+    """A ``dry_run`` that is not a JSON boolean, or a task id too long to be the unwind id: the caller
+    gets a clear error, and the run is not condemned (issue 10, item 7)."""
+    place_order(journal, ledger, run_id)
+    for kwargs, options, match in (
+        ({"dry_run": "false"}, {}, "dry_run must be true or false"),
+        ({"dry_run": None}, {}, "dry_run must be true or false"),
+        ({"dry_run": 0}, {}, "dry_run must be true or false"),
+        ({}, {"task_id": "t" * 300}, "unwind id"),
+    ):
+        result = client.send_task("saga.compensate_run", args=[run_id], kwargs=kwargs, **options)
+        with pytest.raises(Exception, match=match):
+            result.get(timeout=GET_TIMEOUT_S, interval=0.05)
+        run = journal.get_run(run_id)
+        assert run is not None and not run.condemned, (kwargs, options)
+    assert [c for c in ledger.calls() if c.key.startswith(f"{run_id}:comp:")] == []

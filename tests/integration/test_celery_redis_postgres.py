@@ -189,3 +189,9 @@ def test_two_beat_processes_on_redis_run_one_sweeper_schedule_between_them(
         for key in client.scan_iter(f"saga:redbeat:{setup.saga['queue']}*"):
             client.delete(key)
         client.close()
+
+
+def test_a_dry_run_that_is_not_a_boolean_or_a_task_id_too_long_is_refused_before_the_tombstone(
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
+    scenarios.bad_inputs_are_refused_before_the_tombstone(running, *parts, run_id)
