@@ -201,3 +201,31 @@ def test_redrive_refuses_a_run_not_flagged_and_hands_a_flagged_one_back_to_the_w
         and run.unwind_state is UnwindState.PENDING
         and run.unwind_note.startswith("re-driven by cli:")
     )
+
+
+def test_a_record_with_an_unknown_status_makes_compensate_and_report_fail_closed_in_one_line(
+    home: Path,
+) -> None:
+    import sqlalchemy as sa
+
+    from saga_worker.journal.schema import records
+
+    place("order-9")
+    engine = sa.create_engine(get_settings().resolved_journal_url())
+    with engine.begin() as conn:
+        where = sa.and_(records.c.run_id == "order-9", records.c.suffix == "reserve")
+        assert conn.execute(sa.update(records).where(where).values(status="Succeeded")).rowcount == 1
+    engine.dispose()
+    for args in (
+        ["compensate", "order-9", "--local"],
+        ["report", "order-9"],
+        ["compensate", "order-9", "--local"],
+    ):
+        result = CliRunner().invoke(main, args, env={"COLUMNS": "200"})
+        assert result.exit_code == 1, result.output
+        lines = result.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error:"), lines
+        assert "'order-9'" in lines[0] and "'reserve'" in lines[0] and "'Succeeded'" in lines[0]
+    with open_journal(get_settings().resolved_journal_url()) as journal:
+        run = journal.get_run("order-9")
+        assert run is not None and run.condemned and run.unwind_state is not UnwindState.COMPLETE

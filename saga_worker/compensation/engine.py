@@ -7,6 +7,7 @@ the tombstone and reads the worklist, ``compensate_step`` applies the rules to o
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -17,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .. import faults, metrics
+from ..errors import MalformedRecordError, SagaError
 from ..journal.base import Journal
 from ..journal.records import (
     ClaimStatus,
@@ -53,11 +55,21 @@ def begin_unwind(journal: Journal, run_id: str, *, dry_run: bool) -> WorklistVie
 
     The tombstone comes first so that no new side effect can start once the worklist is read. A
     malformed run or record row fails here, before any hook runs, not after them. So does a
-    ``dry_run`` that is not a real boolean: it fails before the tombstone."""
+    ``dry_run`` that is not a real boolean: it fails before the tombstone.
+
+    A row the journal cannot parse (MalformedRecordError) ends the unwind before any step: the
+    tombstone stands, no step is reported done, and the run's unwind stays pending with the error as
+    its note (``saga-worker runs`` shows it; the sweeper retries with backoff, then flags a person)."""
     if not check_dry_run(dry_run):
         journal.condemn(run_id)
         metrics.UNWINDS_STARTED.inc()
-    return journal.read_worklist(run_id, UNWOUND)
+    try:
+        return journal.read_worklist(run_id, UNWOUND)
+    except MalformedRecordError as exc:
+        if not dry_run:
+            with contextlib.suppress(SagaError):  # the error itself is what the caller must see
+                journal.hold_sweep(run_id, 0.0, f"cannot unwind: {exc}"[:2000])
+        raise
 
 
 def entry_for(

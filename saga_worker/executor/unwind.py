@@ -13,10 +13,13 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
 
 from ..compensation.engine import begin_unwind, build_report, compensate_step, entry_for, finish_unwind
 from ..compensation.report import HALTING, CompensationEntry, CompensationReport, CompensationStatus
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, MalformedRecordError
 from ..journal.base import Journal
 from ..journal.records import ClaimStatus, CompensationClaim, StepView, ToolRecord, UnwindInfo
 from ..keys import check_run_id, check_unwind_id, compensate_key
@@ -26,7 +29,6 @@ from ..tools import Tool
 # A fresh unwind owns its run for this many claim TTLs before the sweeper may re-drive it: condemn
 # makes the run due at once, and re-driving an unwind that is running right now would only say busy.
 SWEEP_GRACE_TTLS = 2.0
-_HALTING = frozenset(s.value for s in HALTING)
 
 
 @dataclass(frozen=True)
@@ -128,17 +130,37 @@ def run_step(
         raise InvalidInputError(f"step {suffix!r} is not in the worklist of unwind {unwind_id!r}")
     stored = view.entry
     if stored is None:
-        _check_in_order(view, unwind_id, suffix, position)
+        _check_in_order(info, view, suffix, position)
         entry = _compensate(journal, tools, info, view, suffix, claim_ttl=claim_ttl, lock=lock, sleep=sleep)
         if entry is None:
             return None
         stored = journal.record_unwind_entry(unwind_id, position, entry.model_dump(mode="json"))
-    if stored.get("status") in _HALTING:
+    if stored_entry(info, position, stored).status in HALTING:
         return Finalize(run_id, unwind_id)
     return _next(info, position + 1)
 
 
-def _check_in_order(view: StepView, unwind_id: str, suffix: str, position: int) -> None:
+def stored_entry(info: UnwindInfo, position: int, data: dict[str, Any]) -> CompensationEntry:
+    """An entry as the journal holds it, parsed: one it cannot read (an unknown status, a missing
+    field) fails closed, naming the run, the unwind, the step and the bad value, rather than being
+    read as a step that did not halt."""
+    try:
+        return CompensationEntry.model_validate(data)
+    except ValidationError as exc:
+        suffix = info.suffixes[position] if 0 <= position < len(info.suffixes) else "?"
+        status = data.get("status") if isinstance(data, dict) else None
+        known = {s.value for s in CompensationStatus}
+        reason = (
+            f"unknown status {status!r}"
+            if status not in known
+            else "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        )
+        raise MalformedRecordError(
+            info.run_id, f"unwind {info.unwind_id!r} entry {position} (step {suffix!r})", reason
+        ) from exc
+
+
+def _check_in_order(info: UnwindInfo, view: StepView, suffix: str, position: int) -> None:
     """A step runs only once the step before it has an outcome that did not halt: a message sent out
     of order (by hand, or a stale continuation) must not undo a step the unwind never reached.
 
@@ -146,12 +168,13 @@ def _check_in_order(view: StepView, unwind_id: str, suffix: str, position: int) 
     it had ended without halting, and so on back to the first."""
     if position == 0:
         return
-    previous = view.previous
+    unwind_id = info.unwind_id
+    previous = None if view.previous is None else stored_entry(info, position - 1, view.previous)
     why = (
         "has no outcome yet"
         if previous is None
-        else f"halted the unwind ({previous.get('status')})"
-        if previous.get("status") in _HALTING
+        else f"halted the unwind ({previous.status.value})"
+        if previous.status in HALTING
         else None
     )
     if why is not None:
@@ -261,7 +284,7 @@ def finalize_unwind(journal: Journal, run_id: str, unwind_id: str) -> Compensati
     for position, suffix in enumerate(info.suffixes):
         data = None if stopped else stored.get(position)
         if data is not None:
-            entry = CompensationEntry.model_validate(data)
+            entry = stored_entry(info, position, data)
             stopped = entry.status in HALTING
         else:
             stopped = True  # the chain never got here: nothing was probed

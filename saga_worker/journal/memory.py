@@ -24,6 +24,7 @@ from .records import (
     ToolRecord,
     UnwindInfo,
     UnwindState,
+    parse_status,
 )
 
 
@@ -33,8 +34,21 @@ def _copy(value: Any) -> Any:
 
 
 def _out(record: ToolRecord) -> ToolRecord:
-    """A record as handed out: its input and output are copies, as a SQL row's would be."""
-    return replace(record, input=_copy(record.input), output=_copy(record.output))
+    """A record as handed out: its input and output are copies, as a SQL row's would be, and its
+    status is parsed as a SQL row's is (an unknown one fails closed: see ``parse_status``)."""
+    status = parse_status(RecordStatus, record.status, record.run_id, f"{record.suffix!r}")
+    return replace(record, status=status, input=_copy(record.input), output=_copy(record.output))
+
+
+def _run_out(run: RunInfo) -> RunInfo:
+    parse_status(RunStatus, run.status, run.run_id, "run status")
+    parse_status(UnwindState, run.unwind_state, run.run_id, "unwind state")
+    return run
+
+
+def _claim_out(claim: CompensationClaim) -> CompensationClaim:
+    parse_status(ClaimStatus, claim.status, claim.origin_run_id, f"compensation {claim.suffix!r}")
+    return claim
 
 
 class MemoryJournal(Journal):
@@ -68,11 +82,12 @@ class MemoryJournal(Journal):
 
     def get_run(self, run_id: str) -> RunInfo | None:
         with self._lock:
-            return self._runs.get(run_id)
+            run = self._runs.get(run_id)
+            return None if run is None else _run_out(run)
 
     def list_runs(self, *, limit: int = 100, condemned_only: bool = False) -> list[RunInfo]:
         with self._lock:
-            runs = [r for r in self._runs.values() if r.condemned or not condemned_only]
+            runs = [_run_out(r) for r in self._runs.values() if r.condemned or not condemned_only]
         return sorted(runs, key=lambda r: (r.updated_at, r.run_id), reverse=True)[:limit]
 
     def page_runs(self, query: RunQuery) -> list[RunInfo]:
@@ -144,10 +159,10 @@ class MemoryJournal(Journal):
 
     def list_records(self, run_id: str, statuses: Sequence[RecordStatus] | None = None) -> list[ToolRecord]:
         with self._lock:
-            rows = [self._records[(run_id, suffix)] for suffix in self._suffixes.get(run_id, [])]
-        if statuses is not None:
+            rows = [_out(self._records[(run_id, suffix)]) for suffix in self._suffixes.get(run_id, [])]
+        if statuses is not None:  # on parsed rows: an unknown status has failed closed already
             rows = [r for r in rows if r.status in statuses]
-        return [_out(r) for r in sorted(rows, key=lambda r: r.seq)]
+        return sorted(rows, key=lambda r: r.seq)
 
     def _gate(self, run_id: str, gated: bool) -> None:
         run = self._runs.get(run_id)
@@ -257,13 +272,14 @@ class MemoryJournal(Journal):
     # -- compensation claims ----------------------------------------------------------------------
     def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None:
         with self._lock:
-            return self._claims.get((origin_run_id, suffix))
+            claim = self._claims.get((origin_run_id, suffix))
+            return None if claim is None else _claim_out(claim)
 
     def get_claims(
         self, origin_and_suffixes: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], CompensationClaim]:
         with self._lock:
-            return {k: self._claims[k] for k in origin_and_suffixes if k in self._claims}
+            return {k: _claim_out(self._claims[k]) for k in origin_and_suffixes if k in self._claims}
 
     def claim_compensation(
         self,
@@ -279,6 +295,8 @@ class MemoryJournal(Journal):
             now = self.now()
             key = (origin_run_id, suffix)
             current = self._claims.get(key)
+            if current is not None:
+                _claim_out(current)  # an unknown status fails closed, as SQL's compare-and-set does
             if current is None:
                 claim = CompensationClaim(
                     origin_run_id,
@@ -362,7 +380,7 @@ class MemoryJournal(Journal):
         with self._lock:
             due = [
                 r
-                for r in self._runs.values()
+                for r in map(_run_out, self._runs.values())
                 if r.condemned
                 and r.unwind_state in (UnwindState.PENDING, UnwindState.INCOMPLETE)
                 and (r.unwind_next_at or 0.0) <= now

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, TypeVar
+
+from ..errors import MalformedRecordError
+
+E = TypeVar("E", bound=Enum)
 
 
 class RunStatus(str, Enum):
@@ -34,6 +38,16 @@ class UnwindState(str, Enum):
     COMPLETE = "complete"  # every step is undone or needs nothing
     INCOMPLETE = "incomplete"  # halted (failed/busy) or some step uncertain: the sweeper re-drives it
     ATTENTION = "attention"  # retry budget spent: a person must look
+
+
+def parse_status(kind: type[E], value: object, run_id: str, what: str) -> E:
+    """A stored status as its enum member, or MalformedRecordError naming the run, the row and the
+    value: a status this code does not know (another case, a newer or broken writer's value) fails
+    closed wherever it is read, so no reader can mistake the row for one it may leave out."""
+    try:
+        return kind(value)
+    except ValueError as exc:
+        raise MalformedRecordError(run_id, what, f"unknown status {value!r}") from exc
 
 
 @dataclass(frozen=True)

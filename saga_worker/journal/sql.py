@@ -38,6 +38,7 @@ from .records import (
     UnwindInfo,
     UnwindState,
     WorklistView,
+    parse_status,
 )
 from .statements import CLAIM_PREFIX, Statements, run_page
 
@@ -60,13 +61,6 @@ def _load(text: str | None, run_id: str, what: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise MalformedRecordError(run_id, what, f"stored value is not JSON ({exc})") from exc
-
-
-def _enum(kind: Any, value: str, run_id: str, what: str) -> Any:
-    try:
-        return kind(value)
-    except ValueError as exc:
-        raise MalformedRecordError(run_id, what, f"unknown status {value!r}") from exc
 
 
 class SqlJournal(Journal):
@@ -149,7 +143,7 @@ class SqlJournal(Journal):
     def _run(m: Mapping[Any, Any]) -> RunInfo:
         return RunInfo(
             run_id=m["run_id"],
-            status=_enum(RunStatus, m["status"], m["run_id"], "run status"),
+            status=parse_status(RunStatus, m["status"], m["run_id"], "run status"),
             prompt=m["prompt"],
             text=m["text"],
             error=m["error"],
@@ -157,7 +151,7 @@ class SqlJournal(Journal):
             created_at=m["created_at"],
             updated_at=m["updated_at"],
             source_run_id=m["source_run_id"],
-            unwind_state=_enum(UnwindState, m["unwind_state"], m["run_id"], "unwind state"),
+            unwind_state=parse_status(UnwindState, m["unwind_state"], m["run_id"], "unwind state"),
             unwind_attempts=m["unwind_attempts"],
             unwind_next_at=m["unwind_next_at"],
             unwind_note=m["unwind_note"],
@@ -175,7 +169,7 @@ class SqlJournal(Journal):
             tool_name=m["tool_name"],
             mode=m["mode"],
             input=_load(m["input"], rid, what + " input"),
-            status=_enum(RecordStatus, m["status"], rid, what),
+            status=parse_status(RecordStatus, m["status"], rid, what),
             output=_load(m["output"], rid, what + " output"),
             error=m["error"],
             attempts=m["attempts"],
@@ -189,7 +183,9 @@ class SqlJournal(Journal):
         return CompensationClaim(
             origin_run_id=m["origin_run_id"],
             suffix=m["suffix"],
-            status=_enum(ClaimStatus, m["status"], m["origin_run_id"], f"compensation {m['suffix']!r}"),
+            status=parse_status(
+                ClaimStatus, m["status"], m["origin_run_id"], f"compensation {m['suffix']!r}"
+            ),
             owner=m["owner"],
             lease_expires_at=m["lease_expires_at"],
             attempts=m["attempts"],
@@ -316,10 +312,13 @@ class SqlJournal(Journal):
         return self._records(rows, statuses)
 
     def _records(self, rows: list[driver.Row], statuses: Sequence[RecordStatus] | None) -> list[ToolRecord]:
-        if statuses is not None:  # filtered here: a run's records are read whole by its own index anyway
-            wanted = {s.value for s in statuses}
-            rows = [r for r in rows if r["status"] in wanted]
-        return [self._record(r) for r in rows]
+        # Every row is parsed before any is left out: a status this code does not know (another case, a
+        # newer writer's value) fails closed, naming the run and the step, instead of silently dropping
+        # the step from an unwind. So the filter is on parsed values, never on the column in SQL.
+        parsed = [self._record(r) for r in rows]
+        if statuses is None:
+            return parsed
+        return [r for r in parsed if r.status in statuses]
 
     def read_worklist(self, run_id: str, statuses: Sequence[RecordStatus]) -> WorklistView:
         q = self._q
@@ -333,7 +332,7 @@ class SqlJournal(Journal):
         run, rows, claim_rows = self._fetch(work)
         found = self._records(rows, statuses)
         wanted = {(r.origin_run_id, r.suffix) for r in found}
-        owned = (self._claim(c) for c in claim_rows if (c["origin_run_id"], c["suffix"]) in wanted)
+        owned = [c for c in map(self._claim, claim_rows) if (c.origin_run_id, c.suffix) in wanted]
         return WorklistView(
             None if run is None else self._run(run), found, {(c.origin_run_id, c.suffix): c for c in owned}
         )
@@ -460,7 +459,7 @@ class SqlJournal(Journal):
             return [row for o in origins for row in tx.all(self._q.claims_of_origin, {"o": o})]
 
         rows = self._fetch(work) if wanted else []
-        found = (self._claim(r) for r in rows if (r["origin_run_id"], r["suffix"]) in wanted)
+        found = [c for c in map(self._claim, rows) if (c.origin_run_id, c.suffix) in wanted]  # all parsed
         return {(c.origin_run_id, c.suffix): c for c in found}
 
     def claim_compensation(
@@ -542,6 +541,10 @@ class SqlJournal(Journal):
     @staticmethod
     def _unwind(m: Mapping[Any, Any]) -> UnwindInfo:
         suffixes = _load(m["suffixes"], m["run_id"], f"unwind {m['unwind_id']!r} worklist")
+        if not isinstance(suffixes, list) or not all(isinstance(x, str) for x in suffixes):
+            raise MalformedRecordError(
+                m["run_id"], f"unwind {m['unwind_id']!r} worklist", "not a list of step suffixes"
+            )
         return UnwindInfo(
             unwind_id=m["unwind_id"],
             run_id=m["run_id"],

@@ -19,6 +19,8 @@ from .schema import claims, decisions, records, runs, unwind_entries, unwinds
 
 b = sa.bindparam
 CLAIM_PREFIX = "claim_"
+# The unwind states the sweeper re-drives; every other known state is settled (or never asked).
+UNSWEPT = frozenset({UnwindState.PENDING, UnwindState.INCOMPLETE})
 
 
 def server_clock(dialect_name: str) -> sa.ColumnElement[float]:
@@ -134,10 +136,9 @@ class Statements:
         self.runs_due = p(
             sa.select(runs)
             .where(
-                sa.or_(
-                    runs.c.unwind_state == UnwindState.PENDING.value,
-                    runs.c.unwind_state == UnwindState.INCOMPLETE.value,
-                ),
+                # Not "pending or incomplete": every state but the settled ones, so that a run whose
+                # state this code does not know is read (and fails closed) rather than never swept.
+                *(runs.c.unwind_state != s.value for s in UnwindState if s not in UNSWEPT),
                 runs.c.condemned_at.is_not(None),
                 sa.func.coalesce(runs.c.unwind_next_at, 0.0) <= b("due_by", type_=sa.Double),
             )

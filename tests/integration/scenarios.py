@@ -156,3 +156,27 @@ def bad_inputs_are_refused_before_the_tombstone(
         run = journal.get_run(run_id)
         assert run is not None and not run.condemned, (kwargs, options)
     assert [c for c in ledger.calls() if c.key.startswith(f"{run_id}:comp:")] == []
+
+
+def unknown_record_status_fails_closed(
+    setup: Setup, client: Celery, journal: Journal, ledger: Ledger, run_id: str
+) -> None:
+    """A record whose status the code does not know: the caller gets MalformedRecordError naming the
+    run, the step and the value, the run stays condemned, and no hook runs (issue 10, item 1)."""
+    import sqlalchemy as sa
+
+    from saga_worker import SqlJournal
+    from saga_worker.journal.schema import records
+
+    place_order(journal, ledger, run_id)
+    assert isinstance(journal, SqlJournal)
+    with journal.engine.begin() as conn:
+        where = sa.and_(records.c.run_id == run_id, records.c.suffix == "call-2")
+        assert conn.execute(sa.update(records).where(where).values(status="SUCCEEDED")).rowcount == 1
+    result = client.signature("saga.compensate_run").delay(run_id)
+    with pytest.raises(Exception, match="malformed journal record") as info:
+        result.get(timeout=GET_TIMEOUT_S, interval=0.05)
+    assert run_id in str(info.value) and "'call-2'" in str(info.value) and "'SUCCEEDED'" in str(info.value)
+    run = journal.get_run(run_id)
+    assert run is not None and run.condemned and "cannot unwind" in (run.unwind_note or "")
+    assert [c for c in ledger.calls() if c.key.startswith(f"{run_id}:comp:")] == []

@@ -195,3 +195,9 @@ def test_a_dry_run_that_is_not_a_boolean_or_a_task_id_too_long_is_refused_before
     running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
 ) -> None:
     scenarios.bad_inputs_are_refused_before_the_tombstone(running, *parts, run_id)
+
+
+def test_a_record_with_an_unknown_status_fails_the_unwind_closed_and_the_caller_is_told(
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
+    scenarios.unknown_record_status_fails_closed(running, *parts, run_id)
