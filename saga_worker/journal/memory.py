@@ -101,7 +101,7 @@ class MemoryJournal(Journal):
             )
 
         with self._lock:
-            found = [r for r in self._runs.values() if wanted(r)]
+            found = [_run_out(r) for r in self._runs.values() if wanted(r)]  # parsed, as SQL's rows are
         return sorted(found, key=lambda r: (r.updated_at, r.run_id), reverse=True)[: query.limit]
 
     def count_runs(self, unwind_state: UnwindState) -> int:
