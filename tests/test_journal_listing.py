@@ -83,3 +83,16 @@ def test_a_cursor_the_listing_never_gave_out_is_refused(cursor: str) -> None:
 def test_a_cursor_keeps_the_exact_time_of_its_run(journal: Journal) -> None:
     run, _ = journal.start_run("ord-9", "")
     assert decode_cursor(encode_cursor(run)) == (run.updated_at, "ord-9")
+
+
+def test_a_prefix_most_runs_share_finds_the_same_runs_by_the_other_plan(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from saga_worker.journal.sql import SqlJournal
+
+    make_runs(journal)
+    by_range = [r.run_id for r in journal.page_runs(RunQuery(search="ord", limit=100))]
+    monkeypatch.setattr(SqlJournal, "COMMON_PREFIX", 2)  # SQLite: now walk the page index instead
+    assert [r.run_id for r in journal.page_runs(RunQuery(search="ord", limit=100))] == by_range
+    assert {r.run_id for r in journal.page_runs(RunQuery(search="ord_", limit=100))} == {"ord_x"}
+    assert len(by_range) == 8

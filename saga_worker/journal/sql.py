@@ -40,7 +40,7 @@ from .records import (
     WorklistView,
     parse_status,
 )
-from .statements import CLAIM_PREFIX, Statements, run_page
+from .statements import CLAIM_PREFIX, Statements, prefix_count, run_page
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 T = TypeVar("T")
@@ -226,6 +226,7 @@ class SqlJournal(Journal):
             query.unwind_state is not None,
             query.search is not None,
             query.before is not None,
+            query.search is not None and self._common_prefix(query.search),
         )
         pages: dict[tuple[Any, ...], driver.Prepared] = self.__dict__.setdefault("_pages", {})
         stmt = pages.get(shape)
@@ -237,6 +238,7 @@ class SqlJournal(Journal):
                 unwind=shape[2],
                 search=shape[3],
                 after=shape[4],
+                search_by_scan=shape[5],
             )
         params: dict[str, Any] = {"max_rows": int(query.limit)}
         if query.status is not None:
@@ -250,6 +252,21 @@ class SqlJournal(Journal):
         if query.before is not None:
             params["before_at"], params["before_id"] = float(query.before[0]), query.before[1]
         return [self._run(r) for r in self._fetch(lambda tx: tx.all(stmt, params))]
+
+    # A prefix shared by more runs than this is searched by walking the page index, not its id range.
+    COMMON_PREFIX = 5000
+
+    def _common_prefix(self, prefix: str) -> bool:
+        """SQLite's planner cannot tell a rare prefix from one every run shares (PostgreSQL's can,
+        from its statistics): ask the id index, counting at most ``COMMON_PREFIX`` entries."""
+        if self.dialect != "sqlite":
+            return False
+        stmt = self.__dict__.get("_prefix_count")
+        if stmt is None:
+            stmt = self.__dict__["_prefix_count"] = prefix_count(self.engine.dialect)
+        params = {"id_lo": prefix, "id_hi": prefix + "~", "enough": self.COMMON_PREFIX}
+        row = self._fetch(lambda tx: tx.one(stmt, params))
+        return row is not None and int(next(iter(row.values()))) >= self.COMMON_PREFIX
 
     def count_runs(self, unwind_state: UnwindState) -> int:
         row = self._fetch(lambda tx: tx.one(self._q.runs_in_unwind_state, {"state": unwind_state.value}))

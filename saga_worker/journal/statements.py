@@ -369,7 +369,14 @@ class Statements:
 
 
 def run_page(
-    dialect: sa.Dialect, *, status: bool, condemned: bool | None, unwind: bool, search: bool, after: bool
+    dialect: sa.Dialect,
+    *,
+    status: bool,
+    condemned: bool | None,
+    unwind: bool,
+    search: bool,
+    after: bool,
+    search_by_scan: bool = False,
 ) -> Prepared:
     """The runs listing for one shape of filters (each shape is prepared once, then cached).
 
@@ -387,7 +394,11 @@ def run_page(
         where.append(runs.c.condemned_at.is_(None))
     if unwind:
         where.append(runs.c.unwind_state == b("want_unwind"))
-    if search:
+    if search and search_by_scan:
+        # The same test through a function, so that no index on run_id serves it: the page index is
+        # walked instead, for a prefix so common that reading its whole range would cost more.
+        where.append(sa.func.substr(runs.c.run_id, 1, sa.func.length(b("id_lo"))) == b("id_lo"))
+    elif search:
         run_id: sa.ColumnElement[str] = (
             sa.collate(runs.c.run_id, "C") if dialect.name == "postgresql" else runs.c.run_id
         )
@@ -404,3 +415,14 @@ def run_page(
         .limit(b("max_rows", type_=sa.Integer))
     )
     return Prepared(stmt, dialect)
+
+
+def prefix_count(dialect: sa.Dialect) -> Prepared:
+    """How many run ids start with the prefix, counting no further than ``enough``."""
+    inner = (
+        sa.select(runs.c.run_id)
+        .where(runs.c.run_id >= b("id_lo"), runs.c.run_id < b("id_hi"))
+        .limit(b("enough", type_=sa.Integer))
+        .subquery()
+    )
+    return Prepared(sa.select(sa.func.count()).select_from(inner), dialect)
