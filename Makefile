@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test test-fast lint typecheck bench soak clean services browser
+.PHONY: screenshots install demo test test-fast lint typecheck bench soak clean services browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -46,6 +46,10 @@ typecheck: $(STAMP)
 bench: $(STAMP)
 	bash .ci/programs
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# Regenerate the console screenshots README.md shows (docs/*.png) from the browser tests.
+screenshots: $(STAMP) browser
+	SAGA_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/console/test_browser.py
 
 soak: $(STAMP)
 	$(BIN)/python -m pytest tests/faults -m soak -p no:randomly -s

@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -39,7 +40,13 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--no-first-run",
 ]
-DOCS = REPO / "docs"
+# The README's screenshots: written to docs/ when asked (`make screenshots`), else to a scratch folder,
+# so an ordinary test run leaves the work tree as it found it.
+DOCS = (
+    REPO / "docs"
+    if os.environ.get("SAGA_UPDATE_SCREENSHOTS") == "1"
+    else Path(tempfile.mkdtemp(prefix="saga-screenshots-"))
+)
 READY_TIMEOUT_S = 60.0
 
 
@@ -182,9 +189,13 @@ def deployment(
         worker.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    """One headless Chromium for the session (Debian's package, driven by Playwright)."""
+    """One headless Chromium per module (Debian's package, driven by Playwright).
+
+    Not per session: Playwright's sync API keeps an asyncio loop running in the main thread while it
+    is open, and every later test that calls asyncio.run() would fail on it.
+    """
     if shutil.which(CHROMIUM) is None and not Path(CHROMIUM).exists():
         missing(f"no browser at {CHROMIUM} (apt-get install chromium; `make test` does)")
     try:
