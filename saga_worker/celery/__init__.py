@@ -39,7 +39,7 @@ def current_app() -> Celery:
     return _installed if _installed is not None else default_app()
 
 
-def _set_installed(app: Celery) -> None:
+def _set_installed(app: Celery | None) -> None:
     global _installed
     with _lock:
         _installed = app

@@ -33,7 +33,7 @@ def host() -> Iterator[Celery]:
         return "tock"
 
     yield app
-    saga_celery._set_installed(None)  # type: ignore[arg-type]
+    saga_celery._set_installed(None)
     executor.configure(None, None)
 
 

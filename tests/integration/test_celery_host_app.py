@@ -74,7 +74,7 @@ def host(tmp_path_factory: pytest.TempPathFactory, pg_database_url: str) -> Iter
         for proc in procs:
             proc.stop()
         app.close()
-        saga_celery._set_installed(None)  # type: ignore[arg-type]
+        saga_celery._set_installed(None)
         executor.configure(None, None)
         mp.undo()
         get_settings.cache_clear()
