@@ -19,11 +19,11 @@ from tests.services import PG_ADMIN_URL, REDIS_URL, require
 BACKENDS = ["memory", "sqlite", "postgres"]
 
 
-@pytest.fixture(scope="session")
-def pg_database_url() -> Iterator[str]:
-    """A PostgreSQL database made for this pytest session, migrated to the newest schema."""
+def fresh_pg_database(prefix: str) -> Iterator[str]:
+    """A new PostgreSQL database (named ``prefix`` + random hex), migrated to the newest schema;
+    dropped when the generator is closed. Fixtures yield from it."""
     require("postgres")
-    name = f"saga_t_{uuid.uuid4().hex[:10]}"
+    name = f"{prefix}{uuid.uuid4().hex[:10]}"
     admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
         conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
@@ -33,6 +33,12 @@ def pg_database_url() -> Iterator[str]:
     with admin.connect() as conn:
         conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_database_url() -> Iterator[str]:
+    """A PostgreSQL database made for this pytest session, migrated to the newest schema."""
+    yield from fresh_pg_database("saga_t_")
 
 
 @pytest.fixture

@@ -16,19 +16,17 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 
-from saga_worker import open_journal
 from saga_worker.console.auth import Role, new_token
+from tests.conftest import fresh_pg_database
 from tests.integration.conftest import REPO, Setup, make_setup, redis_db
-from tests.services import PG_ADMIN_URL, REDIS_URL, require
+from tests.services import REDIS_URL, require
 from tests.worker_process import WorkerProcess
 
 CHROMIUM = os.environ.get("SAGA_TEST_CHROMIUM", "/usr/bin/chromium")
@@ -154,17 +152,7 @@ class Deployment:
 @pytest.fixture(scope="module")
 def module_pg_url() -> Iterator[str]:
     """A PostgreSQL database of this module's own: the sweeper and the metrics see only its runs."""
-    require("postgres")
-    name = f"saga_c_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    url = sa.engine.make_url(PG_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    open_journal(url, migrate=True).close()
-    yield url
-    with admin.connect() as conn:
-        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    yield from fresh_pg_database("saga_c_")
 
 
 @pytest.fixture(scope="module")
