@@ -1,0 +1,31 @@
+"""``saga-worker``: run the demo, workers and beat; unwind a run; read the journal (DESIGN.md §5).
+
+Every listing and report prints as a table for people and as JSON with ``--json`` for programs.
+Errors print one line and exit non-zero. One module per area of commands (``commands_*.py``); how they
+print is ``render.py``, how they start and stop Celery processes is ``processes.py``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from .commands_console import serve, token
+from .commands_demo import demo
+from .commands_journal import report, runs
+from .commands_processes import beat, db, worker
+from .commands_unwind import compensate, redrive
+from .common import OneLineErrorGroup, fail
+from .processes import embedded_worker, stop_process_group
+from .render import report_table, steps_table
+
+__all__ = ["embedded_worker", "fail", "main", "report_table", "steps_table", "stop_process_group"]
+
+
+@click.group(cls=OneLineErrorGroup)
+@click.version_option(package_name="saga-worker")
+def main() -> None:
+    """saga-worker: condemn a run first, then compensate its steps in reverse, and report every step."""
+
+
+for _command in (runs, report, compensate, redrive, serve, token, worker, beat, db, demo):
+    main.add_command(_command)

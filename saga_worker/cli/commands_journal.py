@@ -1,0 +1,66 @@
+"""Reading the journal: ``runs`` and ``report``."""
+
+from __future__ import annotations
+
+import click
+
+from ..settings import get_settings
+from ..views import journal_steps, parse_run_query, run_summary, runs_page
+from .common import configured_journal, fail
+from .render import dump, out, runs_table, steps_table
+
+
+@click.command()
+@click.option("--limit", default=50, show_default=True, help="How many runs, most recently updated first.")
+@click.option("--condemned", is_flag=True, help="Only condemned runs.")
+@click.option("--status", default=None, help="Only runs with this status (running, finished, failed, ...).")
+@click.option("--unwind", default=None, help="Only runs in this unwind state (incomplete, attention, ...).")
+@click.option("--search", default=None, help="Only runs whose id starts with this.")
+@click.option("--cursor", default=None, help="The next page: the cursor the previous page printed.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def runs(
+    limit: int,
+    condemned: bool,
+    status: str | None,
+    unwind: str | None,
+    search: str | None,
+    cursor: str | None,
+    as_json: bool,
+) -> None:
+    """List runs with their status, tombstone and unwind state (``attention``: a person must look)."""
+    query = parse_run_query(
+        status=status,
+        condemned=True if condemned else None,
+        unwind=unwind,
+        search=search,
+        cursor=cursor,
+        limit=limit,
+    )
+    with configured_journal(get_settings()) as journal:
+        page = runs_page(journal, query)
+    if as_json:
+        dump([run_summary(r) for r in page.runs])
+        return
+    out.print(runs_table(page.runs))
+    if page.next_cursor:
+        out.print(f"more: saga-worker runs --cursor {page.next_cursor}")
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def report(run_id: str, as_json: bool) -> None:
+    """Show a run from the journal: its steps and their compensation state."""
+    with configured_journal(get_settings()) as journal:
+        run = journal.get_run(run_id)
+        if run is None:
+            fail(f"run {run_id!r} is not in the journal")
+        steps = journal_steps(journal, run_id)
+    if as_json:
+        dump({"run": run_summary(run), "steps": steps})
+        return
+    out.print(
+        f"run [bold]{run_id}[/]: {run.status.value}, condemned: {'yes' if run.condemned else 'no'}, "
+        f"unwind: {run.unwind_state.value}" + (f" ({run.unwind_note})" if run.unwind_note else "")
+    )
+    out.print(steps_table(run_id, steps))

@@ -1,0 +1,94 @@
+"""Unwinding: ``compensate`` (on a worker, or here with --local) and ``redrive``."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from ..keys import check_run_id
+from ..settings import get_settings
+from .common import configured_journal
+from .processes import celery
+from .progress import wait_with_progress
+from .render import dump, out, report_table
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--dry-run", is_flag=True, help="Plan only: nothing is written, no hook is called.")
+@click.option(
+    "--wait/--no-wait", default=True, show_default=True, help="Wait for the report (else print the task id)."
+)
+@click.option("--local", is_flag=True, help="Unwind in this process instead of on a worker.")
+@click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait for the report.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def compensate(run_id: str, dry_run: bool, wait: bool, local: bool, timeout: float, as_json: bool) -> None:
+    """Condemn RUN_ID and undo its steps in reverse order (on a worker unless --local)."""
+    check_run_id(run_id)  # before anything is enqueued or written
+    settings = get_settings()
+    if local:
+        from .. import executor
+        from ..compensation.engine import compensate_run as unwind_here
+
+        ctx = executor.WorkerContext(settings)
+        try:
+            result = unwind_here(run_id, journal=ctx.journal, tools=ctx.tools, dry_run=dry_run, lock=ctx.lock)
+        finally:
+            ctx.close()
+        _show_report(result.model_dump(mode="json"), as_json)
+        _exit_for(result.model_dump(mode="json"))
+        return
+    async_result = celery().compensate_run.delay(run_id, dry_run=dry_run)
+    if not wait:
+        dump({"task_id": async_result.id, "run_id": run_id}) if as_json else out.print(
+            f"unwind of run [bold]{run_id}[/] enqueued as task {async_result.id}"
+        )
+        return
+    data = wait_with_progress(async_result, run_id, settings, timeout, quiet=as_json)
+    _show_report(data, as_json)
+    _exit_for(data)
+
+
+def _show_report(data: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        dump(data)
+    else:
+        out.print(report_table(data))
+
+
+def _exit_for(data: dict[str, Any]) -> None:
+    # A halted unwind is a result, not an error: the report says why. Exit 2 lets scripts notice.
+    if any(e["status"] in ("failed", "busy") for e in data["entries"]):
+        sys.exit(2)
+
+
+@click.command()
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def redrive(run_id: str, as_json: bool) -> None:
+    """Hand a run flagged for attention (the sweeper gave up) back to the workers once."""
+    from .. import actions
+
+    settings = get_settings()
+    with configured_journal(settings) as journal:
+        task_id = actions.redrive(
+            run_id,
+            journal=journal,
+            enqueue=actions.celery_enqueue(),
+            actor=_shell_actor(),
+            claim_ttl=settings.claim_ttl,
+        )
+    dump({"run_id": run_id, "task_id": task_id}) if as_json else out.print(
+        f"run [bold]{run_id}[/] re-driven as task {task_id}"
+    )
+
+
+def _shell_actor() -> str:
+    import getpass
+
+    try:
+        return f"cli:{getpass.getuser()}"
+    except Exception:
+        return "cli"

@@ -1,0 +1,37 @@
+"""What every command shares: the one-line error, the group that turns any exception into it, and the
+journal at the configured URL."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, NoReturn
+
+import click
+
+from ..errors import SagaError
+from ..journal import Journal, open_journal
+from ..settings import SagaSettings
+
+
+def fail(message: str) -> NoReturn:
+    # One line, never wrapped, whatever the terminal's width: scripts grep it.
+    click.echo(click.style("error:", fg="red", bold=True) + " " + " ".join(message.split()), err=True)
+    sys.exit(1)
+
+
+class OneLineErrorGroup(click.Group):
+    """Turns any error into one clear line and a non-zero exit (click's own usage errors stay as they are)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.ClickException, click.exceptions.Exit, click.exceptions.Abort, SystemExit):
+            raise
+        except SagaError as exc:
+            fail(str(exc))
+        except Exception as exc:  # a broker or database that cannot be reached, a bad URL
+            fail(f"{type(exc).__name__}: {exc}")
+
+
+def configured_journal(settings: SagaSettings) -> Journal:
+    return open_journal(settings.resolved_journal_url())

@@ -1,0 +1,70 @@
+"""Waiting for an unwind on a worker: each step's outcome printed as the journal records it, then the
+report from the result backend."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from typing import Any
+
+from ..journal import Journal
+from ..settings import SagaSettings
+from .common import configured_journal, fail
+from .render import STATUS_STYLE, out
+
+
+def wait_with_progress(
+    async_result: Any,
+    run_id: str,
+    settings: SagaSettings,
+    timeout: float,
+    quiet: bool,
+    worker: subprocess.Popen[bytes] | None = None,
+    worker_log: str = "",
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    seen = 0
+    with configured_journal(settings) as journal:
+        status = None if quiet else out.status(f"unwinding run {run_id} (task {async_result.id})")
+        if status is not None:
+            status.start()
+        try:
+            done = False
+            while not done:
+                done = async_result.ready()
+                if not done and worker is not None and worker.poll() is not None:
+                    fail(
+                        f"the worker exited with code {worker.returncode} before the report came; see {worker_log}"
+                    )
+                if not done and time.monotonic() > deadline:
+                    fail(
+                        f"no report for run {run_id!r} after {timeout:.0f}s (task {async_result.id}); "
+                        "is a worker running? (saga-worker worker)"
+                    )
+                if not quiet:
+                    seen = _print_new_entries(journal, async_result.id, seen)
+                if not done:
+                    time.sleep(0.1)
+        finally:
+            if status is not None:
+                status.stop()
+    value = async_result.get(timeout=max(1.0, deadline - time.monotonic()), propagate=False)
+    if async_result.failed():
+        fail(f"unwind of run {run_id!r} failed on the worker: {type(value).__name__}: {value}")
+    return dict(value)
+
+
+def _print_new_entries(journal: Journal, unwind_id: str, seen: int) -> int:
+    entries = _unwind_entries(journal, unwind_id)
+    for entry in entries[seen:]:
+        style = STATUS_STYLE.get(entry["status"], "")
+        out.print(f"  step {entry['suffix']} ({entry['tool_name']}): [{style}]{entry['status']}[/]")
+    return max(seen, len(entries))
+
+
+def _unwind_entries(journal: Journal, unwind_id: str) -> list[dict[str, Any]]:
+    try:
+        entries = journal.list_unwind_entries(unwind_id)
+    except NotImplementedError:
+        return []
+    return [entries[p] for p in sorted(entries)]
