@@ -1,5 +1,7 @@
 """saga-worker: unwinds multi-step runs. Condemn first, compensate in reverse, report honestly."""
 
+from .approvals import approve, approve_compensation, deny, deny_compensation, pending_calls
+from .audit import read_audit
 from .blocks import SagaRun, saga
 from .compensation import (
     CompensationEntry,
@@ -11,6 +13,7 @@ from .compensation import (
 )
 from .decorator import tool
 from .errors import (
+    ApprovalError,
     CompensatedRunError,
     InvalidInputError,
     JournalError,
@@ -24,8 +27,9 @@ from .errors import (
     UnknownToolError,
 )
 from .journal import Journal, MemoryJournal, open_journal
+from .journal.records import AuditAction, AuditRecord, AuditVia, CompensationGate, GateDecision
 from .planning import CallResult, Finish, Planner, RunState, ToolCall, scripted
-from .runs import RunEvent, RunResult, fork_run, resume_run, run_durable, stream_durable
+from .runs import PendingCall, RunEvent, RunResult, fork_run, resume_run, run_durable, stream_durable
 from .tools import CallOptions, RecoverResult, Tool
 
 __version__ = "0.1.0"
@@ -73,7 +77,21 @@ __all__ = [
     "assert_not_compensated",
     "compensate_run",
     "run_compensated",
+    # approvals and the audit trail
+    "AuditAction",
+    "AuditRecord",
+    "AuditVia",
+    "CompensationGate",
+    "GateDecision",
+    "PendingCall",
+    "approve",
+    "approve_compensation",
+    "deny",
+    "deny_compensation",
+    "pending_calls",
+    "read_audit",
     # errors
+    "ApprovalError",
     "CompensatedRunError",
     "InvalidInputError",
     "JournalError",

@@ -112,3 +112,12 @@ class ReplayMismatchError(InvalidInputError):
             journaled_tool=journaled[0],
             asked_tool=asked[0],
         )
+
+
+class ApprovalError(SagaError):
+    """An approval or denial that cannot apply: no such call or step, or it was decided otherwise."""
+
+    def __init__(self, run_id: str, target: str, reason: str) -> None:
+        super().__init__(
+            f"run {run_id!r}: cannot decide on {target!r}: {reason}", run_id=run_id, target=target
+        )

@@ -12,7 +12,9 @@ from typing import Any, Literal
 
 from .errors import InvalidInputError
 
-IdempotencyMode = Literal["call", "args"]
+IdempotencyMode = Literal["call", "args", "cross-run"]
+# How a cross-run call's records are marked (the mode column holds 8 characters).
+CROSS_MODE = "cross"
 
 # ":" separates the parts of a key and "-" the parts of an args suffix; an id holding either part
 # separator in the wrong place would make two different calls share one key.
@@ -116,7 +118,14 @@ def execute_key(
 ) -> str:
     if mode == "args":
         return f"{origin_run_id}:{tool_name}:{hash16(input)}"
+    if mode in (CROSS_MODE, "cross-run"):
+        return shared_key(tool_name, input)
     return f"{origin_run_id}:{tool_call_id}"
+
+
+def shared_key(tool_name: str, input: Any) -> str:
+    """The key of a cross-run shared execution: no run id, so identical calls of any run share it."""
+    return f"{tool_name}:{hash16(input)}"
 
 
 def compensate_key(origin_run_id: str, suffix: str) -> str:

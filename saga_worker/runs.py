@@ -19,22 +19,56 @@ from .errors import (
     UnknownToolError,
 )
 from .journal.base import Journal
-from .journal.records import NewRecord, RecordStatus, RunInfo, RunStatus, ToolRecord
-from .keys import canonical_json, check_call_id, check_run_id, execute_key, is_json_value, record_suffix
+from .journal.records import (
+    NewRecord,
+    RecordStatus,
+    RunInfo,
+    RunStatus,
+    SharedAction,
+    SharedStatus,
+    ToolRecord,
+)
+from .keys import (
+    CROSS_MODE,
+    canonical_json,
+    check_call_id,
+    check_run_id,
+    execute_key,
+    is_json_value,
+    record_suffix,
+    shared_key,
+)
 from .planning import CallResult, Finish, Planner, RunState, ToolCall
 from .tools import CallOptions, RecoverResult, Tool, call_hook, check_tools
 
 _MAX_RACE_RETRIES = 5
 # How long a call waits for another process that is executing the same record before giving up.
 _GUARD_WAIT_S = 5.0
+# How long a cross-run call waits for another run that is executing the same shared call.
+_SHARED_WAIT_S = 30.0
+# The guard namespace of shared executions (not a valid run id, so it never meets a run's own guard).
+_SHARED_GUARD = "~shared"
+
+
+@dataclass(frozen=True)
+class PendingCall:
+    """A call the run stopped at: it waits for ``approve`` or ``deny`` (by its ``tool_call_id``)."""
+
+    tool_call_id: str
+    tool: str
+    input: Any
 
 
 @dataclass(frozen=True)
 class RunResult:
+    """How a run stopped: ``finished``/``failed`` (its end, journaled), or ``suspended`` (not an end:
+    ``pending`` lists the calls waiting for a person; ``resume_run`` goes on after the decisions)."""
+
     run_id: str
-    status: Literal["finished", "failed"]
+    status: Literal["finished", "failed", "suspended"]
     text: str = ""
     error: str | None = None
+    pending: tuple[PendingCall, ...] = ()
 
     @classmethod
     def of(cls, run: RunInfo) -> RunResult:
@@ -59,7 +93,10 @@ class RunEvent:
     input: Any = None
     output: Any = None
     error: str | None = None
-    outcome: Literal["executed", "replayed", "recovered", "failed", "denied"] | None = None
+    # ``suspended``: waits for a person; ``shared``: a cross-run call mirrored another run's execution.
+    outcome: (
+        Literal["executed", "replayed", "recovered", "failed", "denied", "suspended", "shared"] | None
+    ) = None
     result: RunResult | None = None
 
 
@@ -261,12 +298,24 @@ class _Driver:
                 yield self._end(status, str(payload.get("text") or ""), error, step)
                 return
             yield RunEvent("decision", self.run_id, step)
+            pending: list[PendingCall] = []
             for call in calls:
                 calls_made += 1
                 used_ids.add(call["id"])
                 event = self._call(step, call["id"], call["tool"], call["input"])
-                results.append(CallResult(call["id"], call["tool"], event.input, event.output, event.error))
+                if event.outcome == "suspended":
+                    pending.append(PendingCall(call["id"], call["tool"], event.input))
+                else:
+                    results.append(
+                        CallResult(call["id"], call["tool"], event.input, event.output, event.error)
+                    )
                 yield event
+            if pending:
+                # Not an end: the run stays running in the journal, and the planner is not asked again
+                # until every call of this decision is decided and done.
+                result = RunResult(self.run_id, "suspended", pending=tuple(pending))
+                yield RunEvent("end", self.run_id, step, result=result)
+                return
 
     def _end(self, status: RunStatus, text: str, error: str | None, step: int) -> RunEvent:
         run = self.journal.end_run(self.run_id, status, text, error)
@@ -302,7 +351,27 @@ class _Driver:
                         self.run_id, call_id, tool_name, "another process is executing it right now"
                     )
                 record = self.journal.get_record(self.run_id, suffix)
+                if tool.idempotency == "cross-run" and (
+                    record is None or record.status is RecordStatus.MIRRORED
+                ):
+                    return self._cross(step, tool, suffix, call_id, tool_name, input, record)
                 if record is None:
+                    if tool.call_needs_approval(input):
+                        # Suspended, not executed: no key is used until a person approves it.
+                        new = NewRecord(
+                            suffix,
+                            step,
+                            call_id,
+                            tool_name,
+                            tool.idempotency,
+                            input,
+                            self.run_id,
+                            status=RecordStatus.SUSPENDED,
+                        )
+                        suspended = self.journal.claim_record(self.run_id, new, gated=True)
+                        if suspended is not None:
+                            return self._event(step, suspended, "suspended")
+                        continue
                     new = NewRecord(suffix, step, call_id, tool_name, tool.idempotency, input, self.run_id)
                     claimed = self.journal.claim_record(
                         self.run_id, new, gated=tool.side_effect, durable=_must_be_durable(tool)
@@ -310,6 +379,14 @@ class _Driver:
                     if claimed is not None:
                         return self._execute(step, tool, claimed)
                     continue  # another writer claimed it first: handle its record
+                if record.status is RecordStatus.APPROVED:
+                    # A person approved it: the normal claim (gated), then the normal key, once.
+                    approved = self.journal.reclaim_record(
+                        self.run_id, record.suffix, RecordStatus.APPROVED, gated=tool.side_effect
+                    )
+                    if approved is not None:
+                        return self._execute(step, tool, approved)
+                    continue
                 event = self._settled_event(step, record) or self._recover_or_retry(step, tool, record)
                 if event is not None:
                     return event
@@ -320,9 +397,160 @@ class _Driver:
     def _settled_event(self, step: int, record: ToolRecord) -> RunEvent | None:
         if record.status is RecordStatus.SUCCEEDED:
             return self._event(step, record, "replayed")
-        if record.status in (RecordStatus.DENIED, RecordStatus.SUSPENDED):
+        if record.status is RecordStatus.DENIED:
             return self._event(step, record, "denied")
+        if record.status is RecordStatus.SUSPENDED:
+            return self._event(step, record, "suspended")
+        if record.status is RecordStatus.MIRRORED and record.shared_id is not None:
+            action = self.journal.get_shared(record.shared_id)
+            if action is not None and action.status is SharedStatus.SUCCEEDED:
+                return self._shared_event(step, record, action, "replayed")
         return None
+
+    # -- cross-run calls (one execution shared by identical calls of any run within the window) ------
+    def _cross(
+        self,
+        step: int,
+        tool: Tool,
+        suffix: str,
+        call_id: str,
+        tool_name: str,
+        input: Any,
+        mirror: ToolRecord | None,
+    ) -> RunEvent:
+        """Mirror the live shared execution of this call, or make one and execute it.
+
+        Under the shared key's execution guard: a second run racing on the same call waits for the
+        first to settle, then mirrors it; a ``running`` shared execution whose guard is free was left
+        by a process that died, and gets the same recover/idempotent rules as a record."""
+        key = shared_key(tool_name, input)
+        with self.journal.execution_guard(_SHARED_GUARD, key, wait=_SHARED_WAIT_S) as held:
+            if not held:
+                raise SideEffectRetryBlockedError(
+                    self.run_id, call_id, tool_name, "another run is executing the shared call right now"
+                )
+            action: SharedAction | None
+            if mirror is None:
+                assert tool.window_s is not None
+                latest = self.journal.latest_shared(key)
+                live = latest is not None and latest.live(self.journal.now())
+                action = latest if live else None
+                generation = 1 if latest is None else latest.generation + (0 if live else 1)
+                new = NewRecord(
+                    suffix,
+                    step,
+                    call_id,
+                    tool_name,
+                    CROSS_MODE,
+                    input,
+                    self.run_id,
+                    status=RecordStatus.MIRRORED,
+                    shared_id=f"{key}:{generation}",
+                )
+                # The mirror is this call's claim: gated, so no shared execution starts for a condemned run.
+                mirror = self.journal.claim_record(self.run_id, new, gated=tool.side_effect) or (
+                    self.journal.get_record(self.run_id, suffix)
+                )
+                assert mirror is not None and mirror.shared_id is not None
+                if action is None:
+                    made = self.journal.insert_shared(
+                        key, generation, tool_name, input, self.run_id, tool.window_s
+                    )
+                    if made is not None:
+                        return self._execute_shared(step, tool, mirror, made)
+            assert mirror.shared_id is not None
+            action = self.journal.get_shared(mirror.shared_id)
+            if action is None:
+                raise SideEffectRetryBlockedError(
+                    self.run_id, call_id, tool_name, f"its shared execution {mirror.shared_id!r} is missing"
+                )
+            if action.status is SharedStatus.SUCCEEDED:
+                outcome = "replayed" if action.run_id == self.run_id else "shared"
+                return self._shared_event(step, mirror, action, outcome)
+            return self._recover_shared(step, tool, mirror, action)
+
+    def _recover_shared(self, step: int, tool: Tool, mirror: ToolRecord, action: SharedAction) -> RunEvent:
+        """A failed shared execution, or a running one whose process died (we hold its guard)."""
+        if tool.recover is not None:
+            opts = CallOptions(action.key, mirror.tool_call_id, self.run_id)
+            try:
+                answer = call_hook(tool.recover, action.input, opts)
+            except Exception as exc:
+                raise SideEffectRetryBlockedError(
+                    self.run_id,
+                    mirror.tool_call_id,
+                    mirror.tool_name,
+                    f"recover raised {type(exc).__name__}: {exc}",
+                ) from exc
+            if not isinstance(answer, RecoverResult) or (answer.done and not is_json_value(answer.output)):
+                raise SideEffectRetryBlockedError(
+                    self.run_id,
+                    mirror.tool_call_id,
+                    mirror.tool_name,
+                    "recover did not answer a usable RecoverResult",
+                )
+            if answer.done:
+                settled = self.journal.settle_shared(
+                    action.shared_id, action.status, SharedStatus.SUCCEEDED, output=answer.output
+                )
+                if settled is not None:
+                    return self._shared_event(step, mirror, settled, "recovered")
+        elif not (tool.idempotent or not tool.side_effect):
+            raise SideEffectRetryBlockedError(
+                self.run_id,
+                mirror.tool_call_id,
+                mirror.tool_name,
+                f"its shared execution is {action.status.value}, it has no recover hook and is not idempotent=True",
+            )
+        run = self.journal.get_run(self.run_id)
+        if tool.side_effect and run is not None and run.condemned:
+            raise CompensatedRunError(self.run_id)
+        again = self.journal.settle_shared(
+            action.shared_id, action.status, SharedStatus.RUNNING, reclaim=True
+        )
+        if again is None:
+            raise SideEffectRetryBlockedError(
+                self.run_id, mirror.tool_call_id, mirror.tool_name, "its shared execution changed under us"
+            )
+        return self._execute_shared(step, tool, mirror, again)
+
+    def _execute_shared(self, step: int, tool: Tool, mirror: ToolRecord, action: SharedAction) -> RunEvent:
+        opts = CallOptions(action.key, mirror.tool_call_id, self.run_id)
+        try:
+            output = call_hook(tool.execute, action.input, opts)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            self.journal.settle_shared(
+                action.shared_id, SharedStatus.RUNNING, SharedStatus.FAILED, error=error
+            )
+            return self._event(step, mirror, "failed", error=error)
+        if not is_json_value(output):
+            error = f"execute returned a {type(output).__name__}, which is not JSON-serialisable"
+            self.journal.settle_shared(
+                action.shared_id, SharedStatus.RUNNING, SharedStatus.FAILED, error=error
+            )
+            return self._event(step, mirror, "failed", error=error)
+        done = self.journal.settle_shared(
+            action.shared_id, SharedStatus.RUNNING, SharedStatus.SUCCEEDED, output=output
+        )
+        return self._shared_event(
+            step, mirror, done or action, "executed", output=output if done is None else None
+        )
+
+    def _shared_event(
+        self, step: int, mirror: ToolRecord, action: SharedAction, outcome: Any, *, output: Any = None
+    ) -> RunEvent:
+        return RunEvent(
+            "tool",
+            self.run_id,
+            step,
+            mirror.tool_call_id,
+            mirror.tool_name,
+            mirror.input,
+            action.output if output is None else output,
+            None,
+            outcome,
+        )
 
     def _recover_or_retry(self, step: int, tool: Tool, record: ToolRecord) -> RunEvent | None:
         """A failed or running record: the side effect may or may not have happened (DESIGN.md §2)."""

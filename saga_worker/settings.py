@@ -31,6 +31,9 @@ class SagaSettings(BaseSettings):
     tools: str = Field(
         "saga_worker.demo:TOOLS", description="'package.module:attribute', the tools the worker loads."
     )
+    actor: str | None = Field(
+        None, description="Who the audit trail names for this process's actions (default: the OS user)."
+    )
     claim_ttl: float = Field(30.0, gt=0, description="Seconds a compensation claim lives without renewal.")
     sweep_interval: float = Field(
         5.0, gt=0, description="Seconds between beat sweeps for interrupted unwinds."

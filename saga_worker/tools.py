@@ -31,6 +31,9 @@ class RecoverResult:
 
 
 Hook = Callable[..., Any]
+# ``needs_approval``: True, or ``(input) -> bool``; ``compensate_needs_approval``: True, or
+# ``(input, output) -> bool``.
+ApprovalRule = bool | Callable[..., Any]
 
 
 class Tool:
@@ -44,6 +47,9 @@ class Tool:
         "side_effect",
         "idempotent",
         "description",
+        "needs_approval",
+        "compensate_needs_approval",
+        "window_s",
     )
 
     def __init__(
@@ -56,6 +62,9 @@ class Tool:
         side_effect: bool = True,
         idempotent: bool = False,
         description: str = "",
+        needs_approval: ApprovalRule = False,
+        compensate_needs_approval: ApprovalRule = False,
+        window_s: float | None = None,
     ) -> None:
         if not callable(execute):
             raise InvalidInputError(f"Tool(execute=...) must be callable, got {type(execute).__name__}")
@@ -64,8 +73,30 @@ class Tool:
                 raise InvalidInputError(
                     f"Tool({name}=...) must be callable or None, got {type(hook).__name__}"
                 )
-        if idempotency not in ("call", "args"):
-            raise InvalidInputError(f"Tool(idempotency=...) must be 'call' or 'args', got {idempotency!r}")
+        if idempotency not in ("call", "args", "cross-run"):
+            raise InvalidInputError(
+                f"Tool(idempotency=...) must be 'call', 'args' or 'cross-run', got {idempotency!r}"
+            )
+        for name, rule in (
+            ("needs_approval", needs_approval),
+            ("compensate_needs_approval", compensate_needs_approval),
+        ):
+            if not isinstance(rule, bool) and not callable(rule):
+                raise InvalidInputError(
+                    f"Tool({name}=...) must be True, False or a callable, got {type(rule).__name__}"
+                )
+        if idempotency == "cross-run":
+            if (
+                isinstance(window_s, bool)
+                or not isinstance(window_s, int | float)
+                or not window_s > 0
+                or window_s != window_s
+            ):
+                raise InvalidInputError(
+                    f"Tool(idempotency='cross-run') needs window_s, a number of seconds > 0, got {window_s!r}"
+                )
+        elif window_s is not None:
+            raise InvalidInputError("Tool(window_s=...) only applies to idempotency='cross-run'")
         self.execute = execute
         self.compensate = compensate
         self.recover = recover
@@ -73,10 +104,30 @@ class Tool:
         self.side_effect = bool(side_effect)
         self.idempotent = bool(idempotent)
         self.description = description
+        self.needs_approval = needs_approval
+        self.compensate_needs_approval = compensate_needs_approval
+        self.window_s = float(window_s) if window_s is not None else None
+
+    def call_needs_approval(self, input: Any) -> bool:
+        """Must a person approve this call before it executes? A rule that raises says yes (fail closed)."""
+        return _ask(self.needs_approval, input)
+
+    def compensation_needs_approval(self, input: Any, output: Any) -> bool:
+        """Must a person approve undoing this call? A rule that raises says yes (fail closed)."""
+        return _ask(self.compensate_needs_approval, input, output)
 
     def __repr__(self) -> str:
         name = getattr(self.execute, "__name__", "execute")
         return f"Tool({name}, compensate={self.compensate is not None}, recover={self.recover is not None})"
+
+
+def _ask(rule: ApprovalRule, *args: Any) -> bool:
+    if isinstance(rule, bool):
+        return rule
+    try:
+        return bool(call_hook(rule, *args))
+    except Exception:
+        return True
 
 
 def check_tools(tools: Mapping[str, Tool] | None) -> dict[str, Tool]:

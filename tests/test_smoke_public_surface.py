@@ -28,11 +28,16 @@ def test_public_surface_exports_every_contract_name() -> None:
         "SideEffectRetryBlockedError",
         "RunResult",
         "SagaError",
+        "approve",
+        "deny",
+        "approve_compensation",
+        "deny_compensation",
+        "read_audit",
     ]:
         assert getattr(saga_worker, name) is not None, name
 
 
-def test_compensation_statuses_are_exactly_the_nine_of_the_contract() -> None:
+def test_compensation_statuses_are_exactly_the_eleven_of_the_contract() -> None:
     assert {s.value for s in saga_worker.CompensationStatus} == {
         "compensated",
         "already-compensated",
@@ -43,4 +48,6 @@ def test_compensation_statuses_are_exactly_the_nine_of_the_contract() -> None:
         "busy",
         "failed",
         "not-attempted",
+        "awaiting-approval",
+        "skipped-denied",
     }

@@ -80,11 +80,28 @@ def _report(run_id: str, unwind_id: str) -> dict[str, Any]:
     return report.model_dump(mode="json")
 
 
-def compensate_run(self: Task, run_id: str, dry_run: bool = False) -> Any:
-    """Condemn the run and unwind it, one task per step; the result is the report as a JSON dict."""
+def compensate_run(
+    self: Task,
+    run_id: str,
+    dry_run: bool = False,
+    actor: str | None = None,
+    reason: str | None = None,
+    via: str = "worker",
+) -> Any:
+    """Condemn the run and unwind it, one task per step; the result is the report as a JSON dict.
+
+    ``actor``, ``reason`` and ``via`` (``worker``, or ``cli``/``sweeper`` when they send it) go to the
+    run's audit trail; without an actor the worker's ``SAGA_ACTOR`` or OS user is named."""
     ctx = executor.current()
     nxt = executor.start_unwind(
-        ctx.journal, run_id, self.request.id, dry_run=dry_run, claim_ttl=ctx.settings.claim_ttl
+        ctx.journal,
+        run_id,
+        self.request.id,
+        dry_run=dry_run,
+        claim_ttl=ctx.settings.claim_ttl,
+        actor=actor,
+        reason=reason,
+        via=via,
     )
     return _continue(self, nxt)
 
@@ -124,7 +141,9 @@ def retry_uncertain(self: Task) -> dict[str, list[str]]:
     """Beat: re-drive interrupted unwinds with backoff; flag a run for a person after the budget."""
     ctx = executor.current()
     start = self.app.tasks[COMPENSATE_RUN]
-    outcome = executor.sweep(ctx.journal, enqueue=lambda run_id: start.delay(run_id), settings=ctx.settings)
+    outcome = executor.sweep(
+        ctx.journal, enqueue=lambda run_id: start.delay(run_id, via="sweeper"), settings=ctx.settings
+    )
     return outcome.as_dict()
 
 

@@ -18,11 +18,16 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .. import faults, metrics
+from ..audit import check_actor, check_reason, check_via, condemned_by, default_actor
 from ..errors import MalformedRecordError, SagaError
 from ..journal.base import Journal
 from ..journal.records import (
+    AuditAction,
+    AuditVia,
     ClaimStatus,
     CompensationClaim,
+    GateDecision,
+    NewAudit,
     RecordStatus,
     ToolRecord,
     UnwindState,
@@ -49,19 +54,22 @@ def new_owner(tag: str = "") -> str:
     return f"{_HOST}:{os.getpid()}:{tag or f'{_OWNER_NONCE}{next(_owner_counter)}'}"[:100]
 
 
-def begin_unwind(journal: Journal, run_id: str, *, dry_run: bool) -> WorklistView:
+def begin_unwind(
+    journal: Journal, run_id: str, *, dry_run: bool, audit: NewAudit | None = None
+) -> WorklistView:
     """Write the tombstone (unless a dry run), then read the run, the steps to undo (in execution
     order) and their claims, in one read.
 
     The tombstone comes first so that no new side effect can start once the worklist is read. A
     malformed run or record row fails here, before any hook runs, not after them. So does a
-    ``dry_run`` that is not a real boolean: it fails before the tombstone.
+    ``dry_run`` that is not a real boolean: it fails before the tombstone. ``audit`` (the
+    ``condemned`` row) is written with the tombstone, by the call that writes it.
 
     A row the journal cannot parse (MalformedRecordError) ends the unwind before any step: the
     tombstone stands, no step is reported done, and the run's unwind stays pending with the error as
     its note (``saga-worker runs`` shows it; the sweeper retries with backoff, then flags a person)."""
     if not check_dry_run(dry_run):
-        journal.condemn(run_id)
+        journal.condemn(run_id, audit=audit)
         metrics.UNWINDS_STARTED.inc()
     try:
         return journal.read_worklist(run_id, UNWOUND)
@@ -72,10 +80,20 @@ def begin_unwind(journal: Journal, run_id: str, *, dry_run: bool) -> WorklistVie
         raise
 
 
+def condemn_audit(run_id: str, actor: str, reason: str, via: AuditVia) -> NewAudit:
+    return NewAudit(run_id, AuditAction.CONDEMNED, actor, via, reason)
+
+
 def entry_for(
-    record: ToolRecord, status: CompensationStatus, error: str | None = None, attempts: int = 0
+    record: ToolRecord,
+    status: CompensationStatus,
+    error: str | None = None,
+    attempts: int = 0,
+    *,
+    needs_approval: bool = False,
 ) -> CompensationEntry:
     return CompensationEntry(
+        needs_approval=needs_approval,
         suffix=record.suffix,
         tool_call_id=record.tool_call_id,
         tool_name=record.tool_name,
@@ -195,9 +213,28 @@ def _decide_step(
     if tool is None or tool.compensate is None:
         return entry_for(record, CompensationStatus.SKIPPED_NO_HOOK, attempts=attempts)
 
+    # 3b. A person must approve this compensation: a denial skips it, no decision yet halts here
+    # (a dry run shows the gate). Read afresh: a decision may have come since the worklist was read.
+    gated = tool.compensation_needs_approval(record.input, output)
+    if gated:
+        gate = journal.get_gates([(record.origin_run_id, record.suffix)]).get(
+            (record.origin_run_id, record.suffix)
+        )
+        if gate is not None and gate.decision is GateDecision.DENIED:
+            why = f"compensation denied by {gate.actor}" + (f": {gate.reason}" if gate.reason else "")
+            return entry_for(record, CompensationStatus.SKIPPED_DENIED, why, attempts, needs_approval=True)
+        if gate is None and not dry_run:
+            return entry_for(
+                record,
+                CompensationStatus.AWAITING_APPROVAL,
+                f"waits for approve_compensation(run {run_id!r}, step {record.suffix!r})",
+                attempts,
+                needs_approval=True,
+            )
+
     # 4. A plan only: nothing written, nothing called, never stops.
     if dry_run:
-        return entry_for(record, CompensationStatus.WOULD_COMPENSATE, attempts=attempts)
+        return entry_for(record, CompensationStatus.WOULD_COMPENSATE, attempts=attempts, needs_approval=gated)
 
     # 5./6. Claim, then call the hook under a lease kept alive while it runs.
     owner = owner or new_owner()
@@ -223,9 +260,10 @@ def _decide_step(
         if claim is not None and claim.status is ClaimStatus.CLAIMED and claim.owner != owner:
             metrics.CLAIM_TAKEOVERS.inc()  # a holder whose lease ran out: this attempt re-drives its step
         faults.point("after_claim", key)
-        return _run_hook(
+        entry = _run_hook(
             journal, run_id, record, tool, output, key, owner, ttl, lock, lock_owner, held.attempts
         )
+        return entry.model_copy(update={"needs_approval": True}) if gated else entry
     finally:
         if lock is not None:
             _lock_op(lock.release, key, lock_owner)
@@ -319,14 +357,36 @@ def _run_hook(
     return entry_for(record, CompensationStatus.COMPENSATED, attempts=attempts)
 
 
-def finish_unwind(journal: Journal, report: CompensationReport) -> None:
-    """Tell the sweeper whether this run still needs work (an uncertain, failed or busy step)."""
+def finish_unwind(
+    journal: Journal,
+    report: CompensationReport,
+    *,
+    actor: str = "",
+    reason: str = "",
+    via: AuditVia = AuditVia.LIBRARY,
+    unwind_id: str | None = None,
+) -> None:
+    """Audit the unwind's outcome, and tell the sweeper whether this run still needs work (an
+    uncertain, failed or busy step; one awaiting a person's approval waits for that person instead).
+
+    ``unwind_id`` makes the audit row once-only (a redelivered task ends the same unwind again)."""
     if report.dry_run:
         return
     halt = next((e.status.value for e in report.entries if e.status in HALTING), None)
     metrics.UNWINDS_FINISHED.labels(
         "complete" if report.complete else f"halted-{halt}" if halt else "incomplete"
     ).inc()
+    journal.append_audit(
+        NewAudit(
+            report.run_id,
+            AuditAction.UNWOUND,
+            actor or default_actor(),
+            via,
+            reason,
+            detail={"counts": report.counts(), "complete": report.complete, "unwind_id": unwind_id},
+            event_key=None if unwind_id is None else f"unwound:{unwind_id}",
+        )
+    )
     if report.complete:
         journal.set_unwind_state(report.run_id, UnwindState.COMPLETE)
         return
@@ -343,7 +403,17 @@ def finish_unwind(journal: Journal, report: CompensationReport) -> None:
     next_at = (
         journal.now() if run is None or run.unwind_next_at is None else max(run.unwind_next_at, journal.now())
     )
-    journal.set_unwind_state(report.run_id, UnwindState.INCOMPLETE, note=note, next_at=next_at)
+    waiting = report.awaiting_approval
+    if not waiting:
+        journal.set_unwind_state(report.run_id, UnwindState.INCOMPLETE, note=note, next_at=next_at)
+        return
+    # Halted at a gate: the sweeper leaves the run alone until a person decides (the decision makes it
+    # due). A decision that landed while this unwind ran would find the run not yet awaiting and wake
+    # nothing, so look at the gate once more after saying so.
+    journal.set_unwind_state(report.run_id, UnwindState.AWAITING, note=note, next_at=None)
+    keys = [(e.origin_run_id, e.suffix) for e in waiting]
+    if journal.get_gates(keys):
+        journal.set_unwind_state(report.run_id, UnwindState.PENDING, note=note, next_at=journal.now())
 
 
 def compensate_run(
@@ -354,11 +424,21 @@ def compensate_run(
     dry_run: bool = False,
     claim_ttl: float | None = None,
     lock: StepLock | None = None,
+    actor: str | None = None,
+    reason: str | None = None,
+    via: AuditVia | str = AuditVia.LIBRARY,
 ) -> CompensationReport:
-    """Condemn the run, then undo its steps in reverse execution order; one entry per step."""
+    """Condemn the run, then undo its steps in reverse execution order; one entry per step.
+
+    ``actor`` (default: ``SAGA_ACTOR`` or the OS user), ``reason`` and ``via`` go to the run's audit
+    trail: the ``condemned`` row (if this call writes the tombstone) and the unwind's ``unwound`` row.
+    A dry run writes neither."""
     check_run_id(run_id)
     checked = check_tools(tools)
-    view = begin_unwind(journal, run_id, dry_run=dry_run)
+    who = check_actor(actor) if actor is not None else default_actor()
+    why = check_reason(reason)
+    through = check_via(via)
+    view = begin_unwind(journal, run_id, dry_run=dry_run, audit=condemn_audit(run_id, who, why, through))
     worklist = list(reversed(view.records))
     entries = unwind(
         journal,
@@ -372,8 +452,16 @@ def compensate_run(
     )
     # A tombstone is never lifted: once this unwind wrote it, the run is condemned.
     condemned = not dry_run or (view.run is not None and view.run.condemned)
-    report = CompensationReport(run_id=run_id, dry_run=dry_run, condemned=condemned, entries=entries)
-    finish_unwind(journal, report)
+    by, because = condemned_by(journal.read_audit(run_id)) if condemned else (None, None)
+    report = CompensationReport(
+        run_id=run_id,
+        dry_run=dry_run,
+        condemned=condemned,
+        entries=entries,
+        condemned_by=by,
+        reason=because,
+    )
+    finish_unwind(journal, report, actor=who, reason=why, via=through)
     return report
 
 
@@ -414,4 +502,12 @@ def build_report(
     if dry_run:
         run = journal.get_run(run_id)
         condemned = run is not None and run.condemned
-    return CompensationReport(run_id=run_id, dry_run=dry_run, condemned=condemned, entries=entries)
+    by, because = condemned_by(journal.read_audit(run_id)) if condemned else (None, None)
+    return CompensationReport(
+        run_id=run_id,
+        dry_run=dry_run,
+        condemned=condemned,
+        entries=entries,
+        condemned_by=by,
+        reason=because,
+    )

@@ -15,11 +15,15 @@ class CompensationStatus(str, Enum):
     SKIPPED_NOT_EXECUTED = "skipped-not-executed"  # recover says the interrupted call never took effect
     UNCERTAIN = "uncertain"  # interrupted call, and nothing can tell whether it took effect
     BUSY = "busy"  # another unwinder holds this step right now; the unwind stops
+    AWAITING_APPROVAL = "awaiting-approval"  # the compensation needs a person's approval; the unwind stops
+    SKIPPED_DENIED = "skipped-denied"  # a person denied this compensation: the effect stays
     FAILED = "failed"  # the compensate hook raised; the unwind stops, a later call retries
     NOT_ATTEMPTED = "not-attempted"  # the unwind stopped before this step; nothing was probed
 
 
-HALTING = frozenset({CompensationStatus.BUSY, CompensationStatus.FAILED})
+HALTING = frozenset(
+    {CompensationStatus.BUSY, CompensationStatus.FAILED, CompensationStatus.AWAITING_APPROVAL}
+)
 # Steps that need nothing more: an unwind whose entries are all settled is complete.
 SETTLED = frozenset(
     {
@@ -27,6 +31,7 @@ SETTLED = frozenset(
         CompensationStatus.ALREADY_COMPENSATED,
         CompensationStatus.SKIPPED_NO_HOOK,
         CompensationStatus.SKIPPED_NOT_EXECUTED,
+        CompensationStatus.SKIPPED_DENIED,
     }
 )
 
@@ -47,6 +52,8 @@ class CompensationEntry(BaseModel):
     origin_run_id: str
     # Compensation attempts the journal has counted for this step, across all unwinds.
     attempts: int = 0
+    # The tool gates this compensation on a person's approval (approve_compensation).
+    needs_approval: bool = False
 
 
 class CompensationReport(BaseModel):
@@ -56,6 +63,9 @@ class CompensationReport(BaseModel):
     dry_run: bool
     condemned: bool
     entries: list[CompensationEntry]
+    # Who wrote the tombstone, and why (from the run's audit trail; None if it does not say).
+    condemned_by: str | None = None
+    reason: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -65,6 +75,11 @@ class CompensationReport(BaseModel):
     @property
     def halted(self) -> bool:
         return any(e.status in HALTING for e in self.entries)
+
+    @property
+    def awaiting_approval(self) -> list[CompensationEntry]:
+        """The step the unwind stopped at for a person's approval (at most one)."""
+        return [e for e in self.entries if e.status is CompensationStatus.AWAITING_APPROVAL]
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}

@@ -17,7 +17,15 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..compensation.engine import begin_unwind, build_report, compensate_step, entry_for, finish_unwind
+from ..audit import check_actor, check_reason, check_via, default_actor
+from ..compensation.engine import (
+    begin_unwind,
+    build_report,
+    compensate_step,
+    condemn_audit,
+    entry_for,
+    finish_unwind,
+)
 from ..compensation.report import HALTING, CompensationEntry, CompensationReport, CompensationStatus
 from ..errors import InvalidInputError, MalformedRecordError
 from ..journal.base import Journal
@@ -67,14 +75,29 @@ def _is_twin(claim_owner: str, step: str) -> bool:
     return claim_owner == step or claim_owner.startswith(step + ":")
 
 
-def start_unwind(journal: Journal, run_id: str, unwind_id: str, *, dry_run: bool, claim_ttl: float) -> Next:
-    """The coordinator: tombstone first, then the worklist, recorded once per unwind. Every id is
-    checked against what the journal can store before anything is written."""
+def start_unwind(
+    journal: Journal,
+    run_id: str,
+    unwind_id: str,
+    *,
+    dry_run: bool,
+    claim_ttl: float,
+    actor: str | None = None,
+    reason: str | None = None,
+    via: str = "worker",
+) -> Next:
+    """The coordinator: tombstone first, then the worklist, recorded once per unwind (with who asked,
+    why and through what, for the audit trail). Every id is checked against what the journal can
+    store before anything is written."""
     check_run_id(run_id)
     check_unwind_id(unwind_id)
-    view = begin_unwind(journal, run_id, dry_run=dry_run)
+    who = check_actor(actor) if actor is not None else default_actor()
+    why, through = check_reason(reason), check_via(via)
+    view = begin_unwind(journal, run_id, dry_run=dry_run, audit=condemn_audit(run_id, who, why, through))
     worklist = [r.suffix for r in reversed(view.records)]
-    info = journal.record_unwind(unwind_id, run_id, dry_run=dry_run, suffixes=worklist)
+    info = journal.record_unwind(
+        unwind_id, run_id, dry_run=dry_run, suffixes=worklist, actor=who, reason=why, via=through.value
+    )
     if info.run_id != run_id:
         raise InvalidInputError(f"unwind {unwind_id!r} belongs to run {info.run_id!r}, not {run_id!r}")
     if not info.dry_run:
@@ -291,7 +314,14 @@ def finalize_unwind(journal: Journal, run_id: str, unwind_id: str) -> Compensati
             entry = _not_attempted(journal, run_id, suffix)
         entries.append(entry)
     report = build_report(journal, run_id, entries, dry_run=info.dry_run)
-    finish_unwind(journal, report)
+    finish_unwind(
+        journal,
+        report,
+        actor=info.actor,
+        reason=info.reason,
+        via=check_via(info.via),
+        unwind_id=unwind_id,
+    )
     return report
 
 

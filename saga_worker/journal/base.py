@@ -14,14 +14,19 @@ from contextlib import contextmanager
 from typing import Any
 
 from .records import (
+    AuditRecord,
     ClaimAttempt,
     ClaimStatus,
     CompensationClaim,
+    CompensationGate,
+    NewAudit,
     NewRecord,
     RecordStatus,
     RunInfo,
     RunQuery,
     RunStatus,
+    SharedAction,
+    SharedStatus,
     StepView,
     ToolRecord,
     UnwindInfo,
@@ -64,11 +69,13 @@ class Journal(abc.ABC):
         """Record the run's end once; a second end keeps the first (returned)."""
 
     @abc.abstractmethod
-    def condemn(self, run_id: str) -> float:
+    def condemn(self, run_id: str, *, audit: NewAudit | None = None) -> float:
         """Write the tombstone if absent (also for a run never seen); return its time.
 
         The tombstone is on stable storage when this returns: hooks run only after it, and a
-        tombstone lost to a power cut would let the run be resumed and its undone effects redone."""
+        tombstone lost to a power cut would let the run be resumed and its undone effects redone.
+        ``audit`` is appended in the same transaction, and only by the call that wrote the tombstone:
+        the trail's ``condemned`` row names who condemned the run, never a later unwinder."""
 
     # -- planner decisions --------------------------------------------------------------------------
     @abc.abstractmethod
@@ -128,6 +135,68 @@ class Journal(abc.ABC):
 
         Raises CompensatedRunError if either run is condemned, RunExistsError if the new one exists,
         UnknownRunError if the source does not."""
+
+    # -- approvals ------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def decide_call(
+        self, run_id: str, suffix: str, decision: RecordStatus, *, error: str | None, audit: NewAudit
+    ) -> ToolRecord | None:
+        """A person's word on a suspended call: compare-and-set ``suspended`` → ``decision`` (approved
+        or denied, with ``error`` for a denial) and append ``audit``, in one transaction behind the
+        run's gate (the statement a tool claim takes), so it is ordered against the tombstone: raises
+        CompensatedRunError, writing nothing, if the run is condemned. None if the record was not
+        suspended (nothing written)."""
+
+    @abc.abstractmethod
+    def decide_compensation(self, gate: CompensationGate, audit: NewAudit) -> tuple[CompensationGate, bool]:
+        """Record a decision on an approval-gated compensation if none is recorded (insert-if-absent:
+        of two racing approvers one wins) and, for the winner only, append ``audit`` and make a run
+        halted at the gate (``awaiting``) due for the sweeper, all in one transaction. Returns the
+        stored decision and whether this call wrote it."""
+
+    @abc.abstractmethod
+    def get_gates(
+        self, origin_and_suffixes: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], CompensationGate]:
+        """Decisions on compensation gates, for many steps in one read."""
+
+    # -- the audit trail -------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def append_audit(self, entry: NewAudit) -> bool:
+        """Append a row (insert-if-absent on ``event_key`` when set); False if that event was there."""
+
+    @abc.abstractmethod
+    def read_audit(self, run_id: str) -> list[AuditRecord]:
+        """The run's trail, oldest first."""
+
+    # -- cross-run shared executions -------------------------------------------------------------------
+    @abc.abstractmethod
+    def latest_shared(self, key: str) -> SharedAction | None:
+        """The newest generation of shared execution ``key``, or None."""
+
+    @abc.abstractmethod
+    def get_shared(self, shared_id: str) -> SharedAction | None: ...
+
+    @abc.abstractmethod
+    def insert_shared(
+        self, key: str, generation: int, tool_name: str, input: Any, run_id: str, window_s: float
+    ) -> SharedAction | None:
+        """Insert generation ``generation`` of ``key`` as ``running`` if absent (its window starts now,
+        by the journal's clock); None if another writer made it first."""
+
+    @abc.abstractmethod
+    def settle_shared(
+        self,
+        shared_id: str,
+        expected: SharedStatus,
+        status: SharedStatus,
+        *,
+        output: Any = None,
+        error: str | None = None,
+        reclaim: bool = False,
+    ) -> SharedAction | None:
+        """Compare-and-set ``expected`` → ``status`` (with ``reclaim``: → running, attempts + 1, for a
+        re-execution). None if the shared execution moved on."""
 
     # -- compensation claims ------------------------------------------------------------------------
     @abc.abstractmethod
@@ -190,7 +259,15 @@ class Journal(abc.ABC):
     # -- distributed unwinds (the Celery executor's bookkeeping, saga_worker.executor) ---------------
     # Not abstract, so a journal without them still serves the in-process engine.
     def record_unwind(
-        self, unwind_id: str, run_id: str, *, dry_run: bool, suffixes: Sequence[str]
+        self,
+        unwind_id: str,
+        run_id: str,
+        *,
+        dry_run: bool,
+        suffixes: Sequence[str],
+        actor: str = "",
+        reason: str = "",
+        via: str = "worker",
     ) -> UnwindInfo:
         """Insert the unwind if absent; return the stored one (a redelivered coordinator keeps the first)."""
         raise NotImplementedError(f"{type(self).__name__} does not keep distributed unwinds")

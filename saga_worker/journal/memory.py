@@ -13,14 +13,19 @@ from ..errors import CompensatedRunError, RunExistsError, UnknownRunError
 from ..keys import canonical_json
 from .base import Journal
 from .records import (
+    AuditRecord,
     ClaimAttempt,
     ClaimStatus,
     CompensationClaim,
+    CompensationGate,
+    NewAudit,
     NewRecord,
     RecordStatus,
     RunInfo,
     RunQuery,
     RunStatus,
+    SharedAction,
+    SharedStatus,
     ToolRecord,
     UnwindInfo,
     UnwindState,
@@ -51,6 +56,10 @@ def _claim_out(claim: CompensationClaim) -> CompensationClaim:
     return claim
 
 
+def _shared_out(action: SharedAction) -> SharedAction:
+    return replace(action, input=_copy(action.input), output=_copy(action.output))
+
+
 class MemoryJournal(Journal):
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
@@ -63,6 +72,11 @@ class MemoryJournal(Journal):
         self._seq = 0
         self._unwinds: dict[str, UnwindInfo] = {}
         self._unwind_entries: dict[str, dict[int, dict[str, Any]]] = {}
+        self._gates: dict[tuple[str, str], CompensationGate] = {}
+        self._audit: dict[str, list[AuditRecord]] = {}
+        self._audit_keys: set[str] = set()
+        self._audit_seq = 0
+        self._shared: dict[tuple[str, int], SharedAction] = {}
 
     def now(self) -> float:
         return time.time()
@@ -118,13 +132,15 @@ class MemoryJournal(Journal):
                 self._runs[run_id] = run
             return run
 
-    def condemn(self, run_id: str) -> float:
+    def condemn(self, run_id: str, *, audit: NewAudit | None = None) -> float:
         with self._lock:
             now = self.now()
             run = self._runs.get(run_id)
             if run is None:
                 run = RunInfo(run_id, RunStatus.UNKNOWN, "", "", None, None, now, now)
             if run.condemned_at is None:
+                if audit is not None:
+                    self._append(audit)
                 run = replace(
                     run,
                     condemned_at=now,
@@ -189,13 +205,14 @@ class MemoryJournal(Journal):
                 new.tool_name,
                 new.mode,
                 _copy(new.input),
-                RecordStatus.RUNNING,
+                new.status,
                 None,
                 None,
-                1,
+                0 if new.status is RecordStatus.SUSPENDED else 1,
                 new.origin_run_id,
                 now,
                 now,
+                new.shared_id,
             )
             self._records[(run_id, new.suffix)] = record
             self._suffixes.setdefault(run_id, []).append(new.suffix)
@@ -268,6 +285,128 @@ class MemoryJournal(Journal):
                         record, run_id=new_run_id, seq=self._seq
                     )
                     self._suffixes.setdefault(new_run_id, []).append(record.suffix)
+
+    # -- approvals --------------------------------------------------------------------------------
+    def decide_call(
+        self, run_id: str, suffix: str, decision: RecordStatus, *, error: str | None, audit: NewAudit
+    ) -> ToolRecord | None:
+        with self._lock:
+            self._gate(run_id, True)
+            decided = self._cas(run_id, suffix, RecordStatus.SUSPENDED, status=decision, error=error)
+            if decided is not None:
+                self._append(audit)
+            return decided
+
+    def decide_compensation(self, gate: CompensationGate, audit: NewAudit) -> tuple[CompensationGate, bool]:
+        with self._lock:
+            key = (gate.origin_run_id, gate.suffix)
+            stored = self._gates.get(key)
+            if stored is not None:
+                return stored, False
+            stored = replace(gate, decided_at=self.now())
+            self._gates[key] = stored
+            self._append(audit)
+            run = self._runs.get(gate.via_run_id)
+            if run is not None and run.unwind_state is UnwindState.AWAITING:
+                self._runs[run.run_id] = replace(
+                    run, unwind_state=UnwindState.PENDING, unwind_next_at=self.now(), updated_at=self.now()
+                )
+            return stored, True
+
+    def get_gates(
+        self, origin_and_suffixes: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], CompensationGate]:
+        with self._lock:
+            return {k: self._gates[k] for k in origin_and_suffixes if k in self._gates}
+
+    # -- the audit trail --------------------------------------------------------------------------
+    def _append(self, entry: NewAudit) -> bool:
+        if entry.event_key is not None:
+            if entry.event_key in self._audit_keys:
+                return False
+            self._audit_keys.add(entry.event_key)
+        self._audit_seq += 1
+        row = AuditRecord(
+            self._audit_seq,
+            entry.run_id,
+            self.now(),
+            entry.action,
+            entry.actor,
+            entry.via,
+            entry.reason,
+            entry.target,
+            _copy(entry.detail or {}),
+        )
+        self._audit.setdefault(entry.run_id, []).append(row)
+        return True
+
+    def append_audit(self, entry: NewAudit) -> bool:
+        with self._lock:
+            return self._append(entry)
+
+    def read_audit(self, run_id: str) -> list[AuditRecord]:
+        with self._lock:
+            return [replace(r, detail=_copy(r.detail)) for r in self._audit.get(run_id, [])]
+
+    # -- cross-run shared executions --------------------------------------------------------------
+    def latest_shared(self, key: str) -> SharedAction | None:
+        with self._lock:
+            found = [a for (k, _), a in self._shared.items() if k == key]
+            return _shared_out(max(found, key=lambda a: a.generation)) if found else None
+
+    def get_shared(self, shared_id: str) -> SharedAction | None:
+        key, _, generation = shared_id.rpartition(":")
+        with self._lock:
+            found = self._shared.get((key, int(generation))) if generation.isdigit() else None
+            return None if found is None else _shared_out(found)
+
+    def insert_shared(
+        self, key: str, generation: int, tool_name: str, input: Any, run_id: str, window_s: float
+    ) -> SharedAction | None:
+        with self._lock:
+            if (key, generation) in self._shared:
+                return None
+            now = self.now()
+            action = SharedAction(
+                f"{key}:{generation}",
+                key,
+                generation,
+                tool_name,
+                _copy(input),
+                SharedStatus.RUNNING,
+                None,
+                None,
+                1,
+                run_id,
+                now,
+                now + window_s,
+            )
+            self._shared[(key, generation)] = action
+            return _shared_out(action)
+
+    def settle_shared(
+        self,
+        shared_id: str,
+        expected: SharedStatus,
+        status: SharedStatus,
+        *,
+        output: Any = None,
+        error: str | None = None,
+        reclaim: bool = False,
+    ) -> SharedAction | None:
+        key, _, generation = shared_id.rpartition(":")
+        with self._lock:
+            current = self._shared.get((key, int(generation)))
+            if current is None or current.status is not expected:
+                return None
+            if reclaim:
+                current = replace(
+                    current, status=SharedStatus.RUNNING, attempts=current.attempts + 1, error=None
+                )
+            else:
+                current = replace(current, status=status, output=_copy(output), error=error)
+            self._shared[(key, int(generation))] = current
+            return _shared_out(current)
 
     # -- compensation claims ----------------------------------------------------------------------
     def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None:
@@ -389,12 +528,22 @@ class MemoryJournal(Journal):
 
     # -- distributed unwinds ----------------------------------------------------------------------
     def record_unwind(
-        self, unwind_id: str, run_id: str, *, dry_run: bool, suffixes: Sequence[str]
+        self,
+        unwind_id: str,
+        run_id: str,
+        *,
+        dry_run: bool,
+        suffixes: Sequence[str],
+        actor: str = "",
+        reason: str = "",
+        via: str = "worker",
     ) -> UnwindInfo:
         with self._lock:
             stored = self._unwinds.get(unwind_id)
             if stored is None:
-                stored = UnwindInfo(unwind_id, run_id, bool(dry_run), tuple(suffixes), self.now())
+                stored = UnwindInfo(
+                    unwind_id, run_id, bool(dry_run), tuple(suffixes), self.now(), actor, reason, via
+                )
                 self._unwinds[unwind_id] = stored
             return stored
 

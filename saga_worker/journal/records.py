@@ -23,7 +23,9 @@ class RecordStatus(str, Enum):
     SUCCEEDED = "succeeded"  # execute returned; output recorded
     FAILED = "failed"  # execute raised; error and attempts recorded
     DENIED = "denied"  # a person said no (approvals): never executed
-    SUSPENDED = "suspended"  # waiting for a person (approvals): never executed
+    SUSPENDED = "suspended"  # waiting for a person (approvals): never executed, no key used
+    APPROVED = "approved"  # a person said yes: the next resume claims and executes it
+    MIRRORED = "mirrored"  # a cross-run call: points at a shared execution no unwind touches
 
 
 class ClaimStatus(str, Enum):
@@ -38,6 +40,7 @@ class UnwindState(str, Enum):
     COMPLETE = "complete"  # every step is undone or needs nothing
     INCOMPLETE = "incomplete"  # halted (failed/busy) or some step uncertain: the sweeper re-drives it
     ATTENTION = "attention"  # retry budget spent: a person must look
+    AWAITING = "awaiting"  # halted at a compensation gate: waits for a person, not for the sweeper
 
 
 def parse_status(kind: type[E], value: object, run_id: str, what: str) -> E:
@@ -94,6 +97,8 @@ class ToolRecord:
     origin_run_id: str = ""
     created_at: float = 0.0
     updated_at: float = 0.0
+    # A mirror's shared execution (``"{tool_name}:{hash16}:{generation}"``); None for any other record.
+    shared_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,103 @@ class NewRecord:
     mode: str
     input: Any
     origin_run_id: str
+    # ``suspended`` for a call that waits for a person, ``mirrored`` for a cross-run one.
+    status: RecordStatus = RecordStatus.RUNNING
+    shared_id: str | None = None
+
+
+class GateDecision(str, Enum):
+    APPROVED = "approved"  # a person allowed this compensation: the next unwind calls the hook
+    DENIED = "denied"  # a person refused it: the step reads skipped-denied
+
+
+@dataclass(frozen=True)
+class CompensationGate:
+    """A person's decision on one approval-gated compensation, keyed ``(origin_run_id, suffix)``."""
+
+    origin_run_id: str
+    suffix: str
+    decision: GateDecision
+    actor: str
+    reason: str
+    decided_at: float
+    via_run_id: str
+
+
+class SharedStatus(str, Enum):
+    RUNNING = "running"  # claimed before execute: a crash leaves it here
+    SUCCEEDED = "succeeded"  # execute returned: every mirror in the window replays this output
+    FAILED = "failed"  # execute raised
+
+
+@dataclass(frozen=True)
+class SharedAction:
+    """One execution of a cross-run tool, shared by every run that calls it identically in its window.
+
+    ``key`` is its idempotency key (``"{tool_name}:{hash16}"``); ``generation`` counts executions of
+    that key, one per window; ``shared_id`` is ``"{key}:{generation}"``."""
+
+    shared_id: str
+    key: str
+    generation: int
+    tool_name: str
+    input: Any
+    status: SharedStatus
+    output: Any
+    error: str | None
+    attempts: int
+    run_id: str  # the run whose call executed it
+    created_at: float
+    expires_at: float
+
+    def live(self, now: float) -> bool:
+        return now < self.expires_at
+
+
+class AuditAction(str, Enum):
+    CONDEMNED = "condemned"  # the tombstone was written (the first time only)
+    APPROVED = "approved"  # a suspended call was approved
+    DENIED = "denied"  # a suspended call was denied
+    COMPENSATION_APPROVED = "compensation-approved"  # an approval-gated compensation was allowed
+    COMPENSATION_DENIED = "compensation-denied"  # an approval-gated compensation was refused
+    UNWOUND = "unwound"  # an unwind ended: its entries' counts by status
+
+
+class AuditVia(str, Enum):
+    LIBRARY = "library"  # a call of the Python API
+    CLI = "cli"  # the saga-worker command
+    WORKER = "worker"  # a Celery task sent by an app
+    SWEEPER = "sweeper"  # the beat sweeper's re-drive
+
+
+@dataclass(frozen=True)
+class NewAudit:
+    """An audit row to append. ``event_key``, when set, makes the append insert-if-absent (a
+    redelivered task that ends the same unwind again writes its row once)."""
+
+    run_id: str
+    action: AuditAction
+    actor: str
+    via: AuditVia
+    reason: str = ""
+    target: str | None = None
+    detail: dict[str, Any] | None = None
+    event_key: str | None = None
+
+
+@dataclass(frozen=True)
+class AuditRecord:
+    """One row of a run's append-only audit trail, as stored (``at`` by the journal's clock)."""
+
+    id: int
+    run_id: str
+    at: float
+    action: AuditAction
+    actor: str
+    via: AuditVia
+    reason: str
+    target: str | None
+    detail: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -145,6 +247,10 @@ class UnwindInfo:
     dry_run: bool
     suffixes: tuple[str, ...]
     created_at: float
+    # Who asked for it, why and through what (for the audit row written when it ends).
+    actor: str = ""
+    reason: str = ""
+    via: str = "worker"
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,7 @@ records = sa.Table(
     sa.Column("origin_run_id", sa.String(200), nullable=False),
     sa.Column("created_at", sa.Double, nullable=False),
     sa.Column("updated_at", sa.Double, nullable=False),
+    sa.Column("shared_id", sa.String(200)),  # migration 0004: a mirror's shared execution
 )
 sa.Index("ix_saga_tool_records_order", records.c.run_id, records.c.seq)
 
@@ -100,6 +101,10 @@ unwinds = sa.Table(
     sa.Column("dry_run", sa.Boolean, nullable=False),
     sa.Column("suffixes", sa.Text, nullable=False),
     sa.Column("created_at", sa.Double, nullable=False),
+    # Migration 0004: who asked for the unwind, why, and through what (for its audit row).
+    sa.Column("actor", sa.String(200)),
+    sa.Column("reason", sa.Text),
+    sa.Column("via", sa.String(16)),
 )
 sa.Index("ix_saga_unwinds_run", unwinds.c.run_id)
 
@@ -111,3 +116,54 @@ unwind_entries = sa.Table(
     sa.Column("entry", sa.Text, nullable=False),
     sa.Column("created_at", sa.Double, nullable=False),
 )
+
+# Migration 0004: approvals, the cross-run window, the audit trail.
+# A person's decision on one approval-gated compensation; the primary key makes the first decision
+# the only one (two approvers racing: one row, one audit entry).
+gates = sa.Table(
+    "saga_compensation_gates",
+    metadata,
+    sa.Column("origin_run_id", sa.String(200), primary_key=True),
+    sa.Column("suffix", sa.String(300), primary_key=True),
+    sa.Column("decision", sa.String(16), nullable=False),
+    sa.Column("actor", sa.String(200), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False, server_default=""),
+    sa.Column("via_run_id", sa.String(200), nullable=False),
+    sa.Column("decided_at", sa.Double, nullable=False),
+)
+
+# One execution of a cross-run tool per (key, generation): a new generation once the window is over.
+shared = sa.Table(
+    "saga_shared_actions",
+    metadata,
+    sa.Column("key", sa.String(200), primary_key=True),
+    sa.Column("generation", sa.Integer, primary_key=True),
+    sa.Column("tool_name", sa.String(100), nullable=False),
+    sa.Column("input", sa.Text, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("output", sa.Text),
+    sa.Column("error", sa.Text),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("created_at", sa.Double, nullable=False),
+    sa.Column("expires_at", sa.Double, nullable=False),
+    sa.Column("updated_at", sa.Double, nullable=False),
+)
+
+# The append-only audit trail, per run. ``event_key`` (unique when set) lets a redelivered task
+# append the same event once.
+audit = sa.Table(
+    "saga_audit",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("run_id", sa.String(200), nullable=False),
+    sa.Column("at", sa.Double, nullable=False),
+    sa.Column("action", sa.String(32), nullable=False),
+    sa.Column("actor", sa.String(200), nullable=False),
+    sa.Column("via", sa.String(16), nullable=False),
+    sa.Column("reason", sa.Text, nullable=False, server_default=""),
+    sa.Column("target", sa.String(300)),
+    sa.Column("detail", sa.Text, nullable=False, server_default="{}"),
+    sa.Column("event_key", sa.String(300), unique=True),
+)
+sa.Index("ix_saga_audit_run", audit.c.run_id, audit.c.id)

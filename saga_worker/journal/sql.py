@@ -25,14 +25,22 @@ from ..keys import canonical_json
 from . import driver, guards, migrate
 from .base import Journal
 from .records import (
+    AuditAction,
+    AuditRecord,
+    AuditVia,
     ClaimAttempt,
     ClaimStatus,
     CompensationClaim,
+    CompensationGate,
+    GateDecision,
+    NewAudit,
     NewRecord,
     RecordStatus,
     RunInfo,
     RunQuery,
     RunStatus,
+    SharedAction,
+    SharedStatus,
     StepView,
     ToolRecord,
     UnwindInfo,
@@ -176,7 +184,68 @@ class SqlJournal(Journal):
             origin_run_id=m["origin_run_id"],
             created_at=m["created_at"],
             updated_at=m["updated_at"],
+            shared_id=m.get("shared_id"),
         )
+
+    @staticmethod
+    def _gate_row(m: Mapping[Any, Any]) -> CompensationGate:
+        return CompensationGate(
+            origin_run_id=m["origin_run_id"],
+            suffix=m["suffix"],
+            decision=parse_status(GateDecision, m["decision"], m["origin_run_id"], f"gate {m['suffix']!r}"),
+            actor=m["actor"],
+            reason=m["reason"],
+            decided_at=m["decided_at"],
+            via_run_id=m["via_run_id"],
+        )
+
+    @staticmethod
+    def _audit_row(m: Mapping[Any, Any]) -> AuditRecord:
+        rid = m["run_id"]
+        detail = _load(m["detail"], rid, f"audit row {m['id']} detail")
+        return AuditRecord(
+            id=int(m["id"]),
+            run_id=rid,
+            at=m["at"],
+            action=parse_status(AuditAction, m["action"], rid, f"audit row {m['id']}"),
+            actor=m["actor"],
+            via=parse_status(AuditVia, m["via"], rid, f"audit row {m['id']} via"),
+            reason=m["reason"],
+            target=m["target"],
+            detail=detail if isinstance(detail, dict) else {},
+        )
+
+    @staticmethod
+    def _shared_row(m: Mapping[Any, Any]) -> SharedAction:
+        sid = f"{m['key']}:{m['generation']}"
+        return SharedAction(
+            shared_id=sid,
+            key=m["key"],
+            generation=int(m["generation"]),
+            tool_name=m["tool_name"],
+            input=_load(m["input"], m["run_id"], f"shared action {sid!r} input"),
+            status=parse_status(SharedStatus, m["status"], m["run_id"], f"shared action {sid!r}"),
+            output=_load(m["output"], m["run_id"], f"shared action {sid!r} output"),
+            error=m["error"],
+            attempts=m["attempts"],
+            run_id=m["run_id"],
+            created_at=m["created_at"],
+            expires_at=m["expires_at"],
+        )
+
+    @staticmethod
+    def _audit_params(entry: NewAudit) -> dict[str, Any]:
+        return {
+            "rid": entry.run_id,
+            "what": entry.action.value,
+            "who": entry.actor,
+            "through": entry.via.value,
+            "why": entry.reason or "",
+            "which": entry.target,
+            "details": _dump(entry.detail or {}),
+            "event": entry.event_key,
+            "now": time.time(),
+        }
 
     @staticmethod
     def _claim(m: Mapping[Any, Any]) -> CompensationClaim:
@@ -284,7 +353,7 @@ class SqlJournal(Journal):
             raise UnknownRunError(run_id)
         return self._run(row)
 
-    def condemn(self, run_id: str) -> float:
+    def condemn(self, run_id: str, *, audit: NewAudit | None = None) -> float:
         q = self._q
 
         def work(tx: driver.Tx) -> float | None:
@@ -292,15 +361,18 @@ class SqlJournal(Journal):
             # Three tries: on PostgreSQL a run started concurrently is invisible to the UPDATE, then makes
             # the INSERT a no-op once it commits; the next UPDATE (a fresh snapshot) sees it and stamps it.
             # Each statement is atomic alone (the UPDATE waits out a claim's row lock, then re-checks),
-            # so they need no transaction around them.
+            # so they need no transaction around them, unless an audit row must commit with the stamp.
             for _ in range(3):
                 for stmt in (q.condemn_stamp, q.condemn_insert, q.condemned_at):
                     row = tx.one(stmt, params)
                     if row is not None and row["condemned_at"] is not None:
+                        if audit is not None and stmt is not q.condemned_at:  # this call wrote it
+                            tx.one(q.audit_insert, self._audit_params(audit))
                         return float(row["condemned_at"])
             return None
 
-        stamped = self._write(work, durable=True)  # durable before any hook runs (Journal.condemn)
+        # durable before any hook runs (Journal.condemn); atomic when the audit row commits with it
+        stamped = self._write(work, atomic=audit is not None, durable=True)
         if stamped is None:
             raise JournalError(
                 f"run {run_id!r}: could not write its tombstone (its row kept changing)", run_id=run_id
@@ -379,6 +451,9 @@ class SqlJournal(Journal):
             "call_mode": new.mode,
             "call_input": _dump(new.input),
             "origin": new.origin_run_id,
+            "rec_status": new.status.value,
+            "first_attempts": 0 if new.status is RecordStatus.SUSPENDED else 1,
+            "shared_ref": new.shared_id,
             "now": time.time(),
         }
         return self._behind_gate(run_id, gated, durable, self._q.record_insert, params)
@@ -459,6 +534,136 @@ class SqlJournal(Journal):
             tx.execute(q.fork_records, params)
 
         self._write(work, atomic=True)
+
+    # -- approvals --------------------------------------------------------------------------------
+    def decide_call(
+        self, run_id: str, suffix: str, decision: RecordStatus, *, error: str | None, audit: NewAudit
+    ) -> ToolRecord | None:
+        q = self._q
+        params = {
+            "rid": run_id,
+            "sfx": suffix,
+            "expected": RecordStatus.SUSPENDED.value,
+            "new_status": decision.value,
+            "new_output": None,
+            "new_error": error,
+            "now": time.time(),
+        }
+
+        def work(tx: driver.Tx) -> driver.Row:
+            # The gate first: condemn updates the same row, so whichever commits second sees the other.
+            if tx.one(q.gate_lock, params) is None:
+                if tx.one(q.condemned_at, params) is None:
+                    raise UnknownRunError(run_id)
+                raise CompensatedRunError(run_id)
+            row = tx.one(q.record_settle, params)
+            if row is None:
+                raise _Conflict
+            tx.one(q.audit_insert, self._audit_params(audit))
+            return row
+
+        try:
+            return self._record(self._write(work, atomic=True))
+        except _Conflict:
+            return None
+
+    def decide_compensation(self, gate: CompensationGate, audit: NewAudit) -> tuple[CompensationGate, bool]:
+        q = self._q
+        params = {
+            "o": gate.origin_run_id,
+            "s": gate.suffix,
+            "new_decision": gate.decision.value,
+            "who": gate.actor,
+            "why": gate.reason,
+            "via": gate.via_run_id,
+            "rid": gate.via_run_id,
+            "now": time.time(),
+        }
+
+        def work(tx: driver.Tx) -> tuple[driver.Row | None, bool]:
+            row = tx.one(q.gate_insert, params)
+            if row is None:
+                return tx.one(q.gate_get, params), False
+            tx.one(q.audit_insert, self._audit_params(audit))
+            tx.execute(q.wake_awaiting, params)
+            return row, True
+
+        row, won = self._write(work, atomic=True)
+        assert row is not None  # gates are never deleted
+        return self._gate_row(row), won
+
+    def get_gates(
+        self, origin_and_suffixes: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], CompensationGate]:
+        wanted = set(origin_and_suffixes)
+        origins = sorted({o for o, _ in wanted})
+        rows = (
+            self._fetch(lambda tx: [r for o in origins for r in tx.all(self._q.gates_of_origin, {"o": o})])
+            if wanted
+            else []
+        )
+        found = (self._gate_row(r) for r in rows if (r["origin_run_id"], r["suffix"]) in wanted)
+        return {(g.origin_run_id, g.suffix): g for g in found}
+
+    # -- the audit trail --------------------------------------------------------------------------
+    def append_audit(self, entry: NewAudit) -> bool:
+        params = self._audit_params(entry)
+        return self._write(lambda tx: tx.one(self._q.audit_insert, params)) is not None
+
+    def read_audit(self, run_id: str) -> list[AuditRecord]:
+        rows = self._fetch(lambda tx: tx.all(self._q.audit_of_run, {"rid": run_id}))
+        return [self._audit_row(r) for r in rows]
+
+    # -- cross-run shared executions --------------------------------------------------------------
+    def latest_shared(self, key: str) -> SharedAction | None:
+        row = self._fetch(lambda tx: tx.one(self._q.shared_latest, {"k": key, "max_rows": 1}))
+        return None if row is None else self._shared_row(row)
+
+    def get_shared(self, shared_id: str) -> SharedAction | None:
+        key, _, generation = shared_id.rpartition(":")
+        if not generation.isdigit():
+            return None
+        row = self._fetch(lambda tx: tx.one(self._q.shared_get, {"k": key, "gen": int(generation)}))
+        return None if row is None else self._shared_row(row)
+
+    def insert_shared(
+        self, key: str, generation: int, tool_name: str, input: Any, run_id: str, window_s: float
+    ) -> SharedAction | None:
+        params = {
+            "k": key,
+            "gen": int(generation),
+            "name": tool_name,
+            "call_input": _dump(input),
+            "rid": run_id,
+            "window": float(window_s),
+            "now": time.time(),
+        }
+        row = self._write(lambda tx: tx.one(self._q.shared_insert, params))
+        return None if row is None else self._shared_row(row)
+
+    def settle_shared(
+        self,
+        shared_id: str,
+        expected: SharedStatus,
+        status: SharedStatus,
+        *,
+        output: Any = None,
+        error: str | None = None,
+        reclaim: bool = False,
+    ) -> SharedAction | None:
+        key, _, generation = shared_id.rpartition(":")
+        params = {
+            "k": key,
+            "gen": int(generation),
+            "expected": expected.value,
+            "new_status": status.value,
+            "new_output": None if output is None else _dump(output),
+            "new_error": error,
+            "now": time.time(),
+        }
+        stmt = self._q.shared_reclaim if reclaim else self._q.shared_settle
+        row = self._write(lambda tx: tx.one(stmt, params))
+        return None if row is None else self._shared_row(row)
 
     # -- compensation claims ----------------------------------------------------------------------
     def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None:
@@ -568,10 +773,21 @@ class SqlJournal(Journal):
             dry_run=bool(m["dry_run"]),
             suffixes=tuple(suffixes),
             created_at=m["created_at"],
+            actor=m.get("actor") or "",
+            reason=m.get("reason") or "",
+            via=m.get("via") or "worker",
         )
 
     def record_unwind(
-        self, unwind_id: str, run_id: str, *, dry_run: bool, suffixes: Sequence[str]
+        self,
+        unwind_id: str,
+        run_id: str,
+        *,
+        dry_run: bool,
+        suffixes: Sequence[str],
+        actor: str = "",
+        reason: str = "",
+        via: str = "worker",
     ) -> UnwindInfo:
         q = self._q
         params = {
@@ -579,6 +795,9 @@ class SqlJournal(Journal):
             "rid": run_id,
             "plan_only": bool(dry_run),
             "worklist": _dump(list(suffixes)),
+            "who": actor,
+            "why": reason,
+            "through": via,
             "now": time.time(),
         }
         row = self._write(lambda tx: tx.one(q.unwind_insert, params) or tx.one(q.unwind_get, params))

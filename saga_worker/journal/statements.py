@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from .driver import Prepared
-from .records import ClaimStatus, RecordStatus, RunStatus, UnwindState
-from .schema import claims, decisions, records, runs, unwind_entries, unwinds
+from .records import ClaimStatus, RecordStatus, RunStatus, SharedStatus, UnwindState
+from .schema import audit, claims, decisions, gates, records, runs, shared, unwind_entries, unwinds
 
 b = sa.bindparam
 CLAIM_PREFIX = "claim_"
@@ -100,6 +100,20 @@ class Statements:
             .returning(runs.c.next_seq)
         )
         self.gate_ungated = p(sa.update(runs).where(run).values(**bump_seq).returning(runs.c.next_seq))
+        # The gate without a sequence number: a person's decision on a suspended call takes the same
+        # row lock as a claim, so it is ordered against the tombstone the same way.
+        self.gate_lock = p(
+            sa.update(runs)
+            .where(run, runs.c.condemned_at.is_(None))
+            .values(next_seq=runs.c.next_seq)
+            .returning(runs.c.next_seq)
+        )
+        # A decision on a compensation gate makes a run halted at it due for the sweeper at once.
+        self.wake_awaiting = p(
+            sa.update(runs)
+            .where(run, runs.c.unwind_state == UnwindState.AWAITING.value)
+            .values(unwind_state=UnwindState.PENDING.value, unwind_next_at=clock, updated_at=now)
+        )
         self.unwind_state = p(
             sa.update(runs)
             .where(run)
@@ -208,11 +222,12 @@ class Statements:
                 tool_name=b("name"),
                 mode=b("call_mode"),
                 input=b("call_input"),
-                status=RecordStatus.RUNNING.value,
-                attempts=1,
+                status=b("rec_status"),
+                attempts=b("first_attempts", type_=sa.Integer),
                 origin_run_id=b("origin"),
                 created_at=now,
                 updated_at=now,
+                shared_id=b("shared_ref"),
             )
             .on_conflict_do_nothing(index_elements=["run_id", "suffix"])
             .returning(*records.c)
@@ -305,6 +320,85 @@ class Statements:
             .returning(claims.c.owner)
         )
 
+        # -- compensation gates -------------------------------------------------------------------
+        self.gate_insert = p(
+            insert(gates)
+            .values(
+                origin_run_id=b("o"),
+                suffix=b("s"),
+                decision=b("new_decision"),
+                actor=b("who"),
+                reason=b("why"),
+                via_run_id=b("via"),
+                decided_at=clock,
+            )
+            .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
+            .returning(*gates.c)
+        )
+        self.gate_get = p(sa.select(gates).where(gates.c.origin_run_id == b("o"), gates.c.suffix == b("s")))
+        self.gates_of_origin = p(sa.select(gates).where(gates.c.origin_run_id == b("o")))
+
+        # -- the audit trail ----------------------------------------------------------------------
+        self.audit_insert = p(
+            insert(audit)
+            .values(
+                run_id=b("rid"),
+                at=clock,
+                action=b("what"),
+                actor=b("who"),
+                via=b("through"),
+                reason=b("why"),
+                target=b("which"),
+                detail=b("details"),
+                event_key=b("event"),
+            )
+            .on_conflict_do_nothing(index_elements=["event_key"])
+            .returning(audit.c.id)
+        )
+        self.audit_of_run = p(sa.select(audit).where(audit.c.run_id == b("rid")).order_by(audit.c.id))
+
+        # -- cross-run shared executions ----------------------------------------------------------
+        one_shared = (shared.c.key == b("k"), shared.c.generation == b("gen", type_=sa.Integer))
+        self.shared_latest = p(
+            sa.select(shared).where(shared.c.key == b("k")).order_by(shared.c.generation.desc()).limit(1)
+        )
+        self.shared_get = p(sa.select(shared).where(*one_shared))
+        self.shared_insert = p(
+            insert(shared)
+            .values(
+                key=b("k"),
+                generation=b("gen", type_=sa.Integer),
+                tool_name=b("name"),
+                input=b("call_input"),
+                status=SharedStatus.RUNNING.value,
+                attempts=1,
+                run_id=b("rid"),
+                created_at=clock,
+                expires_at=clock + b("window", type_=sa.Double),
+                updated_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=["key", "generation"])
+            .returning(*shared.c)
+        )
+        expected_shared = (*one_shared, shared.c.status == b("expected"))
+        self.shared_settle = p(
+            sa.update(shared)
+            .where(*expected_shared)
+            .values(status=b("new_status"), output=b("new_output"), error=b("new_error"), updated_at=now)
+            .returning(*shared.c)
+        )
+        self.shared_reclaim = p(
+            sa.update(shared)
+            .where(*expected_shared)
+            .values(
+                status=SharedStatus.RUNNING.value,
+                attempts=shared.c.attempts + 1,
+                error=None,
+                updated_at=now,
+            )
+            .returning(*shared.c)
+        )
+
         # -- distributed unwinds ------------------------------------------------------------------
         self.unwind_insert = p(
             insert(unwinds)
@@ -314,6 +408,9 @@ class Statements:
                 dry_run=b("plan_only", type_=sa.Boolean),
                 suffixes=b("worklist"),
                 created_at=now,
+                actor=b("who"),
+                reason=b("why"),
+                via=b("through"),
             )
             .on_conflict_do_nothing(index_elements=["unwind_id"])
             .returning(*unwinds.c)

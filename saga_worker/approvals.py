@@ -1,0 +1,172 @@
+"""Human approvals (DESIGN.md §8): a person's word on a suspended call, or on a gated compensation.
+
+A call of a tool with ``needs_approval`` is recorded ``suspended`` and its run stops; ``approve``
+lets the next ``resume_run`` execute it (once, with its normal claim and key), ``deny`` hands the
+planner an error for it instead. A compensation of a tool with ``compensate_needs_approval`` halts
+the unwind (``awaiting-approval``) until ``approve_compensation``; ``deny_compensation`` leaves the
+effect in place (``skipped-denied``). Every decision is written with its audit row in one
+transaction, and the first decision on a call or gate is the only one: a second approver's call
+changes nothing and writes nothing.
+"""
+
+from __future__ import annotations
+
+from .audit import check_actor, check_reason, check_via
+from .errors import ApprovalError, CompensatedRunError, UnknownRunError
+from .journal.base import Journal
+from .journal.records import (
+    AuditAction,
+    AuditVia,
+    CompensationGate,
+    GateDecision,
+    NewAudit,
+    RecordStatus,
+    ToolRecord,
+)
+from .keys import check_run_id
+
+_UNDOABLE = (RecordStatus.SUCCEEDED, RecordStatus.FAILED, RecordStatus.RUNNING)
+
+
+def pending_calls(journal: Journal, run_id: str) -> list[ToolRecord]:
+    """The run's calls waiting for a person (``suspended``), in execution order."""
+    return journal.list_records(check_run_id(run_id), [RecordStatus.SUSPENDED])
+
+
+def approve(
+    journal: Journal,
+    run_id: str,
+    tool_call_id: str,
+    *,
+    actor: str,
+    reason: str = "",
+    via: AuditVia | str = "library",
+) -> ToolRecord:
+    """Approve a suspended call: the next ``resume_run`` executes it. Approving it again is a no-op.
+
+    Raises CompensatedRunError (writing nothing) if the run is condemned, ApprovalError if the call
+    is not suspended (or was denied)."""
+    return _decide(journal, run_id, tool_call_id, RecordStatus.APPROVED, actor, reason, via)
+
+
+def deny(
+    journal: Journal,
+    run_id: str,
+    tool_call_id: str,
+    *,
+    actor: str,
+    reason: str = "",
+    via: AuditVia | str = "library",
+) -> ToolRecord:
+    """Deny a suspended call: it is recorded ``denied`` and the next ``resume_run`` hands the planner
+    its error. Raises as ``approve``."""
+    return _decide(journal, run_id, tool_call_id, RecordStatus.DENIED, actor, reason, via)
+
+
+def _decide(
+    journal: Journal,
+    run_id: str,
+    tool_call_id: str,
+    decision: RecordStatus,
+    actor: str,
+    reason: str,
+    via: AuditVia | str,
+) -> ToolRecord:
+    check_run_id(run_id)
+    who, why, through = check_actor(actor), check_reason(reason), check_via(via)
+    run = journal.get_run(run_id)
+    if run is None:
+        raise UnknownRunError(run_id)
+    if run.condemned:
+        raise CompensatedRunError(run_id)
+    record = _find_call(journal, run_id, tool_call_id)
+    error = None
+    if decision is RecordStatus.DENIED:
+        error = f"denied by {who}" + (f": {why}" if why else "")
+    action = AuditAction.APPROVED if decision is RecordStatus.APPROVED else AuditAction.DENIED
+    audit = NewAudit(
+        run_id, action, who, through, why, target=record.tool_call_id, detail={"tool": record.tool_name}
+    )
+    decided = journal.decide_call(run_id, record.suffix, decision, error=error, audit=audit)
+    if decided is not None:
+        return decided
+    now = journal.get_record(run_id, record.suffix) or record
+    if now.status is decision or any(
+        row.action is action and row.target == record.tool_call_id for row in journal.read_audit(run_id)
+    ):
+        return now  # decided so already (by this person or another; maybe executed since): no-op
+    raise ApprovalError(run_id, tool_call_id, f"the call is {now.status.value}, not waiting for approval")
+
+
+def _find_call(journal: Journal, run_id: str, tool_call_id: str) -> ToolRecord:
+    if not isinstance(tool_call_id, str) or not tool_call_id:
+        raise ApprovalError(run_id, str(tool_call_id), "a tool call id is a non-empty string")
+    for record in journal.list_records(run_id):
+        if record.tool_call_id == tool_call_id or record.suffix == tool_call_id:
+            return record
+    raise ApprovalError(run_id, tool_call_id, "the run has no such call")
+
+
+def approve_compensation(
+    journal: Journal,
+    run_id: str,
+    suffix: str,
+    *,
+    actor: str,
+    reason: str = "",
+    via: AuditVia | str = "library",
+) -> CompensationGate:
+    """Allow an approval-gated compensation: the next unwind of the run (or the beat sweeper, which
+    picks the run up at once) calls the hook, with the step's usual key. Of two approvers racing,
+    one decision is written; the other gets it back. Raises ApprovalError if the step was denied."""
+    return _gate(journal, run_id, suffix, GateDecision.APPROVED, actor, reason, via)
+
+
+def deny_compensation(
+    journal: Journal,
+    run_id: str,
+    suffix: str,
+    *,
+    actor: str,
+    reason: str = "",
+    via: AuditVia | str = "library",
+) -> CompensationGate:
+    """Refuse an approval-gated compensation: the step reads ``skipped-denied`` and the unwind goes
+    on past it. Raises ApprovalError if the step was approved."""
+    return _gate(journal, run_id, suffix, GateDecision.DENIED, actor, reason, via)
+
+
+def _gate(
+    journal: Journal,
+    run_id: str,
+    suffix: str,
+    decision: GateDecision,
+    actor: str,
+    reason: str,
+    via: AuditVia | str,
+) -> CompensationGate:
+    check_run_id(run_id)
+    who, why, through = check_actor(actor), check_reason(reason), check_via(via)
+    if journal.get_run(run_id) is None:
+        raise UnknownRunError(run_id)
+    record = journal.get_record(run_id, suffix) if isinstance(suffix, str) else None
+    if record is None:
+        raise ApprovalError(run_id, str(suffix), "the run has no such step")
+    if record.status not in _UNDOABLE:
+        raise ApprovalError(run_id, suffix, f"the call is {record.status.value}: there is nothing to undo")
+    action = (
+        AuditAction.COMPENSATION_APPROVED
+        if decision is GateDecision.APPROVED
+        else AuditAction.COMPENSATION_DENIED
+    )
+    audit = NewAudit(run_id, action, who, through, why, target=suffix, detail={"tool": record.tool_name})
+    wanted = CompensationGate(record.origin_run_id, suffix, decision, who, why, 0.0, run_id)
+    stored, _ = journal.decide_compensation(wanted, audit)
+    if stored.decision is not decision:
+        raise ApprovalError(
+            run_id, suffix, f"its compensation was already {stored.decision.value} by {stored.actor}"
+        )
+    return stored
+
+
+__all__ = ["approve", "approve_compensation", "deny", "deny_compensation", "pending_calls"]
