@@ -82,4 +82,41 @@ class Cluster:
         self.close()
 
 
-__all__ = ["POLL", "SETUPS", "Cluster"]
+class PlainCelery:
+    """A plain Celery app with **default** settings (``bench.noop_app``: prefetch 4, early acks, no
+    STARTED state, no events) on a 2-process prefork worker of its own, on the same Redis broker and
+    result backend as the saga worker: issue 16's second floor, Celery as an app gets it out of the box."""
+
+    def __init__(self, *, concurrency: int = 2) -> None:
+        from bench.noop_app import app
+
+        self.app = app
+        self.queue = f"{QUEUE_PREFIX}-plain-{uuid.uuid4().hex[:6]}"
+        self.worker = Worker("bench.noop_app", [self.queue], concurrency=concurrency)
+        try:
+            self.worker.wait_ready(lambda: self.noop().get(timeout=5, interval=POLL), timeout=90)
+        except Exception:
+            self.worker.stop()
+            raise
+
+    def noop(self) -> Any:
+        return self.app.send_task("bench.noop", queue=self.queue)
+
+    def noop_chain(self, length: int) -> Any:
+        from celery import chain
+
+        return chain(
+            *[self.app.signature("bench.noop", queue=self.queue, immutable=True) for _ in range(length)]
+        ).apply_async()
+
+    def close(self) -> None:
+        self.worker.stop()
+
+    def __enter__(self) -> PlainCelery:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["POLL", "SETUPS", "Cluster", "PlainCelery"]

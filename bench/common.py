@@ -90,6 +90,25 @@ def paired(measured: Callable[[int], int], floor: Callable[[int], int], rounds: 
     return out
 
 
+def interleaved(fns: dict[str, Callable[[int], int]], rounds: int) -> dict[str, list[float]]:
+    """Run each callable once per round, ``rounds`` times, rotating which goes first; per-round rates
+    by name. A measured figure and several floors, under the same load in every round."""
+    names = list(fns)
+    out: dict[str, list[float]] = {name: [] for name in names}
+    for i in range(rounds):
+        shift = i % len(names)
+        for name in names[shift:] + names[:shift]:
+            start = time.perf_counter()
+            units = fns[name](i)
+            out[name].append(units / (time.perf_counter() - start))
+    return out
+
+
+def cost_ratio(measured: list[float], floor: list[float]) -> float:
+    """Median of per-round cost ratios (floor rate / measured rate): 1.0x = as cheap as the floor."""
+    return statistics.median(f / m for m, f in zip(measured, floor, strict=True))
+
+
 def solo(measured: Callable[[int], int], rounds: int) -> float:
     """Median rate over ``rounds`` rounds of something with no floor of its own."""
     rates = []

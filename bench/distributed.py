@@ -7,15 +7,19 @@ own no-op task on that same worker.
 - Throughput: a round of 5-step unwinds all sent at once, against a round of as many no-op tasks
   as the unwinds have steps, in alternating rounds. Issue 6's target compares compensated steps/s
   with no-op tasks/s; the note also gives the per-task view (6 tasks per 5 steps).
+- On Redis, a second floor (issue 16): the same no-op on a plain Celery app with Celery's default
+  settings (``bench.noop_app``, a worker of its own on the same broker), measured in the same
+  rounds: what Celery costs an app that asks nothing of it.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 
-from bench.cluster import POLL, SETUPS, Cluster
-from bench.common import Row, Table, new_id, paired, percentile
+from bench.cluster import POLL, SETUPS, Cluster, PlainCelery
+from bench.common import Row, Table, cost_ratio, interleaved, new_id, percentile
 from bench.config import Config
 from bench.seed import seed
 
@@ -30,7 +34,7 @@ def _check(report: dict[str, object]) -> None:
     assert all(e["status"] == "compensated" for e in entries), report
 
 
-def latency_rows(cluster: Cluster, cfg: Config) -> list[Row]:
+def latency_rows(cluster: Cluster, cfg: Config, plain: PlainCelery | None = None) -> list[Row]:
     assert cluster.engine is not None
     samples = (
         cfg.latency_samples
@@ -41,6 +45,7 @@ def latency_rows(cluster: Cluster, cfg: Config) -> list[Row]:
     seed(cluster.engine, ids, STEPS)
     unwind_lat: list[float] = []
     chain_lat: list[float] = []
+    plain_lat: list[float] = []
     for i, run_id in enumerate(ids):
         start = time.perf_counter()
         _check(cluster.unwind(run_id).get(timeout=120, interval=POLL))
@@ -48,28 +53,52 @@ def latency_rows(cluster: Cluster, cfg: Config) -> list[Row]:
         start = time.perf_counter()
         cluster.noop_chain(CHAIN_FLOOR).get(timeout=120, interval=POLL)
         chain_took = time.perf_counter() - start
+        plain_took = 0.0
+        if plain is not None:
+            start = time.perf_counter()
+            plain.noop_chain(CHAIN_FLOOR).get(timeout=120, interval=POLL)
+            plain_took = time.perf_counter() - start
         if i >= 5:  # the first few warm the pool processes' connections
             unwind_lat.append(took)
             chain_lat.append(chain_took)
+            plain_lat.append(plain_took)
     p50, chain50 = statistics.median(unwind_lat), statistics.median(chain_lat)
     ratio = p50 / chain50
-    return [
+    p99 = percentile(unwind_lat, 99) * 1e3
+    rows = [
         Row(
             f"{cluster.setup}: 5-step unwind latency p50",
             p50 * 1e3,
             "ms",
-            "7 no-op task chain p50",
+            "7 no-op task chain p50, same worker",
             chain50 * 1e3,
             ratio,
             "<= 1.5x",
             ratio <= 1.5,
-            f"p99 {percentile(unwind_lat, 99) * 1e3:.1f} ms vs chain p99 {percentile(chain_lat, 99) * 1e3:.1f} ms; "
+            f"p99 {p99:.1f} ms vs chain p99 {percentile(chain_lat, 99) * 1e3:.1f} ms; "
             f"{samples} of each, interleaved",
         ),
     ]
+    if plain is not None:
+        plain50 = statistics.median(plain_lat)
+        rows.append(
+            Row(
+                f"{cluster.setup}: 5-step unwind latency p50 vs plain Celery",
+                p50 * 1e3,
+                "ms",
+                "7 no-op task chain p50, plain app, default settings",
+                plain50 * 1e3,
+                p50 / plain50,
+                "<= 1.5x",
+                p50 / plain50 <= 1.5,
+                f"p99 {p99:.1f} ms vs chain p99 {percentile(plain_lat, 99) * 1e3:.1f} ms; "
+                f"{samples} of each, interleaved",
+            )
+        )
+    return rows
 
 
-def throughput_rows(cluster: Cluster, cfg: Config) -> list[Row]:
+def throughput_rows(cluster: Cluster, cfg: Config, plain: PlainCelery | None = None) -> list[Row]:
     assert cluster.engine is not None
     rounds = cfg.rounds
     runs = cfg.dist_runs if cluster.setup != "embedded" else int(cfg.dist_runs * cfg.embedded_share)
@@ -83,34 +112,58 @@ def throughput_rows(cluster: Cluster, cfg: Config) -> list[Row]:
             _check(result.get(timeout=300, interval=POLL))
         return per_round * STEPS
 
-    def noops(_i: int) -> int:
-        results = [cluster.noop() for _ in range(per_round * STEPS)]
-        for result in results:
-            result.get(timeout=300, interval=POLL)
-        return per_round * STEPS
+    def noops_on(target: Cluster | PlainCelery) -> Callable[[int], int]:
+        def noops(_i: int) -> int:
+            results = [target.noop() for _ in range(per_round * STEPS)]
+            for result in results:
+                result.get(timeout=300, interval=POLL)
+            return per_round * STEPS
 
-    got = paired(unwinds, noops, rounds)
+        return noops
+
+    fns = {"unwind": unwinds, "same": noops_on(cluster)}
+    if plain is not None:
+        fns["plain"] = noops_on(plain)
+    got = interleaved(fns, rounds)
+    rate = statistics.median(got["unwind"])
+    same = cost_ratio(got["unwind"], got["same"])
+    note = f"{per_round} runs x {rounds} rounds"
     # steps/s against no-op tasks/s: the issue's target (>= 0.8x, i.e. cost ratio <= 1.25)
-    return [
+    rows = [
         Row(
             f"{cluster.setup}: compensated steps/s, 2 worker processes",
-            got.rate,
+            rate,
             "steps/s",
             "no-op tasks/s, same worker",
-            got.floor_rate,
-            got.cost_ratio,
+            statistics.median(got["same"]),
+            same,
             ">= 0.8x no-op (<= 1.25x)",
-            got.cost_ratio <= 1.25,
-            f"{got.rate * TASKS_PER_UNWIND / STEPS:,.0f} saga tasks/s = "
-            f"{got.rate * TASKS_PER_UNWIND / STEPS / got.floor_rate:.2f}x no-op tasks/s; "
-            f"{per_round} runs x {rounds} rounds",
+            same <= 1.25,
+            f"{1 / same:.2f}x no-op tasks/s; {rate * TASKS_PER_UNWIND / STEPS:,.0f} saga tasks/s; {note}",
         )
     ]
+    if plain is not None:
+        vs_plain = cost_ratio(got["unwind"], got["plain"])
+        rows.append(
+            Row(
+                f"{cluster.setup}: compensated steps/s vs plain Celery",
+                rate,
+                "steps/s",
+                "no-op tasks/s, plain app, default settings",
+                statistics.median(got["plain"]),
+                vs_plain,
+                ">= 0.5x no-op (<= 2.0x)",
+                vs_plain <= 2.0,
+                f"{1 / vs_plain:.2f}x plain no-op tasks/s; {note}",
+            )
+        )
+    return rows
 
 
 def run(cfg: Config) -> list[Table]:
     table = Table(
-        "Distributed: saga.compensate_run on a 2-process prefork worker vs Celery no-op on the same worker",
+        "Distributed: saga.compensate_run on a 2-process prefork worker vs Celery no-op on the same worker"
+        " and on a plain Celery app with default settings",
         caption="each figure and its floor measured alternately on the same worker",
     )
     for setup in SETUPS:
@@ -119,6 +172,11 @@ def run(cfg: Config) -> list[Table]:
         if setup == "embedded" and "sqlite" not in cfg.backends(["sqlite"]):
             continue
         with Cluster(setup) as cluster:
-            table.rows.extend(latency_rows(cluster, cfg))
-            table.rows.extend(throughput_rows(cluster, cfg))
+            if setup == "embedded":
+                table.rows.extend(latency_rows(cluster, cfg))
+                table.rows.extend(throughput_rows(cluster, cfg))
+                continue
+            with PlainCelery() as plain:
+                table.rows.extend(latency_rows(cluster, cfg, plain))
+                table.rows.extend(throughput_rows(cluster, cfg, plain))
     return [table]
