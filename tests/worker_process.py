@@ -24,6 +24,7 @@ class WorkerProcess:
         *,
         concurrency: int,
         beat: bool,
+        events: bool = False,
         name: str = "t",
         python: str = sys.executable,
         cwd: Path = REPO,
@@ -49,6 +50,8 @@ class WorkerProcess:
         ]
         if beat:
             argv.append("--beat")
+        if events:
+            argv.append("--events")
         self._out = open(log, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             argv, cwd=cwd, env=dict(env), stdout=self._out, stderr=subprocess.STDOUT, start_new_session=True

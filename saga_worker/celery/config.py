@@ -41,13 +41,16 @@ def celery_config(settings: SagaSettings | None = None) -> dict[str, Any]:
         "task_reject_on_worker_lost": True,
         "worker_prefetch_multiplier": 1,
         "task_default_queue": s.queue,
-        "task_track_started": True,
         "broker_connection_retry_on_startup": True,
         "enable_utc": True,
         "timezone": "UTC",
-        # Flower: task events on real brokers (the SQLite broker has no fanout worth filling).
-        "worker_send_task_events": not s.embedded,
-        "task_send_sent_event": not s.embedded,
+        # Celery's defaults, kept on purpose (issue 16): no STARTED state written per task (a Redis
+        # write and a publish on every step; nothing reads it: the report is the result), and task
+        # events only from a worker started with --events / -E, as Flower needs (docker-compose's
+        # worker is): four publishes per task otherwise sent to nobody.
+        "task_track_started": False,
+        "worker_send_task_events": False,
+        "task_send_sent_event": False,
         "beat_schedule": {
             SWEEP_ENTRY: {
                 "task": SWEEP_TASK,

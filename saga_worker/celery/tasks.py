@@ -18,7 +18,7 @@ from typing import Any
 
 from celery import Celery, Task
 from celery.exceptions import Ignore
-from celery.signals import worker_init, worker_process_init, worker_process_shutdown
+from celery.signals import task_received, worker_init, worker_process_init, worker_process_shutdown
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from .. import executor, faults, metrics
@@ -62,6 +62,27 @@ def _child_exited(pid: int | None = None, **_: Any) -> None:
 
 worker_init.connect(_serve_metrics)
 worker_process_shutdown.connect(_child_exited)
+
+# The request field by which a worker that sends task events tells its pool child so.
+EVENTS_FLAG = "saga_task_events"
+
+
+def _mark_events(sender: Any = None, request: Any = None, **_: Any) -> None:
+    """A pool child cannot see whether its worker sends task events (``--events``, or turned on
+    later by ``celery control enable_events``): the consumer, in the main process, says so in the
+    step's request, so the step's own event is sent exactly when Celery's task events are."""
+    if request is None or request.name != COMPENSATE_STEP:
+        return
+    dispatcher = getattr(sender, "event_dispatcher", None)
+    if (
+        dispatcher is not None
+        and dispatcher.enabled
+        and (not dispatcher.groups or "task" in dispatcher.groups)
+    ):
+        request.request_dict[EVENTS_FLAG] = True
+
+
+task_received.connect(_mark_events)
 
 
 def _continue(task: Task, nxt: executor.Next) -> Any:
@@ -112,7 +133,7 @@ def compensate_step(
     """One step of an unwind (``dry_run`` and ``position`` are informative: the unwind's own record
     decides; ``position`` only saves the journal a round trip)."""
     ctx = executor.current()
-    if self.app.conf.worker_send_task_events:
+    if getattr(self.request, EVENTS_FLAG, False) or self.app.conf.worker_send_task_events:
         # Flower shows the custom event type as the task's state: COMPENSATING, with run and step.
         self.send_event("task-compensating", run_id=run_id, unwind_id=unwind_id, suffix=suffix)
     nxt = executor.run_step(

@@ -91,13 +91,16 @@ def redis_db() -> int:
 
 
 class Worker(WorkerProcess):
-    def __init__(self, setup: Setup, log: Path, *, beat: bool, concurrency: int) -> None:
+    def __init__(
+        self, setup: Setup, log: Path, *, beat: bool, concurrency: int, events: bool = False
+    ) -> None:
         super().__init__(
             ["celery", "-A", "saga_worker.celery:app", "worker"],
             setup.env(),
             log,
             concurrency=concurrency,
             beat=beat,
+            events=events,
         )
 
     def wait_ready(self) -> Worker:
@@ -117,9 +120,15 @@ class Workers:
         self.tmp = tmp
         self.started: list[Worker] = []
 
-    def start(self, setup: Setup, *, beat: bool = False, concurrency: int = 2) -> Worker:
+    def start(
+        self, setup: Setup, *, beat: bool = False, concurrency: int = 2, events: bool = False
+    ) -> Worker:
         worker = Worker(
-            setup, self.tmp / f"worker-{len(self.started)}.log", beat=beat, concurrency=concurrency
+            setup,
+            self.tmp / f"worker-{len(self.started)}.log",
+            beat=beat,
+            concurrency=concurrency,
+            events=events,
         )
         self.started.append(worker)
         return worker.wait_ready()

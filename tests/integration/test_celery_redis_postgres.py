@@ -39,7 +39,8 @@ def setup(tmp_path_factory: pytest.TempPathFactory, pg_database_url: str) -> Set
 
 @pytest.fixture(scope="module")
 def running(setup: Setup, module_workers: Workers) -> Setup:
-    module_workers.start(setup, concurrency=2)
+    # With --events, as docker-compose's worker runs for Flower (task events are off without it).
+    module_workers.start(setup, concurrency=2, events=True)
     return setup
 
 
