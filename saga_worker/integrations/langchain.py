@@ -1,0 +1,129 @@
+"""LangChain v1 / LangGraph: an agent middleware that routes every tool call through the saga journal.
+
+```python
+from langchain.agents import create_agent
+from saga_worker.integrations import hooks
+from saga_worker.integrations.langchain import SagaMiddleware
+
+agent = create_agent(model, tools=[charge, reserve], checkpointer=saver,
+                     middleware=[SagaMiddleware(journal=journal, tools={"charge": hooks(compensate=refund)})])
+agent.invoke({"messages": [...]}, {"configurable": {"thread_id": "order-7"}})   # the thread is the run
+```
+
+It is LangChain's own hook for tool execution, ``wrap_tool_call`` / ``awrap_tool_call`` (sync
+``invoke`` and async ``ainvoke``), around the tool node's call of each tool. The LangGraph thread id
+is the saga run id: a thread's turns are one run, so the middleware never ends the run. A call's
+position is counted from the thread's messages (``state["messages"]``), so a re-run of the same
+input, or a resume from the checkpointer, names every call as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from . import missing_extra
+
+try:
+    from langchain.agents.middleware import AgentMiddleware
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langgraph.config import get_config
+    from langgraph.prebuilt.tool_node import ToolCallRequest
+    from langgraph.types import Command
+except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test in a clean env
+    raise missing_extra("langchain", exc) from exc
+
+from ..errors import InvalidInputError
+from ..journal.base import Journal
+from ..keys import check_run_id
+from ..tools import Tool, check_tools
+from ._agent import AgentJournal, Outcome, position_of
+
+
+class SagaMiddleware(AgentMiddleware[Any, Any, Any]):
+    """Journal every tool call of the agent; ``tools`` maps tool names to their hooks.
+
+    The run id is the thread id of the invocation (``config["configurable"]["thread_id"]``), or
+    ``run_id`` if given (one saga run whatever the thread)."""
+
+    def __init__(
+        self, *, journal: Journal, tools: Mapping[str, Tool] | None = None, run_id: str | None = None
+    ) -> None:
+        super().__init__()
+        self.journal = journal
+        self.saga_tools = check_tools(tools)  # a bad mapping fails here, not at the first tool call
+        self.run_id = check_run_id(run_id) if run_id is not None else None
+
+    # -- the run ------------------------------------------------------------------------------------
+    def before_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        self._journal(get_config()).refuse_if_condemned()  # before the first model call
+        return None
+
+    async def abefore_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        return self.before_agent(state, runtime)
+
+    # -- each tool call -----------------------------------------------------------------------------
+    def wrap_tool_call(
+        self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
+    ) -> ToolMessage | Command[Any]:
+        journal, name, args, position = self._call(request)
+        outcome = journal.call(name, args, position, lambda: handler(request), _json_of_message)
+        return _message(request, outcome)
+
+    async def awrap_tool_call(
+        self,
+        request: ToolCallRequest,
+        handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
+    ) -> ToolMessage | Command[Any]:
+        journal, name, args, position = self._call(request)
+        outcome = await journal.acall(name, args, position, lambda: handler(request), _json_of_message)
+        return _message(request, outcome)
+
+    def _call(self, request: ToolCallRequest) -> tuple[AgentJournal, str, Any, int]:
+        call = request.tool_call
+        journal = self._journal(request.runtime.config)
+        calls = [
+            c["id"] or "" for m in _messages(request.state) if isinstance(m, AIMessage) for c in m.tool_calls
+        ]
+        return journal, call["name"], dict(call["args"]), position_of(call["id"] or "", calls)
+
+    def _journal(self, config: Any) -> AgentJournal:
+        run_id = self.run_id or ((config or {}).get("configurable") or {}).get("thread_id")
+        if not run_id:
+            raise InvalidInputError(
+                "SagaMiddleware needs a run id: invoke the agent with "
+                "config={'configurable': {'thread_id': ...}} or pass SagaMiddleware(run_id=...)"
+            )
+        return AgentJournal(str(run_id), journal=self.journal, tools=self.saga_tools)
+
+
+def _messages(state: Any) -> list[Any]:
+    messages = state.get("messages") if isinstance(state, dict) else getattr(state, "messages", None)
+    return list(messages or [])
+
+
+def _json_of_message(result: Any) -> Any:
+    """A tool message as journaled: what a replay needs to hand the model the same answer."""
+    if not isinstance(result, ToolMessage):
+        raise TypeError(
+            f"the tool returned a {type(result).__name__}; only ToolMessage results can be journaled and replayed"
+        )
+    return {"content": result.content, "artifact": result.artifact, "status": result.status}
+
+
+def _message(request: ToolCallRequest, outcome: Outcome) -> ToolMessage | Command[Any]:
+    if outcome.executed:
+        live: ToolMessage | Command[Any] = outcome.live
+        return live
+    recorded = outcome.output if isinstance(outcome.output, dict) else {"content": outcome.output}
+    # The replayed answer goes to this model response's call id, whatever id the journaled call had.
+    return ToolMessage(
+        content=recorded.get("content", ""),
+        artifact=recorded.get("artifact"),
+        status=recorded.get("status", "success"),
+        tool_call_id=request.tool_call["id"] or "",
+        name=request.tool_call["name"],
+    )
+
+
+__all__ = ["SagaMiddleware"]
