@@ -1,0 +1,253 @@
+"""OpenAI Agents SDK: ``@saga_tool`` under ``@function_tool``, and a runner that takes the run id.
+
+```python
+from agents import Agent, function_tool
+from saga_worker.integrations import hooks
+from saga_worker.integrations.openai_agents import SagaRunner, saga_tool
+
+@function_tool(needs_approval=True)
+@saga_tool
+async def charge(amount: int) -> dict: ...
+
+runner = SagaRunner(journal=journal, tools={"charge": hooks(compensate=refund)})
+result = await runner.run(agent, "place order 7", run_id="order-7")        # or runner.run_sync(...)
+```
+
+The SDK has no interceptor around every function tool, so the journal sits in two places it does
+offer: ``@saga_tool`` wraps the tool function itself (the SDK sees the same signature, plus the
+``ToolContext`` it hands to tools that ask for one), and ``SagaRunner`` wraps ``Runner.run`` (a
+condemned run id refuses to start; run hooks number each model response's function calls in order,
+and a resumed ``RunState`` brings the numbers of the calls it holds). Human approvals
+(``needs_approval``) come before the tool function, so a call executes only once approved, and a
+second resume from the same saved state replays it instead of executing it again.
+
+The SDK turns a tool's exception into a message for the model. saga-worker's refusals
+(``CompensatedRunError``, ``ReplayMismatchError``, ``SideEffectRetryBlockedError``) must stop the
+run instead: the runner raises them at the end of the tool step, and from ``run`` itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import json
+from collections.abc import Callable, Mapping
+from contextvars import ContextVar
+from typing import Any, TypeVar, cast, get_origin, get_type_hints
+
+from . import missing_extra
+
+try:
+    from agents import Agent, RunContextWrapper, RunHooks, Runner, RunResult
+    from agents.run_state import RunState
+    from agents.tool_context import ToolContext
+    from pydantic_core import to_jsonable_python
+except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test in a clean env
+    raise missing_extra("openai_agents", exc) from exc
+
+from ..errors import InvalidInputError, SagaError
+from ..journal.base import Journal
+from ..keys import check_run_id
+from ..tools import Tool, check_tools
+from ._agent import AgentJournal, position_of
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class _SdkRun:
+    """One ``SagaRunner.run``: the journal, the run's function calls in order, the first refusal."""
+
+    def __init__(self, journal: AgentJournal, calls: list[str]) -> None:
+        self.journal = journal
+        self.calls = calls
+        self.refusal: SagaError | None = None
+
+    def note_response(self, response: Any) -> None:
+        self.calls.extend(_function_call_ids(getattr(response, "output", None) or []))
+
+    def raise_refusal(self) -> None:
+        if self.refusal is not None:
+            raise self.refusal
+
+
+_RUN: ContextVar[_SdkRun | None] = ContextVar("saga_openai_agents_run", default=None)
+
+
+def _function_call_ids(items: Any) -> list[str]:
+    ids = []
+    for item in items:
+        kind = item.get("type") if isinstance(item, dict) else getattr(item, "type", None)
+        if kind == "function_call":
+            call_id = item.get("call_id") if isinstance(item, dict) else getattr(item, "call_id", None)
+            ids.append(str(call_id))
+    return ids
+
+
+def _calls_before(input: Any) -> list[str]:
+    """The function calls a run starts with: in its input items, and in a resumed state's responses."""
+    if isinstance(input, RunState):
+        original = input._original_input if isinstance(input._original_input, list) else []
+        calls = _function_call_ids(original)
+        for response in input._model_responses:
+            calls.extend(_function_call_ids(response.output))
+        return calls
+    return _function_call_ids(input) if isinstance(input, list) else []
+
+
+# -- the tool decorator ---------------------------------------------------------------------------
+
+
+def _takes_context(fn: Callable[..., Any]) -> bool:
+    params = list(inspect.signature(fn).parameters.values())
+    if not params:
+        return False
+    try:
+        hints = get_type_hints(fn)
+    except Exception:
+        hints = {}
+    ann = hints.get(params[0].name, params[0].annotation)
+    origin = get_origin(ann) or ann
+    return isinstance(origin, type) and issubclass(origin, RunContextWrapper)
+
+
+def saga_tool(fn: F) -> F:
+    """Journal a function tool's calls. Put it under ``@function_tool`` (which then sees the same
+    parameters); the tool must run under :class:`SagaRunner`, which knows the run id."""
+    takes_context = _takes_context(fn)
+    is_async = inspect.iscoroutinefunction(fn)
+
+    def prepare(
+        ctx: ToolContext[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[_SdkRun, Any, int]:
+        run = _RUN.get()
+        if run is None:
+            raise InvalidInputError(
+                f"tool {ctx.tool_name!r} is journaled by saga-worker: run its agent with SagaRunner(...).run()"
+            )
+        try:
+            input = json.loads(ctx.tool_arguments or "{}")
+        except ValueError as exc:
+            raise InvalidInputError(f"tool {ctx.tool_name!r}: arguments are not JSON: {exc}") from exc
+        return run, input, position_of(ctx.tool_call_id, run.calls)
+
+    def refused(run: _SdkRun, exc: SagaError) -> SagaError:
+        run.refusal = run.refusal or exc  # the SDK would hand it to the model as text: the runner raises it
+        return exc
+
+    if is_async:
+
+        @functools.wraps(fn)
+        async def journaled_async(ctx: ToolContext[Any], *args: Any, **kwargs: Any) -> Any:
+            run, input, position = prepare(ctx, args, kwargs)
+            call = (
+                functools.partial(fn, ctx, *args, **kwargs)
+                if takes_context
+                else functools.partial(fn, *args, **kwargs)
+            )
+            try:
+                outcome = await run.journal.acall(ctx.tool_name, input, position, call, to_jsonable_python)
+            except SagaError as exc:
+                raise refused(run, exc) from None
+            return outcome.live if outcome.executed else outcome.output
+
+        wrapper: Callable[..., Any] = journaled_async
+    else:
+
+        @functools.wraps(fn)
+        def journaled(ctx: ToolContext[Any], *args: Any, **kwargs: Any) -> Any:
+            run, input, position = prepare(ctx, args, kwargs)
+            call = (
+                functools.partial(fn, ctx, *args, **kwargs)
+                if takes_context
+                else functools.partial(fn, *args, **kwargs)
+            )
+            try:
+                outcome = run.journal.call(ctx.tool_name, input, position, call, to_jsonable_python)
+            except SagaError as exc:
+                raise refused(run, exc) from None
+            return outcome.live if outcome.executed else outcome.output
+
+        wrapper = journaled
+
+    if not takes_context:
+        # The SDK hands a ToolContext only to a function whose first parameter asks for one.
+        signature = inspect.signature(fn)
+        ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=ToolContext)
+        wrapper.__signature__ = signature.replace(parameters=[ctx_param, *signature.parameters.values()])  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {"ctx": ToolContext, **getattr(fn, "__annotations__", {})}
+    return cast(F, wrapper)
+
+
+# -- the runner -----------------------------------------------------------------------------------
+
+
+class _SagaHooks(RunHooks[Any]):
+    """Numbers each model response's function calls, stops the run at a refusal, and forwards
+    every event to the caller's own hooks."""
+
+    def __init__(self, run: _SdkRun, inner: RunHooks[Any] | None) -> None:
+        self._run = run
+        self._inner = inner
+
+    async def on_llm_end(self, context: Any, agent: Any, response: Any) -> None:
+        self._run.note_response(response)
+        if self._inner is not None:
+            await self._inner.on_llm_end(context, agent, response)
+
+    async def on_tool_end(self, context: Any, agent: Any, tool: Any, result: Any) -> None:
+        if self._inner is not None:
+            await self._inner.on_tool_end(context, agent, tool, result)
+        self._run.raise_refusal()
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("on_") and name not in ("on_llm_end", "on_tool_end"):
+            inner = object.__getattribute__(self, "_inner")
+            if inner is not None:
+                return getattr(inner, name)
+        return object.__getattribute__(self, name)
+
+
+class SagaRunner:
+    """``Runner.run`` / ``run_sync`` under a saga run id; ``tools`` maps tool names to their hooks.
+
+    A run that ends without pending approvals ends the saga run ``finished`` (``finish=False`` keeps
+    it open); one that stops for approvals stays open for its resume."""
+
+    def __init__(
+        self, *, journal: Journal, tools: Mapping[str, Tool] | None = None, finish: bool = True
+    ) -> None:
+        self.journal = journal
+        self.tools = check_tools(tools)
+        self.finish = finish
+
+    async def run(self, agent: Agent[Any], input: Any, *, run_id: str, **kwargs: Any) -> RunResult:
+        journal = AgentJournal(
+            check_run_id(run_id),
+            journal=self.journal,
+            tools=self.tools,
+            prompt=input if isinstance(input, str) else "",
+        )
+        await asyncio.to_thread(journal.refuse_if_condemned)
+        run = _SdkRun(journal, _calls_before(input))
+        kwargs["hooks"] = _SagaHooks(run, kwargs.get("hooks"))
+        token = _RUN.set(run)
+        try:
+            result = await Runner.run(agent, input, **kwargs)
+        except Exception as exc:
+            # The SDK wraps an exception from a hook in its own UserError: raise the refusal itself.
+            if run.refusal is not None:
+                raise run.refusal from exc
+            raise
+        finally:
+            _RUN.reset(token)
+        run.raise_refusal()
+        if self.finish and not result.interruptions:
+            await journal.afinish()
+        return result
+
+    def run_sync(self, agent: Agent[Any], input: Any, *, run_id: str, **kwargs: Any) -> RunResult:
+        return asyncio.run(self.run(agent, input, run_id=run_id, **kwargs))
+
+
+__all__ = ["SagaRunner", "saga_tool"]
