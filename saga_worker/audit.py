@@ -16,6 +16,7 @@ from .journal.base import Journal
 from .journal.records import AuditAction, AuditRecord, AuditVia
 from .keys import check_run_id
 from .settings import get_settings
+from .storable import check_storable_text
 
 
 def default_actor() -> str:
@@ -32,7 +33,7 @@ def default_actor() -> str:
 def check_actor(actor: object) -> str:
     if not isinstance(actor, str) or not actor.strip() or len(actor) > 200:
         raise InvalidInputError(f"actor must be a non-empty name of at most 200 characters, got {actor!r}")
-    return actor.strip()
+    return check_storable_text(actor.strip(), "actor")
 
 
 def check_reason(reason: object) -> str:
@@ -40,7 +41,7 @@ def check_reason(reason: object) -> str:
         return ""
     if not isinstance(reason, str):
         raise InvalidInputError(f"reason must be a string, got {type(reason).__name__}")
-    return reason
+    return check_storable_text(reason, "reason")
 
 
 def check_via(via: object) -> AuditVia:

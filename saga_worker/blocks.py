@@ -36,6 +36,7 @@ from .journal.records import RecordStatus, RunInfo, RunStatus
 from .keys import canonical_json, check_call_id, record_suffix
 from .planning import RunState, ToolCall
 from .runs import RunResult, _decoded_calls, _Driver, _encode_decision
+from .storable import check_storable_text, exception_text
 from .tools import Tool
 
 _MAX_APPEND_RETRIES = 20
@@ -51,6 +52,7 @@ class SagaRun:
     def __init__(self, run_id: str, journal: Journal, tools: Mapping[str, Tool], prompt: str) -> None:
         self._driver = _Driver(run_id, journal, tools, _code_decides, 1)
         self.run_id = self._driver.run_id
+        check_storable_text(prompt, "prompt", run_id=self.run_id)
         self.journal = journal
         self.prompt = prompt
         self.result: RunResult | None = None  # set when the block is left
@@ -182,7 +184,7 @@ def _failure_text(exc: BaseException) -> str:
     if isinstance(exc, ToolFailedError):
         # The words scripted uses for the same end, so the two kinds of run read alike.
         return f"tool {exc.tool_name!r} (call {exc.tool_call_id}) failed: {exc.error}"
-    return f"{type(exc).__name__}: {exc}"
+    return exception_text(exc)
 
 
 @contextmanager

@@ -11,6 +11,7 @@ import re
 from typing import Any, Literal
 
 from .errors import InvalidInputError
+from .storable import has_surrogate, surrogate_problem
 
 IdempotencyMode = Literal["call", "args", "cross-run"]
 # How a cross-run call's records are marked (the mode column holds 8 characters).
@@ -24,19 +25,31 @@ _CALL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 
 
 def canonical_json(value: Any) -> str:
-    """The one JSON text of a value that hashes are taken over (keys sorted, no spaces)."""
+    """The one JSON text of a value that hashes are taken over and journals store (keys sorted, no
+    spaces). Raises InvalidInputError, its ``detail["reason"]`` saying why, for a value that is not
+    JSON or holds a lone surrogate (no UTF-8 form: it could be neither hashed nor stored)."""
     try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"value is not JSON-serialisable: {exc}") from exc
+        reason = f"it is not JSON-serialisable ({exc})"
+        raise InvalidInputError(f"value cannot be stored as JSON: {reason}", reason=reason) from exc
+    if has_surrogate(text):
+        reason = surrogate_problem(value)
+        raise InvalidInputError(f"value cannot be stored as JSON: {reason}", reason=reason)
+    return text
+
+
+def json_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be stored as JSON (see ``canonical_json``), or None if it can."""
+    try:
+        canonical_json(value)
+    except InvalidInputError as exc:
+        return str(exc.detail["reason"])
+    return None
 
 
 def is_json_value(value: Any) -> bool:
-    try:
-        canonical_json(value)
-    except InvalidInputError:
-        return False
-    return True
+    return json_problem(value) is None
 
 
 def hash16(value: Any) -> str:

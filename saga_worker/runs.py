@@ -35,10 +35,12 @@ from .keys import (
     check_run_id,
     execute_key,
     is_json_value,
+    json_problem,
     record_suffix,
     shared_key,
 )
 from .planning import CallResult, Finish, Planner, RunState, ToolCall
+from .storable import check_storable_text, exception_text, storable_text
 from .tools import CallOptions, RecoverResult, Tool, call_hook, check_tools
 
 _MAX_RACE_RETRIES = 5
@@ -134,6 +136,7 @@ def stream_durable(
     """As ``run_durable``, yielding events as the run goes. Misuse and a condemned run raise here, at
     the call, before anything is written."""
     driver = _Driver(run_id, journal, tools, planner, max_steps)
+    check_storable_text(prompt, "prompt", run_id=run_id)
     run = journal.get_run(run_id)
     if run is not None and run.condemned:
         raise CompensatedRunError(run_id)
@@ -194,7 +197,10 @@ def _encode_decision(
 ) -> dict[str, Any]:
     """Validate a planner's answer and give every call its id, before anything is written."""
     if isinstance(decision, Finish):
-        return {"kind": "finish", "text": str(decision.text), "error": decision.error}
+        # The text is the run's answer: refused if unstorable. The error is a failure's words: kept, escaped.
+        text = check_storable_text(str(decision.text), "the planner's Finish text", run_id=run_id)
+        error = None if decision.error is None else storable_text(str(decision.error))
+        return {"kind": "finish", "text": text, "error": error}
     if isinstance(decision, ToolCall):
         decision = [decision]
     if not isinstance(decision, Sequence) or isinstance(decision, str | bytes):
@@ -223,10 +229,11 @@ def _encode_decision(
             canonical_json(call.input)
         except InvalidInputError as exc:
             raise InvalidInputError(
-                f"run {run_id!r}: input of call {call_id!r} to tool {call.tool!r} is not "
-                f"JSON-serialisable: {exc.__cause__}",
+                f"run {run_id!r}: the input of call {call_id!r} to tool {call.tool!r} cannot be "
+                f"journaled: {exc.detail['reason']}; nothing was written",
                 run_id=run_id,
                 tool_call_id=call_id,
+                tool_name=call.tool,
             ) from exc
         calls.append({"id": call_id, "tool": call.tool, "input": call.input})
     return {"kind": "calls", "calls": calls}
@@ -480,7 +487,7 @@ class _Driver:
                     self.run_id,
                     mirror.tool_call_id,
                     mirror.tool_name,
-                    f"recover raised {type(exc).__name__}: {exc}",
+                    f"recover raised {exception_text(exc)}",
                 ) from exc
             if not isinstance(answer, RecoverResult) or (answer.done and not is_json_value(answer.output)):
                 raise SideEffectRetryBlockedError(
@@ -519,13 +526,17 @@ class _Driver:
         try:
             output = call_hook(tool.execute, action.input, opts)
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
+            error = exception_text(exc)
             self.journal.settle_shared(
                 action.shared_id, SharedStatus.RUNNING, SharedStatus.FAILED, error=error
             )
             return self._event(step, mirror, "failed", error=error)
-        if not is_json_value(output):
-            error = f"execute returned a {type(output).__name__}, which is not JSON-serialisable"
+        problem = json_problem(output)
+        if problem is not None:
+            error = (
+                f"tool {mirror.tool_name!r}: the output of execute (a {type(output).__name__}) cannot be "
+                f"journaled: {problem}"
+            )
             self.journal.settle_shared(
                 action.shared_id, SharedStatus.RUNNING, SharedStatus.FAILED, error=error
             )
@@ -563,7 +574,7 @@ class _Driver:
                     self.run_id,
                     record.tool_call_id,
                     record.tool_name,
-                    f"recover raised {type(exc).__name__}: {exc}",
+                    f"recover raised {exception_text(exc)}",
                 ) from exc
             if not isinstance(answer, RecoverResult):
                 raise SideEffectRetryBlockedError(
@@ -573,12 +584,13 @@ class _Driver:
                     f"recover answered {type(answer).__name__}, not a RecoverResult",
                 )
             if answer.done:
-                if not is_json_value(answer.output):
+                problem = json_problem(answer.output)
+                if problem is not None:
                     raise SideEffectRetryBlockedError(
                         self.run_id,
                         record.tool_call_id,
                         record.tool_name,
-                        "recover's output is not JSON-serialisable",
+                        f"the output recover answered cannot be journaled: {problem}",
                     )
                 resolved = self.journal.resolve_record(
                     self.run_id, record.suffix, record.status, answer.output
@@ -610,13 +622,18 @@ class _Driver:
         try:
             output = call_hook(tool.execute, record.input, opts)
         except Exception as exc:
+            error = exception_text(exc)
             failed = self.journal.complete_record(
-                self.run_id, record.suffix, RecordStatus.FAILED, error=f"{type(exc).__name__}: {exc}"
+                self.run_id, record.suffix, RecordStatus.FAILED, error=error
             )
-            return self._event(step, failed or record, "failed", error=f"{type(exc).__name__}: {exc}")
-        if not is_json_value(output):
+            return self._event(step, failed or record, "failed", error=error)
+        problem = json_problem(output)
+        if problem is not None:
             # The effect happened but cannot be journaled: record it failed, so an unwind asks recover.
-            error = f"execute returned a {type(output).__name__}, which is not JSON-serialisable"
+            error = (
+                f"tool {record.tool_name!r}: the output of execute (a {type(output).__name__}) cannot be "
+                f"journaled: {problem}"
+            )
             failed = self.journal.complete_record(
                 self.run_id, record.suffix, RecordStatus.FAILED, error=error
             )

@@ -36,6 +36,7 @@ from ..journal.records import (
 from ..keys import check_dry_run, check_run_id, compensate_key, execute_key
 from ..locks.base import StepLock
 from ..settings import get_settings
+from ..storable import exception_text
 from ..tools import CallOptions, RecoverResult, Tool, call_hook, check_tools
 from .leases import keeper
 from .report import HALTING, CompensationEntry, CompensationReport, CompensationStatus
@@ -297,7 +298,7 @@ def _probe(run_id: str, record: ToolRecord, tool: Tool, attempts: int) -> Compen
         answer = call_hook(tool.recover, record.input, opts)
     except Exception as exc:
         return entry_for(
-            record, CompensationStatus.UNCERTAIN, f"recover raised {type(exc).__name__}: {exc}", attempts
+            record, CompensationStatus.UNCERTAIN, f"recover raised {exception_text(exc)}", attempts
         )
     if not isinstance(answer, RecoverResult):
         return entry_for(
@@ -341,7 +342,7 @@ def _run_hook(
             faults.point("after_hook", key)
         except Exception as exc:
             metrics.HOOK_SECONDS.labels(record.tool_name, "raised").observe(time.perf_counter() - started)
-            error = f"{type(exc).__name__}: {exc}"
+            error = exception_text(exc)  # storable: the claim must be released, whatever the text
             journal.finish_claim(record.origin_run_id, record.suffix, owner, ClaimStatus.FAILED, error)
             return entry_for(record, CompensationStatus.FAILED, error, attempts)
     if not journal.finish_claim(record.origin_run_id, record.suffix, owner, ClaimStatus.COMPENSATED):

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..errors import CompensatedRunError, RunExistsError, UnknownRunError
 from ..keys import canonical_json
+from ..storable import storable_or_none
 from .base import Journal
 from .records import (
     AuditRecord,
@@ -128,7 +129,9 @@ class MemoryJournal(Journal):
             if run is None:
                 raise UnknownRunError(run_id)
             if run.status is RunStatus.RUNNING:
-                run = replace(run, status=status, text=text, error=error, updated_at=self.now())
+                run = replace(
+                    run, status=status, text=text, error=storable_or_none(error), updated_at=self.now()
+                )
                 self._runs[run_id] = run
             return run
 
@@ -242,7 +245,12 @@ class MemoryJournal(Journal):
     ) -> ToolRecord | None:
         with self._lock:
             return self._cas(
-                run_id, suffix, RecordStatus.RUNNING, status=status, output=_copy(output), error=error
+                run_id,
+                suffix,
+                RecordStatus.RUNNING,
+                status=status,
+                output=_copy(output),
+                error=storable_or_none(error),
             )
 
     def resolve_record(
@@ -488,7 +496,7 @@ class MemoryJournal(Journal):
             if current is None or current.owner != owner or current.status is not ClaimStatus.CLAIMED:
                 return False
             self._claims[(origin_run_id, suffix)] = replace(
-                current, status=status, error=error, finished_at=self.now()
+                current, status=status, error=storable_or_none(error), finished_at=self.now()
             )
             return True
 
@@ -509,7 +517,7 @@ class MemoryJournal(Journal):
             self._runs[run_id] = replace(
                 run,
                 unwind_state=state,
-                unwind_note=note,
+                unwind_note=storable_or_none(note),
                 unwind_next_at=next_at,
                 unwind_attempts=run.unwind_attempts + (1 if count_attempt else 0),
                 updated_at=self.now(),

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from ..errors import CompensatedRunError, JournalError, MalformedRecordError, RunExistsError, UnknownRunError
 from ..keys import canonical_json
+from ..storable import storable_or_none
 from . import driver, guards, migrate
 from .base import Journal
 from .records import (
@@ -343,7 +344,12 @@ class SqlJournal(Journal):
 
     def end_run(self, run_id: str, status: RunStatus, text: str, error: str | None) -> RunInfo:
         q = self._q
-        params = {"rid": run_id, "new_status": status.value, "new_text": text, "new_error": error}
+        params = {
+            "rid": run_id,
+            "new_status": status.value,
+            "new_text": text,
+            "new_error": storable_or_none(error),
+        }
 
         def work(tx: driver.Tx) -> driver.Row | None:
             return tx.one(q.run_end, {**params, "now": time.time()}) or tx.one(q.run_get, params)
@@ -496,7 +502,7 @@ class SqlJournal(Journal):
             "expected": expected.value,
             "new_status": status.value,
             "new_output": None if output is None else _dump(output),
-            "new_error": error,
+            "new_error": storable_or_none(error),
             "now": time.time(),
         }
         row = self._write(lambda tx: tx.one(self._q.record_settle, params))
@@ -726,7 +732,7 @@ class SqlJournal(Journal):
             "s": suffix,
             "holder": owner,
             "new_status": status.value,
-            "new_error": error,
+            "new_error": storable_or_none(error),
             "now": time.time(),
         }
         return self._write(lambda tx: tx.one(self._q.claim_finish, params)) is not None
@@ -744,7 +750,7 @@ class SqlJournal(Journal):
         params = {
             "rid": run_id,
             "state": state.value,
-            "note": note,
+            "note": storable_or_none(note),
             "next_at": next_at,
             "bump": 1 if count_attempt else 0,
             "now": time.time(),
@@ -752,7 +758,7 @@ class SqlJournal(Journal):
         self._write(lambda tx: tx.execute(self._q.unwind_state, params))
 
     def hold_sweep(self, run_id: str, grace: float, note: str) -> None:
-        params = {"rid": run_id, "grace": float(grace), "note": note, "now": time.time()}
+        params = {"rid": run_id, "grace": float(grace), "note": storable_or_none(note), "now": time.time()}
         self._write(lambda tx: tx.execute(self._q.hold_sweep, params))
 
     def runs_to_sweep(self, now: float, *, limit: int = 100) -> list[RunInfo]:

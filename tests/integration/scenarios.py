@@ -10,7 +10,9 @@ import pytest
 from celery import Celery
 
 from saga_worker import Journal, compensate_run, run_durable, scripted
+from saga_worker.journal.records import ClaimStatus
 from saga_worker.keys import compensate_key
+from saga_worker.storable import ESCAPED_NOTE
 from tests.ledger import Ledger, order_script, order_tools
 
 from .conftest import Setup
@@ -97,6 +99,24 @@ def failing_step_halts_with_a_report(
     assert (
         ledger.call_counts("start:")[compensate_key(run_id, "call-1")] == 0
     )  # nothing probed after the halt
+
+
+def unstorable_error_text_halts_with_a_readable_report(
+    setup: Setup, client: Celery, journal: Journal, ledger: Ledger, run_id: str
+) -> None:
+    """A hook whose error holds a NUL and a lone surrogate: the caller still gets a report (issue 10,
+    item 3), the error reads escaped, and the step's claim is released for the next unwind."""
+    place_order(journal, ledger, run_id)
+    fail = setup.control_file(run_id, "fail", "reserve", " (card \\x00 \\ud800)")
+    report = unwind(client, run_id)
+    assert statuses(report) == ["compensated", "failed", "not-attempted"]
+    error = report["entries"][1]["error"]
+    assert "(card \\x00 \\ud800)" in error and ESCAPED_NOTE in error
+    claim = journal.get_claim(run_id, "call-2")
+    assert claim is not None and claim.status is ClaimStatus.FAILED
+    fail.unlink()
+    assert statuses(unwind(client, run_id)) == ["already-compensated", "compensated", "compensated"]
+    assert compensations(ledger, run_id) == {s: 1 for s in SUFFIXES}
 
 
 def task_sent_by_name_returns_the_report(

@@ -71,6 +71,12 @@ def test_failing_step_halts_the_chain_and_the_caller_gets_a_report_not_an_except
     scenarios.failing_step_halts_with_a_report(running, *parts, run_id)
 
 
+def test_hook_error_the_database_cannot_store_still_gives_the_caller_a_readable_report(
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
+    scenarios.unstorable_error_text_halts_with_a_readable_report(running, *parts, run_id)
+
+
 def test_task_sent_by_name_unwinds_the_run_and_returns_the_report(
     running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
 ) -> None:

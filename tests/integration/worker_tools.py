@@ -4,7 +4,8 @@ The sample order's tools from tests/ledger.py, whose compensate hooks note every
 their effect once per idempotency key in a ledger the test reads. A test steers one run's hooks
 with files in ``SAGA_TEST_CONTROL`` named ``{run_id}.{action}-{tool}``:
 
-- ``fail``: the hook raises (every time, while the file exists);
+- ``fail``: the hook raises (every time, while the file exists); the file's text, read with Python
+  escapes (``\x00``, ``\ud800``), ends the exception's message;
 - ``slow``: the hook sleeps the seconds written in the file first;
 - ``kill``: the process running the hook SIGKILLs itself (once: the file is consumed);
 - ``hang``: the hook writes ``{run_id}.hanging-{tool}`` (its pid) and blocks, for the test to kill
@@ -43,8 +44,10 @@ def before_compensate(ledger: Ledger, name: str, opts: CallOptions, control: Pat
     slow = Path(f"{base}slow-{name}")
     if slow.exists():
         time.sleep(float(slow.read_text() or "1"))
-    if Path(f"{base}fail-{name}").exists():
-        raise RuntimeError(f"{name}: the provider refused the compensation")
+    fail = Path(f"{base}fail-{name}")
+    if fail.exists():
+        words = fail.read_text().encode("ascii").decode("unicode_escape")
+        raise RuntimeError(f"{name}: the provider refused the compensation{words}")
     if _take(Path(f"{base}kill-{name}")):
         os.kill(os.getpid(), signal.SIGKILL)
     if _take(Path(f"{base}hang-{name}")):
