@@ -412,7 +412,7 @@ class MemoryJournal(Journal):
                     current, status=SharedStatus.RUNNING, attempts=current.attempts + 1, error=None
                 )
             else:
-                current = replace(current, status=status, output=_copy(output), error=error)
+                current = replace(current, status=status, output=_copy(output), error=storable_or_none(error))
             self._shared[(key, int(generation))] = current
             return _shared_out(current)
 

@@ -664,7 +664,7 @@ class SqlJournal(Journal):
             "expected": expected.value,
             "new_status": status.value,
             "new_output": None if output is None else _dump(output),
-            "new_error": error,
+            "new_error": storable_or_none(error),
             "now": time.time(),
         }
         stmt = self._q.shared_reclaim if reclaim else self._q.shared_settle
