@@ -1,9 +1,11 @@
-"""What an operator does to a run, for the CLI and the console alike: plan, unwind, re-drive.
+"""What an operator does to a run, for the CLI and the console alike: plan, unwind, re-drive,
+and decide on what waits for a person (a suspended call, an approval-gated compensation).
 
 Each action goes through the library or the Celery task, never around them: a plan is the engine's
 dry run, an unwind is ``saga.compensate_run`` on the workers, a re-drive hands a run the sweeper
-gave up on back to the workers once. ``actor`` is who asked (a console token's name, or the
-shell's user); it is logged with the action.
+gave up on back to the workers once, a decision is ``saga_worker.approve`` and its siblings. ``actor``
+is who asked (a console token's name, or the shell's user); it goes to the run's audit trail with
+``reason`` and ``via`` (through what: ``cli``, ``console``).
 """
 
 from __future__ import annotations
@@ -11,8 +13,9 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
+from . import approvals
 from .compensation.engine import compensate_run
 from .compensation.report import CompensationReport
 from .errors import InvalidInputError, SagaError, UnknownRunError
@@ -24,8 +27,21 @@ from .keys import check_run_id
 
 log = logging.getLogger(__name__)
 
-# enqueue(run_id, dry_run) -> the task id
-Enqueue = Callable[[str, bool], str]
+
+class Enqueue(Protocol):
+    """Send ``saga.compensate_run`` for the run; the task id. ``actor``, ``reason`` and ``via`` go
+    with it to the run's audit trail."""
+
+    def __call__(self, run_id: str, dry_run: bool, *, actor: str, reason: str, via: str) -> str: ...
+
+
+# The decisions a person takes on what waits for them: name -> (library call, what it decides on).
+DECISIONS: dict[str, tuple[Callable[..., Any], str]] = {
+    "approve": (approvals.approve, "call"),
+    "deny": (approvals.deny, "call"),
+    "approve-compensation": (approvals.approve_compensation, "compensation"),
+    "deny-compensation": (approvals.deny_compensation, "compensation"),
+}
 
 
 class ActionRefusedError(SagaError):
@@ -39,8 +55,9 @@ def celery_enqueue() -> Enqueue:
     """Enqueue on the workers with ``saga.compensate_run``, as ``saga-worker compensate`` does."""
     tasks: Any = importlib.import_module("saga_worker.celery")
 
-    def enqueue(run_id: str, dry_run: bool) -> str:
-        return str(tasks.compensate_run.delay(run_id, dry_run=dry_run).id)
+    def enqueue(run_id: str, dry_run: bool, *, actor: str, reason: str, via: str) -> str:
+        result = tasks.compensate_run.delay(run_id, dry_run=dry_run, actor=actor, reason=reason, via=via)
+        return str(result.id)
 
     return enqueue
 
@@ -61,19 +78,23 @@ def _known(journal: Journal, run_id: str) -> Any:
     return run
 
 
-def unwind(run_id: str, *, journal: Journal, enqueue: Enqueue, actor: str, reason: str) -> str:
+def unwind(
+    run_id: str, *, journal: Journal, enqueue: Enqueue, actor: str, reason: str, via: str = "console"
+) -> str:
     """Condemn and unwind the run on the workers; the task id. A reason is required: it is the
-    answer to "why was order 7 reversed?"."""
+    answer to "why was order 7 reversed?" (the audit trail's ``condemned`` row keeps it)."""
     _known(journal, run_id)
     reason = " ".join((reason or "").split())
     if not reason:
         raise InvalidInputError("a reason is required to compensate a run", run_id=run_id)
-    task_id = enqueue(run_id, False)
+    task_id = enqueue(run_id, False, actor=actor, reason=reason, via=via)
     log.info("unwind of run %s requested by %s (task %s): %s", run_id, actor, task_id, reason)
     return task_id
 
 
-def redrive(run_id: str, *, journal: Journal, enqueue: Enqueue, actor: str, claim_ttl: float) -> str:
+def redrive(
+    run_id: str, *, journal: Journal, enqueue: Enqueue, actor: str, claim_ttl: float, via: str = "console"
+) -> str:
     """Hand a run flagged ``attention`` (the sweeper spent its budget) back to the workers once.
 
     The run is held off the sweeper while the unwind starts (as a fresh unwind holds it); if it
@@ -83,7 +104,24 @@ def redrive(run_id: str, *, journal: Journal, enqueue: Enqueue, actor: str, clai
         raise ActionRefusedError(
             run_id, "re-drive", f"its unwind is {run.unwind_state.value}, not flagged for attention"
         )
-    journal.hold_sweep(run_id, SWEEP_GRACE_TTLS * claim_ttl, f"re-driven by {actor}"[:2000])
-    task_id = enqueue(run_id, False)
+    by = actor if via == "console" else f"{via}:{actor}"  # a console token's name is its own
+    journal.hold_sweep(run_id, SWEEP_GRACE_TTLS * claim_ttl, f"re-driven by {by}"[:2000])
+    task_id = enqueue(run_id, False, actor=actor, reason="re-driven after the sweeper gave up", via=via)
     log.info("run %s re-driven by %s (task %s)", run_id, actor, task_id)
     return task_id
+
+
+def decide(
+    decision: str, run_id: str, target: str, *, journal: Journal, actor: str, reason: str, via: str
+) -> Any:
+    """Approve or deny a suspended call (``target`` its tool call id) or an approval-gated
+    compensation (``target`` the step's suffix). Deciding again as before is a no-op; the library
+    raises CompensatedRunError for a condemned run's call and ApprovalError for a decision that
+    cannot apply (no such call or step, or decided the other way)."""
+    if decision not in DECISIONS:
+        raise InvalidInputError(f"unknown decision {decision!r}; one of {', '.join(DECISIONS)}")
+    call, _ = DECISIONS[decision]
+    _known(journal, run_id)
+    outcome = call(journal, run_id, target, actor=actor, reason=" ".join((reason or "").split()), via=via)
+    log.info("%s of %s in run %s by %s", decision, target, run_id, actor)
+    return outcome

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import click
 
+from .commands_approvals import approve, approve_compensation, audit, deny, deny_compensation
 from .commands_console import serve, token
 from .commands_demo import demo
 from .commands_journal import report, runs
@@ -27,5 +28,21 @@ def main() -> None:
     """saga-worker: condemn a run first, then compensate its steps in reverse, and report every step."""
 
 
-for _command in (runs, report, compensate, redrive, serve, token, worker, beat, db, demo):
+for _command in (
+    runs,
+    report,
+    audit,
+    compensate,
+    redrive,
+    approve,
+    deny,
+    approve_compensation,
+    deny_compensation,
+    serve,
+    token,
+    worker,
+    beat,
+    db,
+    demo,
+):
     main.add_command(_command)

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from ..audit import check_reason, default_actor
 from ..keys import check_run_id
 from ..settings import get_settings
 from .common import configured_journal
@@ -18,15 +19,24 @@ from .render import dump, out, report_table
 @click.command()
 @click.argument("run_id")
 @click.option("--dry-run", is_flag=True, help="Plan only: nothing is written, no hook is called.")
+@click.option("--reason", default=None, help="Why the run is reversed (kept in its audit trail).")
 @click.option(
     "--wait/--no-wait", default=True, show_default=True, help="Wait for the report (else print the task id)."
 )
 @click.option("--local", is_flag=True, help="Unwind in this process instead of on a worker.")
 @click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait for the report.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def compensate(run_id: str, dry_run: bool, wait: bool, local: bool, timeout: float, as_json: bool) -> None:
-    """Condemn RUN_ID and undo its steps in reverse order (on a worker unless --local)."""
+def compensate(
+    run_id: str, dry_run: bool, reason: str | None, wait: bool, local: bool, timeout: float, as_json: bool
+) -> None:
+    """Condemn RUN_ID and undo its steps in reverse order (on a worker unless --local).
+
+    Exit 0 when the unwind went through, 2 when a step failed or was busy (the report says which),
+    3 when it stopped at a compensation awaiting a person's approval (saga-worker
+    approve-compensation), 1 for an error. The audit trail names SAGA_ACTOR, else the OS user."""
     check_run_id(run_id)  # before anything is enqueued or written
+    check_reason(reason)
+    actor = default_actor()
     settings = get_settings()
     if local:
         from .. import executor
@@ -34,13 +44,24 @@ def compensate(run_id: str, dry_run: bool, wait: bool, local: bool, timeout: flo
 
         ctx = executor.WorkerContext(settings)
         try:
-            result = unwind_here(run_id, journal=ctx.journal, tools=ctx.tools, dry_run=dry_run, lock=ctx.lock)
+            result = unwind_here(
+                run_id,
+                journal=ctx.journal,
+                tools=ctx.tools,
+                dry_run=dry_run,
+                lock=ctx.lock,
+                actor=actor,
+                reason=reason,
+                via="cli",
+            )
         finally:
             ctx.close()
         _show_report(result.model_dump(mode="json"), as_json)
         _exit_for(result.model_dump(mode="json"))
         return
-    async_result = celery().compensate_run.delay(run_id, dry_run=dry_run)
+    async_result = celery().compensate_run.delay(
+        run_id, dry_run=dry_run, actor=actor, reason=reason, via="cli"
+    )
     if not wait:
         dump({"task_id": async_result.id, "run_id": run_id}) if as_json else out.print(
             f"unwind of run [bold]{run_id}[/] enqueued as task {async_result.id}"
@@ -59,9 +80,12 @@ def _show_report(data: dict[str, Any], as_json: bool) -> None:
 
 
 def _exit_for(data: dict[str, Any]) -> None:
-    # A halted unwind is a result, not an error: the report says why. Exit 2 lets scripts notice.
+    # A halted unwind is a result, not an error: the report says why. Exit 2 (broken or busy) and 3
+    # (waiting for a person) let scripts tell the two apart.
     if any(e["status"] in ("failed", "busy") for e in data["entries"]):
         sys.exit(2)
+    if any(e["status"] == "awaiting-approval" for e in data["entries"]):
+        sys.exit(3)
 
 
 @click.command()
@@ -77,18 +101,10 @@ def redrive(run_id: str, as_json: bool) -> None:
             run_id,
             journal=journal,
             enqueue=actions.celery_enqueue(),
-            actor=_shell_actor(),
+            actor=default_actor(),
             claim_ttl=settings.claim_ttl,
+            via="cli",
         )
     dump({"run_id": run_id, "task_id": task_id}) if as_json else out.print(
         f"run [bold]{run_id}[/] re-driven as task {task_id}"
     )
-
-
-def _shell_actor() -> str:
-    import getpass
-
-    try:
-        return f"cli:{getpass.getuser()}"
-    except Exception:
-        return "cli"

@@ -26,6 +26,8 @@ STATUS_STYLE = {
     CompensationStatus.BUSY.value: "red",
     CompensationStatus.FAILED.value: "bold red",
     CompensationStatus.NOT_ATTEMPTED.value: "dim",
+    CompensationStatus.AWAITING_APPROVAL.value: "bold yellow",
+    CompensationStatus.SKIPPED_DENIED.value: "yellow",
 }
 
 
@@ -40,9 +42,10 @@ def when(ts: float | None) -> str:
 def report_table(report: CompensationReport | dict[str, Any], title: str | None = None) -> Table:
     data = report.model_dump(mode="json") if isinstance(report, CompensationReport) else report
     kind = "plan (dry run)" if data["dry_run"] else "unwind"
-    table = Table(
-        title=title or f"{kind} of run {data['run_id']} — condemned: {'yes' if data['condemned'] else 'no'}"
-    )
+    by = f" by {data['condemned_by']}" if data.get("condemned_by") else ""
+    why = f" ({data['reason']})" if data.get("reason") else ""
+    condemned = f"yes{by}{why}" if data["condemned"] else "no"
+    table = Table(title=title or f"{kind} of run {data['run_id']} — condemned: {condemned}")
     errors = any(e.get("error") for e in data["entries"])
     for col in ("#", "step", "tool", "status", "attempts", "idempotency key") + (
         ("error",) if errors else ()
@@ -50,11 +53,14 @@ def report_table(report: CompensationReport | dict[str, Any], title: str | None 
         table.add_column(col, overflow="fold", no_wrap=col in ("status", "tool"))
     for i, e in enumerate(data["entries"], 1):
         style = STATUS_STYLE.get(e["status"], "")
+        status = f"[{style}]{e['status']}[/]" if style else e["status"]
+        if e.get("needs_approval") and e["status"] != "awaiting-approval":
+            status += " (needs approval)"
         row = [
             str(i),
             e["suffix"],
             e["tool_name"],
-            f"[{style}]{e['status']}[/]" if style else e["status"],
+            status,
             str(e.get("attempts", 0)),
             e["idempotency_key"],
         ]

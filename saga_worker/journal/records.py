@@ -204,6 +204,7 @@ class AuditVia(str, Enum):
     CLI = "cli"  # the saga-worker command
     WORKER = "worker"  # a Celery task sent by an app
     SWEEPER = "sweeper"  # the beat sweeper's re-drive
+    CONSOLE = "console"  # a form of saga-worker serve (the actor is the console token's name)
 
 
 @dataclass(frozen=True)

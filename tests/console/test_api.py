@@ -24,11 +24,15 @@ from .conftest import Tokens
 
 
 class Sent:
+    """What the console hands the workers (the real enqueue is ``saga.compensate_run.delay``)."""
+
     def __init__(self) -> None:
         self.calls: list[tuple[str, bool]] = []
+        self.audit: list[dict[str, str]] = []
 
-    def __call__(self, run_id: str, dry_run: bool) -> str:
+    def __call__(self, run_id: str, dry_run: bool, *, actor: str, reason: str, via: str) -> str:
         self.calls.append((run_id, dry_run))
+        self.audit.append({"actor": actor, "reason": reason, "via": via})
         return f"task-{len(self.calls)}"
 
 
@@ -261,6 +265,7 @@ def test_compensate_needs_an_operator_and_a_reason_then_enqueues_the_unwind(
     assert answer.status_code == 202
     assert answer.json() == {"run_id": run_id, "task_id": "task-1", "actor": "alice"}
     assert sent.calls == [(run_id, False)]
+    assert sent.audit == [{"actor": "alice", "reason": "customer cancelled", "via": "console"}]
     assert (
         app.post(
             "/api/runs/never-seen/compensate", json={"reason": "x"}, headers=bearer(tokens.operator)

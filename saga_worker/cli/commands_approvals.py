@@ -1,0 +1,145 @@
+"""A person's word (DESIGN.md §8): ``approve``/``deny`` a suspended call, ``approve-compensation``/
+``deny-compensation`` an approval-gated step, and ``audit``, the run's trail of who did what.
+
+The actor the trail names is ``SAGA_ACTOR``, else the OS user: the shell's identity, not a flag anyone
+could fill in with another name. Exit codes: 0 when the decision stands (also when it was already
+taken the same way: deciding twice is a no-op), 1 when it cannot apply (unknown run, call or step; a
+condemned run; decided the other way), with one line saying why.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+from rich.table import Table
+
+from .. import actions
+from ..audit import audit_dict, default_actor, read_audit
+from ..journal.records import CompensationGate, ToolRecord
+from ..settings import get_settings
+from .common import configured_journal, fail
+from .render import dump, out, when
+
+_REASON = click.option("--reason", default="", help="Why (kept in the run's audit trail).")
+_JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def _decide(decision: str, run_id: str, target: str, reason: str, as_json: bool) -> None:
+    actor = default_actor()
+    with configured_journal(get_settings()) as journal:
+        outcome = actions.decide(
+            decision, run_id, target, journal=journal, actor=actor, reason=reason, via="cli"
+        )
+    data = _outcome_dict(decision, run_id, target, actor, outcome)
+    if as_json:
+        dump(data)
+        return
+    out.print(f"run [bold]{run_id}[/]: {data['what']} [bold]{target}[/] {data['state']} (by {data['by']})")
+    if data.get("next"):
+        out.print(data["next"])
+
+
+def _outcome_dict(decision: str, run_id: str, target: str, actor: str, outcome: Any) -> dict[str, Any]:
+    if isinstance(outcome, ToolRecord):
+        nxt = {
+            "approved": "resume the run to execute it (resume_run)",
+            "denied": "resume the run: the planner gets the denial as this call's error",
+        }.get(outcome.status.value, "")
+        return {
+            "run_id": run_id,
+            "decision": decision,
+            "what": "call",
+            "target": target,
+            "state": outcome.status.value,
+            "by": actor,
+            "next": nxt,
+        }
+    assert isinstance(outcome, CompensationGate)
+    return {
+        "run_id": run_id,
+        "decision": decision,
+        "what": "compensation of step",
+        "target": target,
+        "state": outcome.decision.value,
+        "by": outcome.actor,
+        "reason": outcome.reason,
+        "next": "the sweeper resumes the unwind, or: saga-worker compensate " + run_id,
+    }
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("call_id")
+@_REASON
+@_JSON
+def approve(run_id: str, call_id: str, reason: str, as_json: bool) -> None:
+    """Approve the suspended call CALL_ID of RUN_ID: the run's next resume executes it, once."""
+    _decide("approve", run_id, call_id, reason, as_json)
+
+
+@click.command()
+@click.argument("run_id")
+@click.argument("call_id")
+@_REASON
+@_JSON
+def deny(run_id: str, call_id: str, reason: str, as_json: bool) -> None:
+    """Deny the suspended call CALL_ID of RUN_ID: it is recorded denied and never executes."""
+    _decide("deny", run_id, call_id, reason, as_json)
+
+
+@click.command("approve-compensation")
+@click.argument("run_id")
+@click.argument("suffix")
+@_REASON
+@_JSON
+def approve_compensation(run_id: str, suffix: str, reason: str, as_json: bool) -> None:
+    """Allow the gated compensation of step SUFFIX of RUN_ID (its unwind reads awaiting-approval)."""
+    _decide("approve-compensation", run_id, suffix, reason, as_json)
+
+
+@click.command("deny-compensation")
+@click.argument("run_id")
+@click.argument("suffix")
+@_REASON
+@_JSON
+def deny_compensation(run_id: str, suffix: str, reason: str, as_json: bool) -> None:
+    """Refuse the gated compensation of step SUFFIX of RUN_ID: it reads skipped-denied, the effect stays."""
+    _decide("deny-compensation", run_id, suffix, reason, as_json)
+
+
+@click.command()
+@click.argument("run_id")
+@_JSON
+def audit(run_id: str, as_json: bool) -> None:
+    """Print RUN_ID's audit trail, oldest first: who condemned it and why, every approval and denial,
+    and each unwind's outcome by status (dry runs are not in it)."""
+    with configured_journal(get_settings()) as journal:
+        if journal.get_run(run_id) is None:
+            fail(f"run {run_id!r} is not in the journal")
+        rows = [audit_dict(row) for row in read_audit(journal, run_id)]
+    if as_json:
+        dump(rows)
+        return
+    table = Table(title=f"audit trail of run {run_id} ({len(rows)})")
+    for col in ("when", "who", "via", "what", "step / call", "reason", "detail"):
+        table.add_column(col, overflow="fold")
+    for row in rows:
+        table.add_row(
+            when(row["at"]),
+            row["actor"],
+            row["via"],
+            row["action"],
+            row["target"] or "",
+            row["reason"] or "",
+            _detail(row["detail"]),
+        )
+    out.print(table)
+
+
+def _detail(detail: dict[str, Any]) -> str:
+    counts = detail.get("counts")
+    if isinstance(counts, dict):
+        done = "complete" if detail.get("complete") else "not complete"
+        return ", ".join(f"{k}: {v}" for k, v in counts.items()) + f" ({done})"
+    return ", ".join(f"{k}: {v}" for k, v in detail.items() if v is not None)
