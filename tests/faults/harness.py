@@ -31,6 +31,7 @@ def start_run(
     *,
     last_sleep: float = 0.0,
     comp_sleep: float = 0.0,
+    comp_hold: str = "",
     comp_fail: int = 0,
 ) -> str:
     """Run ``steps`` calls of ``pay`` (the last one slow if asked); the outcome as a word."""
@@ -42,6 +43,7 @@ def start_run(
             {
                 "n": i,
                 "comp_sleep": comp_sleep,
+                **({"comp_hold": comp_hold} if comp_hold else {}),
                 "comp_fail": comp_fail,
                 "sleep": last_sleep if i == steps else 0,
             },
@@ -54,6 +56,13 @@ def start_run(
         return "condemned"
     except SagaError as exc:
         return f"error: {exc}"
+
+
+def hold_file(run_id: str) -> Path:
+    """Where a ``comp_hold`` hook of ``run_id`` looks for its release (absent: it stays in the hook)."""
+    path = Path(tempfile.gettempdir()) / f"saga-fault-hold-{run_id}"
+    path.unlink(missing_ok=True)
+    return path
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05) -> Any:

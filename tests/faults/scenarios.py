@@ -11,7 +11,7 @@ from typing import Any
 from saga_worker import Journal
 
 from .checker import Verdict
-from .harness import OwnRedis, child, start_run, wait_for
+from .harness import OwnRedis, child, hold_file, start_run, wait_for
 from .ledger import Ledger
 from .util import judged, settle, unwind
 
@@ -79,14 +79,25 @@ def redis_restart_mid_hook(
 ) -> Outcome:
     """The step-lock Redis restarts while a holder is in its hook (its lock lost without persistence):
     a second unwinder gets the Redis lock, and only the journal's claim can still say busy."""
-    assert start_run(journal, run_id, 1, comp_sleep=4.0) == "finished"
+    release = hold_file(run_id)
+    assert start_run(journal, run_id, 1, comp_hold=str(release)) == "finished"
     lock = ["--lock", redis.url]
-    with child("compensate", run_id, env=env, extra=lock) as holder:
-        wait_for(lambda: ledger.calls("compensate"), 30, "the holder's hook to start")
-        redis.restart()
-        with child("compensate", run_id, env=env, extra=[*lock, *extra]) as second:
-            report = second.last_json()
-        assert holder.wait() == 0
+    try:
+        with child("compensate", run_id, env=env, extra=lock) as holder:
+            wait_for(lambda: ledger.calls("compensate"), 30, "the holder's hook to start")
+            redis.restart()
+            with child("compensate", run_id, env=env, extra=[*lock, *extra]) as second:
+                # It answers (busy), or, in a build without fencing, enters the hook beside the holder.
+                wait_for(
+                    lambda: second.popen.poll() is not None or len(ledger.calls("compensate")) > 1,
+                    60,
+                    "the second unwinder to answer or to enter the hook",
+                )
+                release.touch()  # only now may the hooks return
+                report = second.last_json()
+            assert holder.wait() == 0
+    finally:
+        release.unlink(missing_ok=True)
     settle(journal, ledger, [run_id])
     return Outcome(judged(ledger, journal, [run_id]), {"second": report})
 

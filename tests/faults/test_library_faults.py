@@ -12,7 +12,7 @@ import pytest
 from saga_worker import Journal
 
 from . import scenarios
-from .harness import OwnRedis, child, start_run, wait_for
+from .harness import OwnRedis, child, hold_file, start_run, wait_for
 from .ledger import Ledger
 from .proxy import TcpProxy
 from .util import assert_clean, judged, settle
@@ -116,15 +116,20 @@ def test_eight_concurrent_unwinds_of_one_run_call_each_hook_once(
 def test_a_worker_whose_clock_is_minutes_ahead_cannot_steal_a_live_lease(
     pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str
 ) -> None:
-    start_run(pg_journal, run_id, 1, comp_sleep=5.0)  # the hook outlives the 2 s lease: renewals keep it
-    with child("compensate", run_id, env=worker_env) as holder:
-        wait_for(lambda: ledger.calls("compensate"), 30, "the holder's hook to start")
-        time.sleep(2.5)  # past one whole lease: only renewals keep it alive now
-        for skew in ("600", "-600"):
-            with child("compensate", run_id, env=worker_env, extra=["--skew", skew]) as thief:
-                report = thief.last_json()
-            assert report["entries"][0]["status"] == "busy", (skew, report)
-        assert holder.wait() == 0
+    release = hold_file(run_id)  # the hook outlives the 2 s lease until released: renewals keep it
+    start_run(pg_journal, run_id, 1, comp_hold=str(release))
+    try:
+        with child("compensate", run_id, env=worker_env) as holder:
+            wait_for(lambda: ledger.calls("compensate"), 30, "the holder's hook to start")
+            time.sleep(2.5)  # past one whole lease: only renewals keep it alive now
+            for skew in ("600", "-600"):
+                with child("compensate", run_id, env=worker_env, extra=["--skew", skew]) as thief:
+                    report = thief.last_json()
+                assert report["entries"][0]["status"] == "busy", (skew, report)
+            release.touch()
+            assert holder.wait() == 0
+    finally:
+        release.unlink(missing_ok=True)
     assert len(ledger.calls("compensate")) == 1
     assert_clean(judged(ledger, pg_journal, [run_id]))
 

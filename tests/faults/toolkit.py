@@ -3,7 +3,9 @@
 ``pay`` executes (an effect keyed by its execute key), compensates (an effect keyed by its
 compensation key) and recovers (asks the ledger whether the execute key's effect exists), so every
 step's truth is knowable. Its input steers it: ``sleep`` / ``comp_sleep`` make a hook slow (so a
-fault can land inside it) and ``comp_fail`` makes the first N compensation calls of a key fail.
+fault can land inside it), ``comp_hold`` (a file path) keeps a compensation hook inside until the test
+creates that file (a hold that does not depend on how fast a loaded machine starts the next process),
+and ``comp_fail`` makes the first N compensation calls of a key fail.
 Workers load it with ``SAGA_TOOLS=tests.faults.toolkit:TOOLS`` and ``FAULT_LEDGER_URL``.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from saga_worker import CallOptions, RecoverResult, Tool, faults
@@ -36,6 +39,18 @@ def step_of(opts: CallOptions) -> str:
     return f"{opts.run_id}:{opts.tool_call_id}"
 
 
+HOLD_LIMIT_S = 120.0
+
+
+def hold_until_released(path: str) -> None:
+    """Stay inside the hook until ``path`` exists (never past HOLD_LIMIT_S, so a failed test ends)."""
+    if not path:
+        return
+    deadline = time.monotonic() + HOLD_LIMIT_S
+    while not Path(path).exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
 def make_tools(get_ledger: Callable[[], Ledger]) -> dict[str, Tool]:
     """The ``pay`` tool reporting to the ledger ``get_ledger()`` returns."""
 
@@ -55,6 +70,7 @@ def make_tools(get_ledger: Callable[[], Ledger]) -> dict[str, Tool]:
             led.end_call(call, "raised")
             raise ProviderError(f"provider refused {opts.idempotency_key} (injected)")
         time.sleep(float(input.get("comp_sleep", 0)))
+        hold_until_released(input.get("comp_hold", ""))
         faults.point("mid_hook", opts.idempotency_key)
         applied = led.apply("compensate", opts.idempotency_key, step_of(opts))
         led.end_call(call, "applied" if applied else "duplicate")
