@@ -55,10 +55,32 @@ def before_compensate(ledger: Ledger, name: str, opts: CallOptions, control: Pat
         time.sleep(600)
 
 
+def approval_tools(ledger: Ledger, hook: Any = None) -> dict[str, Tool]:
+    """Tools that wait for a person (DESIGN.md §8): ``refund`` before it executes, ``restock``
+    before its compensation runs. Effects go to ``ledger`` as the order's tools' do."""
+
+    def make(name: str, **rules: Any) -> Tool:
+        def execute(input: Any, opts: CallOptions) -> Any:
+            ledger.effect(opts.idempotency_key, f"execute:{name}")
+            return {"id": f"{name}-{opts.tool_call_id}", "input": input}
+
+        def compensate(input: Any, output: Any, opts: CallOptions) -> None:
+            if hook is not None:
+                hook(name, input, output, opts)
+            ledger.effect(opts.idempotency_key, f"compensate:{name}")
+
+        return Tool(execute, compensate, **rules)
+
+    return {
+        "refund": make("refund", needs_approval=True),
+        "restock": make("restock", compensate_needs_approval=True),
+    }
+
+
 def tools() -> dict[str, Tool]:
     ledger = open_ledger(get_settings().resolved_journal_url(), scope=os.environ["SAGA_TEST_SCOPE"])
 
     def hook(name: str, input: Any, output: Any, opts: CallOptions) -> None:
         before_compensate(ledger, name, opts)
 
-    return order_tools(ledger, before_compensate=hook)
+    return {**order_tools(ledger, before_compensate=hook), **approval_tools(ledger, hook)}
