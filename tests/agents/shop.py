@@ -46,16 +46,19 @@ class Shop:
         self.ledger = ledger
 
     def charge(self, amount: int) -> dict[str, Any]:
+        """Charge the customer."""
         key = call_options().idempotency_key
         self.ledger.effect(key, "execute:charge")
         return {"charge_id": f"ch-{key}", "amount": amount}
 
     def reserve(self, sku: str, qty: int) -> dict[str, Any]:
+        """Reserve stock."""
         key = call_options().idempotency_key
         self.ledger.effect(key, "execute:reserve")
         return {"reservation": f"rs-{key}", "sku": sku, "qty": qty}
 
     def notify(self, to: str) -> str:
+        """Tell the customer."""
         key = call_options().idempotency_key
         self.ledger.effect(key, "execute:notify")
         return f"sent to {to}"
