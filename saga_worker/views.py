@@ -2,8 +2,9 @@
 
 ``runs_page`` is the runs listing (filters, keyset cursor), ``run_view`` a run's page: its tool
 calls in execution order, their compensation claims as they are now (owner, lease), its
-distributed unwinds with each step's entry, and whether anything is still moving. The text of
-inputs, outputs and errors is cut to a preview and stripped of URL passwords.
+distributed unwinds with each step's entry, what waits for a person (suspended calls, gated
+compensations with no decision yet), its audit trail, and whether anything is still moving. The
+text of inputs, outputs, errors and reasons is cut to a preview and stripped of URL passwords.
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .audit import audit_dict
 from .compensation.report import HALTING, CompensationStatus
 from .errors import InvalidInputError
 from .journal.base import Journal
 from .journal.records import (
+    AuditRecord,
     ClaimStatus,
     CompensationClaim,
     RecordStatus,
@@ -32,6 +35,7 @@ from .journal.records import (
 )
 from .keys import canonical_json, check_run_id, compensate_key, execute_key
 from .redact import redact_text
+from .tools import Tool
 
 PREVIEW_CHARS = 240
 MAX_PAGE = 500
@@ -247,22 +251,82 @@ def list_unwinds(
     return [unwind_dict(journal, u, steps_by_suffix) for u in found]
 
 
-def pending_approvals(steps: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Suspended tool calls: each waits for a person's approve or deny."""
+def _decisions(run_id: str, approve: str, deny: str) -> list[dict[str, str]]:
+    url = f"/runs/{run_id}/decide"
+    return [
+        {"name": approve, "label": "Approve", "url": url},
+        {"name": deny, "label": "Deny", "url": url},
+    ]
+
+
+def pending_approvals(steps: Sequence[Mapping[str, Any]], run_id: str = "") -> list[dict[str, Any]]:
+    """Suspended tool calls: each waits for a person's approve or deny (``target``: the call id)."""
     return [
         {
             "kind": "call",
             "suffix": s["suffix"],
             "tool_call_id": s["tool_call_id"],
             "tool_name": s["tool_name"],
+            "target": s["tool_call_id"],
+            "actions": _decisions(run_id, "approve", "deny") if run_id else [],
         }
         for s in steps
         if s["status"] == RecordStatus.SUSPENDED.value
     ]
 
 
-def run_view(journal: Journal, run_id: str) -> dict[str, Any] | None:
-    """Everything the run page shows, or None for a run the journal has never seen."""
+_UNDONE = frozenset({"compensated"})
+_UNDOABLE = [RecordStatus.SUCCEEDED, RecordStatus.FAILED, RecordStatus.RUNNING]
+
+
+def awaiting_gates(
+    journal: Journal, run: RunInfo, steps: Sequence[Mapping[str, Any]], tools: Mapping[str, Tool]
+) -> list[dict[str, Any]]:
+    """Approval-gated compensations of a condemned run with no decision yet and not undone: the
+    unwind reads (or, on reaching them, will read) ``awaiting-approval`` there (``target``: the step's
+    suffix). Asked of the tools, as the engine asks: ``compensate_needs_approval(input, output)``."""
+    if not run.condemned or not tools:
+        return []
+    done = {s["suffix"] for s in steps if (s["compensation"] or {}).get("status") in _UNDONE}
+    gated: list[ToolRecord] = []
+    for record in journal.list_records(run.run_id, _UNDOABLE):
+        tool = tools.get(record.tool_name)
+        if record.suffix in done or tool is None or tool.compensate is None:
+            continue
+        if tool.compensation_needs_approval(record.input, record.output):
+            gated.append(record)
+    decided = journal.get_gates([(r.origin_run_id, r.suffix) for r in gated])
+    return [
+        {
+            "kind": "compensation",
+            "suffix": r.suffix,
+            "tool_call_id": r.tool_call_id,
+            "tool_name": r.tool_name,
+            "target": r.suffix,
+            "actions": _decisions(run.run_id, "approve-compensation", "deny-compensation"),
+        }
+        for r in reversed(gated)  # unwind order: the one the unwind meets first, first
+        if (r.origin_run_id, r.suffix) not in decided
+    ]
+
+
+def audit_row(row: AuditRecord) -> dict[str, Any]:
+    """One audit row for a page or the API: its values, a one-line ``summary`` of its detail, and
+    its reason stripped of URL passwords (a reason is free text a person typed)."""
+    data = audit_dict(row)
+    data["reason"] = redact_text(row.reason)
+    counts = row.detail.get("counts")
+    if isinstance(counts, dict):
+        state = "complete" if row.detail.get("complete") else "not complete"
+        data["summary"] = ", ".join(f"{k}: {v}" for k, v in counts.items()) + f" ({state})"
+    else:
+        data["summary"] = ", ".join(f"{k}: {v}" for k, v in row.detail.items() if v is not None)
+    return data
+
+
+def run_view(journal: Journal, run_id: str, tools: Mapping[str, Tool] | None = None) -> dict[str, Any] | None:
+    """Everything the run page shows, or None for a run the journal has never seen. ``tools`` (the
+    workers' tools) tell which compensations wait for a person's approval."""
     check_run_id(run_id)
     run = journal.get_run(run_id)
     if run is None:
@@ -278,8 +342,8 @@ def run_view(journal: Journal, run_id: str) -> dict[str, Any] | None:
         "run": run_summary(run),
         "steps": steps,
         "unwinds": unwinds,
-        "approvals": pending_approvals(steps),
-        "audit": [],
+        "approvals": pending_approvals(steps, run_id) + awaiting_gates(journal, run, steps, tools or {}),
+        "audit": [audit_row(r) for r in journal.read_audit(run_id)],
         "in_progress": moving,
         "can_redrive": run.condemned and run.unwind_state is UnwindState.ATTENTION,
     }

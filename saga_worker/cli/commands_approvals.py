@@ -15,9 +15,10 @@ import click
 from rich.table import Table
 
 from .. import actions
-from ..audit import audit_dict, default_actor, read_audit
+from ..audit import default_actor, read_audit
 from ..journal.records import CompensationGate, ToolRecord
 from ..settings import get_settings
+from ..views import audit_row
 from .common import configured_journal, fail
 from .render import dump, out, when
 
@@ -117,7 +118,7 @@ def audit(run_id: str, as_json: bool) -> None:
     with configured_journal(get_settings()) as journal:
         if journal.get_run(run_id) is None:
             fail(f"run {run_id!r} is not in the journal")
-        rows = [audit_dict(row) for row in read_audit(journal, run_id)]
+        rows = [audit_row(row) for row in read_audit(journal, run_id)]
     if as_json:
         dump(rows)
         return
@@ -132,14 +133,6 @@ def audit(run_id: str, as_json: bool) -> None:
             row["action"],
             row["target"] or "",
             row["reason"] or "",
-            _detail(row["detail"]),
+            row["summary"],
         )
     out.print(table)
-
-
-def _detail(detail: dict[str, Any]) -> str:
-    counts = detail.get("counts")
-    if isinstance(counts, dict):
-        done = "complete" if detail.get("complete") else "not complete"
-        return ", ".join(f"{k}: {v}" for k, v in counts.items()) + f" ({done})"
-    return ", ".join(f"{k}: {v}" for k, v in detail.items() if v is not None)

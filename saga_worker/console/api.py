@@ -2,7 +2,9 @@
 
 ``GET /api/runs`` (filters: status, condemned, unwind, search, cursor, limit), ``GET /api/runs/{id}``,
 ``POST /api/runs/{id}/plan`` (the dry run; any role), ``POST /api/runs/{id}/compensate``
-(``{"reason": …}``; operator), ``POST /api/runs/{id}/redrive`` (operator).
+(``{"reason": …}``; operator), ``POST /api/runs/{id}/redrive`` (operator), ``POST
+/api/runs/{id}/decide`` (``{"decision": "approve" | "deny" | "approve-compensation" |
+"deny-compensation", "target": call id or step, "reason": …}``; operator).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from starlette.routing import Route
 
 from .. import actions, views
 from ..errors import InvalidInputError, UnknownRunError
+from ..journal.records import CompensationGate
 from .service import blocking, console_of, operator, principal, run_id_of
 
 
@@ -37,7 +40,8 @@ async def list_runs(request: Request) -> JSONResponse:
 async def get_run(request: Request) -> JSONResponse:
     principal(request)
     run_id = run_id_of(request)
-    view = await blocking(views.run_view, console_of(request).journal, run_id)
+    console = console_of(request)
+    view = await blocking(views.run_view, console.journal, run_id, console.context.tools)
     if view is None:
         raise UnknownRunError(run_id)
     return JSONResponse(view)
@@ -99,10 +103,36 @@ async def redrive(request: Request) -> JSONResponse:
     return JSONResponse({"run_id": run_id, "task_id": task_id, "actor": who.name}, status_code=202)
 
 
+async def decide(request: Request) -> JSONResponse:
+    who = operator(request)
+    run_id = run_id_of(request)
+    body = await _body(request)
+    decision, target, reason = body.get("decision"), body.get("target"), body.get("reason", "")
+    if not isinstance(decision, str) or not isinstance(target, str) or not target:
+        raise InvalidInputError("a decision and a target (strings) are required", run_id=run_id)
+    if not isinstance(reason, str):
+        raise InvalidInputError("the reason must be a string", run_id=run_id)
+    outcome = await blocking(
+        actions.decide,
+        decision,
+        run_id,
+        target,
+        journal=console_of(request).journal,
+        actor=who.name,
+        reason=reason,
+        via="console",
+    )
+    state = outcome.decision if isinstance(outcome, CompensationGate) else outcome.status
+    return JSONResponse(
+        {"run_id": run_id, "decision": decision, "target": target, "state": state.value, "actor": who.name}
+    )
+
+
 routes = [
     Route("/api/runs", list_runs),
     Route("/api/runs/{run_id:str}", get_run),
     Route("/api/runs/{run_id:str}/plan", plan, methods=["POST"]),
     Route("/api/runs/{run_id:str}/compensate", compensate, methods=["POST"]),
     Route("/api/runs/{run_id:str}/redrive", redrive, methods=["POST"]),
+    Route("/api/runs/{run_id:str}/decide", decide, methods=["POST"]),
 ]

@@ -23,7 +23,7 @@ from starlette.staticfiles import StaticFiles
 
 from .. import metrics
 from ..actions import ActionRefusedError, Enqueue, celery_enqueue
-from ..errors import CompensatedRunError, InvalidInputError, SagaError, UnknownRunError
+from ..errors import ApprovalError, CompensatedRunError, InvalidInputError, SagaError, UnknownRunError
 from ..executor.context import WorkerContext
 from ..journal.records import UnwindState
 from ..redact import redact_text
@@ -57,7 +57,7 @@ async def _saga_error(request: Request, exc: Exception) -> Response:
         return _answer(request, 404, str(exc), "No such run")
     if isinstance(exc, InvalidInputError):
         return _answer(request, 400, str(exc), "Bad request")
-    if isinstance(exc, ActionRefusedError | CompensatedRunError):
+    if isinstance(exc, ActionRefusedError | CompensatedRunError | ApprovalError):
         return _answer(request, 409, str(exc), "Not now")
     log.warning("console: %s", redact_text(str(exc)))
     return _answer(request, 500, str(exc), "Error")

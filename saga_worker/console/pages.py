@@ -18,7 +18,7 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from .. import actions, views
-from ..errors import UnknownRunError
+from ..errors import InvalidInputError, UnknownRunError
 from ..redact import redact_url
 from .auth import COOKIE, Principal
 from .service import Forbidden, blocking, console_of, operator, principal, run_id_of
@@ -99,7 +99,8 @@ async def runs_list(request: Request) -> Response:
 
 async def _view(request: Request) -> tuple[str, dict[str, Any]]:
     run_id = run_id_of(request)
-    view = await blocking(views.run_view, console_of(request).journal, run_id)
+    console = console_of(request)
+    view = await blocking(views.run_view, console.journal, run_id, console.context.tools)
     if view is None:
         raise UnknownRunError(run_id)
     return run_id, view
@@ -160,6 +161,29 @@ async def redrive_form(request: Request) -> Response:
     return RedirectResponse(f"/runs/{run_id}?watch=1", status_code=303)
 
 
+async def decide_form(request: Request) -> Response:
+    """Approve or deny a suspended call or a gated compensation: the form's ``decision`` (approve,
+    deny, approve-compensation, deny-compensation), ``target`` (call id or step) and ``reason``;
+    the actor is the console user."""
+    form = await request.form()
+    who = operator(request, form)
+    run_id = run_id_of(request)
+    decision, target, reason = (form.get(k) for k in ("decision", "target", "reason"))
+    if not isinstance(decision, str) or not isinstance(target, str) or not target:
+        raise InvalidInputError("the form needs a decision and a target (a call id or a step)", run_id=run_id)
+    await blocking(
+        actions.decide,
+        decision,
+        run_id,
+        target,
+        journal=console_of(request).journal,
+        actor=who.name,
+        reason=reason if isinstance(reason, str) else "",
+        via="console",
+    )
+    return RedirectResponse(f"/runs/{run_id}?watch=1", status_code=303)
+
+
 async def login(request: Request) -> Response:
     if request.method == "GET":
         return render(request, "login.html", None)
@@ -204,4 +228,5 @@ routes = [
     Route("/runs/{run_id:str}/plan", plan_page, methods=["POST"]),
     Route("/runs/{run_id:str}/compensate", compensate_form, methods=["POST"]),
     Route("/runs/{run_id:str}/redrive", redrive_form, methods=["POST"]),
+    Route("/runs/{run_id:str}/decide", decide_form, methods=["POST"]),
 ]
