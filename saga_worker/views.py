@@ -244,10 +244,7 @@ def list_unwinds(
     limit: int = 10,
     steps_by_suffix: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    try:
-        found = journal.list_unwinds(run_id, limit=limit)
-    except NotImplementedError:
-        return []
+    found = journal.list_unwinds(run_id, limit=limit)
     return [unwind_dict(journal, u, steps_by_suffix) for u in found]
 
 

@@ -82,6 +82,20 @@ def test_record_decision_keeps_the_first_writer(journal: Journal, run_id: str) -
     assert journal.list_decisions(run_id) == [{"kind": "finish", "text": "a"}]
 
 
+def test_decisions_are_keyed_by_step_so_one_written_out_of_order_is_kept_where_it_says(
+    journal: Journal, run_id: str
+) -> None:
+    journal.start_run(run_id, "")
+    journal.record_decision(run_id, 1, {"n": 1})
+    assert journal.record_decision(run_id, 3, {"n": 3}) == {"n": 3}  # a gap is stored, not refused
+    assert journal.list_decisions(run_id) == [{"n": 1}, {"n": 3}]
+    journal.fork(run_id, 2, run_id + "-f")
+    assert journal.list_decisions(run_id + "-f") == [{"n": 1}]  # steps up to 2: the gap stays a gap
+    assert journal.record_decision(run_id, 2, {"n": 2}) == {"n": 2}
+    assert journal.record_decision(run_id, 3, {"n": "later"}) == {"n": 3}
+    assert journal.list_decisions(run_id) == [{"n": 1}, {"n": 2}, {"n": 3}]
+
+
 def test_claim_record_inserts_if_absent_with_increasing_sequence(journal: Journal, run_id: str) -> None:
     journal.start_run(run_id, "")
     first = journal.claim_record(run_id, new("call-1"), gated=True)

@@ -125,16 +125,22 @@ def test_hold_sweep_defers_the_sweeper_and_keeps_a_later_due_time(journal: Journ
     assert kept is not None and kept.unwind_next_at == later  # the sweeper's own backoff stands
 
 
-def test_read_step_checks_a_position_hint_against_the_worklist(journal: Journal, run_id: str) -> None:
+def test_read_step_finds_each_steps_entry_and_the_one_before_wherever_the_unwind_stands(
+    journal: Journal, run_id: str
+) -> None:
     journal.start_run(run_id, "p")
-    _record(journal, run_id, "call-1", 1, RecordStatus.SUCCEEDED)
-    _record(journal, run_id, "call-2", 2, RecordStatus.SUCCEEDED)
-    journal.record_unwind("u1", run_id, dry_run=False, suffixes=["call-2", "call-1"])
-    journal.record_unwind_entry("u1", 0, {"suffix": "call-2", "status": "compensated"})
-    journal.record_unwind_entry("u1", 1, {"suffix": "call-1", "status": "failed"})
-    truth = {s: journal.read_step("u1", run_id, s) for s in ("call-1", "call-2")}
-
-    for suffix, hints in {"call-1": [1, 0, -1, 2, 99], "call-2": [0, 1, -2, 5]}.items():
-        for hint in hints:  # right, pointing at the other step, negative, past the end
-            assert journal.read_step("u1", run_id, suffix, position=hint) == truth[suffix], (suffix, hint)
-    assert truth["call-1"].position == 1 and truth["call-1"].entry == {"suffix": "call-1", "status": "failed"}
+    worklist = [f"call-{n}" for n in range(5, 0, -1)]
+    for n, suffix in enumerate(reversed(worklist), 1):
+        _record(journal, run_id, suffix, n, RecordStatus.SUCCEEDED)
+    journal.record_unwind("u1", run_id, dry_run=False, suffixes=worklist)
+    stored: dict[int, dict[str, str]] = {}
+    # The chain moving on, then a gap (an entry written out of order by hand): every step reads its
+    # own entry and the one before, whether they are the latest ones or far behind them.
+    for position in (0, 1, 2, 4):
+        stored[position] = {"suffix": worklist[position], "status": "compensated"}
+        journal.record_unwind_entry("u1", position, stored[position])
+        for at, suffix in enumerate(worklist):
+            view = journal.read_step("u1", run_id, suffix)
+            assert view.position == at
+            assert view.entry == stored.get(at), (position, suffix)
+            assert view.previous == (stored.get(at - 1) if at else None), (position, suffix)

@@ -199,7 +199,6 @@ def test_an_unwind_entry_with_an_unknown_status_fails_the_next_step_and_the_repo
 
     for read in (
         lambda: ex.run_step(journal, provider.tools(), run_id, "u", "call-2", claim_ttl=TTL),
-        lambda: ex.run_step(journal, provider.tools(), run_id, "u", "call-2", claim_ttl=TTL, position=1),
         lambda: ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL),
         lambda: ex.finalize_unwind(journal, run_id, "u"),
     ):

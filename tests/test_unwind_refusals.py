@@ -109,10 +109,9 @@ def test_a_step_whose_earlier_step_has_no_outcome_yet_is_refused_and_runs_no_hoo
     provider = Provider()
     order(journal, provider, run_id)
     ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
-    for suffix, position in (("call-2", 1), ("call-1", 2)):
-        for hint in (position, None):
-            with pytest.raises(InvalidInputError, match="has no outcome yet"):
-                ex.run_step(journal, provider.tools(), run_id, "u", suffix, claim_ttl=TTL, position=hint)
+    for suffix in ("call-2", "call-1"):
+        with pytest.raises(InvalidInputError, match="has no outcome yet"):
+            ex.run_step(journal, provider.tools(), run_id, "u", suffix, claim_ttl=TTL)
     assert provider.calls == []
     assert journal.list_unwind_entries("u") == {}
     assert journal.get_claims([(run_id, s) for s in ("call-1", "call-2", "call-3")]) == {}
@@ -130,7 +129,7 @@ def test_a_step_after_the_unwind_halted_is_refused_and_the_report_stays_honest(
     )
     provider.fail.clear()
     with pytest.raises(InvalidInputError, match=r"halted the unwind \(failed\)"):
-        ex.run_step(journal, provider.tools(), run_id, "u", "call-2", claim_ttl=TTL, position=1)
+        ex.run_step(journal, provider.tools(), run_id, "u", "call-2", claim_ttl=TTL)
     assert provider.calls == [f"{run_id}:comp:call-3"]  # reserve's hook never ran
     assert sorted(journal.list_unwind_entries("u")) == [0]
     assert journal.get_claim(run_id, "call-2") is None
@@ -138,16 +137,14 @@ def test_a_step_after_the_unwind_halted_is_refused_and_the_report_stays_honest(
     assert [e.status.value for e in report.entries] == ["failed", "not-attempted", "not-attempted"]
 
 
-def test_steps_in_order_still_run_one_after_another_with_position_hints(
+def test_steps_in_order_run_one_after_another_and_a_redelivered_one_only_passes_on(
     journal: Journal, run_id: str
 ) -> None:
     provider = Provider()
     order(journal, provider, run_id)
     nxt = ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
     while isinstance(nxt, Step):
-        got = ex.run_step(
-            journal, provider.tools(), run_id, "u", nxt.suffix, claim_ttl=TTL, position=nxt.position
-        )
+        got = ex.run_step(journal, provider.tools(), run_id, "u", nxt.suffix, claim_ttl=TTL)
         assert got is not None
         nxt = got
     report = ex.finalize_unwind(journal, run_id, "u")

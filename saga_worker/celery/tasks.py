@@ -88,9 +88,7 @@ task_received.connect(_mark_events)
 def _continue(task: Task, nxt: executor.Next) -> Any:
     if isinstance(nxt, executor.Step):
         step = task.app.tasks[COMPENSATE_STEP]
-        return task.replace(
-            step.si(nxt.run_id, nxt.unwind_id, nxt.suffix, nxt.dry_run, position=nxt.position)
-        )
+        return task.replace(step.si(nxt.run_id, nxt.unwind_id, nxt.suffix, nxt.dry_run))
     # The end (or a halt): assemble the report here, from the journal, rather than in a task of its
     # own: one message fewer per unwind. A redelivery assembles the same report again.
     return _report(nxt.run_id, nxt.unwind_id)
@@ -130,8 +128,10 @@ def compensate_run(
 def compensate_step(
     self: Task, run_id: str, unwind_id: str, suffix: str, dry_run: bool = False, position: int | None = None
 ) -> Any:
-    """One step of an unwind (``dry_run`` and ``position`` are informative: the unwind's own record
-    decides; ``position`` only saves the journal a round trip)."""
+    """One step of an unwind (``dry_run`` is informative: the unwind's own record decides).
+
+    ``position`` is ignored: workers before this release sent it, and a message of theirs still in a
+    queue must be accepted; where the step stands is the journal's worklist's word."""
     ctx = executor.current()
     if getattr(self.request, EVENTS_FLAG, False) or self.app.conf.worker_send_task_events:
         # Flower shows the custom event type as the task's state: COMPENSATING, with run and step.
@@ -144,7 +144,6 @@ def compensate_step(
         suffix,
         claim_ttl=ctx.settings.claim_ttl,
         lock=ctx.lock,
-        position=position if isinstance(position, int) and not isinstance(position, bool) else None,
     )
     if nxt is None:
         raise Ignore()  # a live duplicate of this delivery carries the chain on; store no result

@@ -63,8 +63,5 @@ def _print_new_entries(journal: Journal, unwind_id: str, seen: int) -> int:
 
 
 def _unwind_entries(journal: Journal, unwind_id: str) -> list[dict[str, Any]]:
-    try:
-        entries = journal.list_unwind_entries(unwind_id)
-    except NotImplementedError:
-        return []
+    entries = journal.list_unwind_entries(unwind_id)
     return [entries[p] for p in sorted(entries)]

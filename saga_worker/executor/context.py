@@ -91,10 +91,8 @@ class WorkerContext:
             journal, self._journal = self._journal, None
         if journal is None:
             return
-        engine = getattr(journal, "engine", None)
-        if after_fork and engine is not None:
-            # The parent's connections are not ours to close: just forget them.
-            engine.dispose(close=False)
+        if after_fork:
+            journal.reset_after_fork()  # the parent's connections are not ours to close
         else:
             journal.close()
 

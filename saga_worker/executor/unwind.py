@@ -137,16 +137,14 @@ def run_step(
     claim_ttl: float,
     lock: StepLock | None = None,
     sleep: Callable[[float], None] = time.sleep,
-    position: int | None = None,
 ) -> Next | None:
     """One step task: apply the engine's rules to one step, store the entry, say what comes next.
 
-    ``position`` is the message's word on where the step stands in the worklist (checked, not
-    trusted: the journal's worklist decides). Returns None when a live duplicate delivery of this
-    very step holds it: that delivery carries the chain on, and this one must end without writing
-    anything."""
+    Where the step stands is the journal's worklist's word, never the message's. Returns None when a
+    live duplicate delivery of this very step holds it: that delivery carries the chain on, and this
+    one must end without writing anything."""
     check_run_id(run_id)
-    view = journal.read_step(unwind_id, run_id, suffix, position=position)  # all a step needs to know
+    view = journal.read_step(unwind_id, run_id, suffix)  # all a step needs to know
     info = _checked(view.unwind, run_id, unwind_id)
     position = view.position
     if position is None:

@@ -56,13 +56,13 @@ class Journal(abc.ABC):
     def list_runs(self, *, limit: int = 100, condemned_only: bool = False) -> list[RunInfo]:
         """Most recently updated first."""
 
+    @abc.abstractmethod
     def page_runs(self, query: RunQuery) -> list[RunInfo]:
         """One page of runs matching ``query``, newest updated first (see ``RunQuery``)."""
-        raise NotImplementedError(f"{type(self).__name__} does not page runs")
 
+    @abc.abstractmethod
     def count_runs(self, unwind_state: UnwindState) -> int:
         """How many runs are in ``unwind_state`` (the console's attention gauge)."""
-        raise NotImplementedError(f"{type(self).__name__} does not count runs")
 
     @abc.abstractmethod
     def end_run(self, run_id: str, status: RunStatus, text: str, error: str | None) -> RunInfo:
@@ -257,7 +257,7 @@ class Journal(abc.ABC):
         """Condemned runs whose unwind is pending or incomplete and due (``unwind_next_at <= now``)."""
 
     # -- distributed unwinds (the Celery executor's bookkeeping, saga_worker.executor) ---------------
-    # Not abstract, so a journal without them still serves the in-process engine.
+    @abc.abstractmethod
     def record_unwind(
         self,
         unwind_id: str,
@@ -270,28 +270,24 @@ class Journal(abc.ABC):
         via: str = "worker",
     ) -> UnwindInfo:
         """Insert the unwind if absent; return the stored one (a redelivered coordinator keeps the first)."""
-        raise NotImplementedError(f"{type(self).__name__} does not keep distributed unwinds")
 
-    def get_unwind(self, unwind_id: str) -> UnwindInfo | None:
-        raise NotImplementedError(f"{type(self).__name__} does not keep distributed unwinds")
+    @abc.abstractmethod
+    def get_unwind(self, unwind_id: str) -> UnwindInfo | None: ...
 
+    @abc.abstractmethod
     def list_unwinds(self, run_id: str, *, limit: int = 20) -> list[UnwindInfo]:
         """The run's distributed unwinds, newest first."""
-        raise NotImplementedError(f"{type(self).__name__} does not keep distributed unwinds")
 
+    @abc.abstractmethod
     def record_unwind_entry(self, unwind_id: str, position: int, entry: dict[str, Any]) -> dict[str, Any]:
         """Insert the entry of step ``position`` (0-based) if absent; return the stored one (first wins)."""
-        raise NotImplementedError(f"{type(self).__name__} does not keep distributed unwinds")
 
+    @abc.abstractmethod
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
         """The entries written so far, by position."""
-        raise NotImplementedError(f"{type(self).__name__} does not keep distributed unwinds")
 
-    def read_step(self, unwind_id: str, run_id: str, suffix: str, *, position: int | None = None) -> StepView:
-        """The unwind, this step's stored entry, its tool record and its claim (see ``StepView``).
-
-        ``position`` is where the caller believes the step stands in the worklist: a hint that saves
-        a SQL journal a round trip, checked against the worklist and never trusted."""
+    def read_step(self, unwind_id: str, run_id: str, suffix: str) -> StepView:
+        """The unwind, this step's stored entry, its tool record and its claim (see ``StepView``)."""
         unwind = self.get_unwind(unwind_id)
         position = unwind.suffixes.index(suffix) if unwind and suffix in unwind.suffixes else None
         entries = {} if position is None else self.list_unwind_entries(unwind_id)
@@ -345,6 +341,11 @@ class Journal(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional: journals without connections need nothing
         """Release connections. The journal is unusable afterwards."""
+
+    def reset_after_fork(self) -> None:  # noqa: B027 - optional: journals without connections need nothing
+        """In a forked child: forget the connections inherited from the parent without closing them
+        (they are the parent's, and closing a shared socket would break its session). Call it before
+        the child uses or drops the journal; the journal opens fresh connections if used again."""
 
     def __enter__(self) -> Journal:
         return self

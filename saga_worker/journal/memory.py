@@ -61,12 +61,28 @@ def _shared_out(action: SharedAction) -> SharedAction:
     return replace(action, input=_copy(action.input), output=_copy(action.output))
 
 
+def _new_run(
+    run_id: str, status: RunStatus, prompt: str, now: float, *, source_run_id: str | None = None
+) -> RunInfo:
+    return RunInfo(
+        run_id=run_id,
+        status=status,
+        prompt=prompt,
+        text="",
+        error=None,
+        condemned_at=None,
+        created_at=now,
+        updated_at=now,
+        source_run_id=source_run_id,
+    )
+
+
 class MemoryJournal(Journal):
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
         self._lock = threading.RLock()
         self._runs: dict[str, RunInfo] = {}
-        self._decisions: dict[str, list[Any]] = {}
+        self._decisions: dict[str, dict[int, Any]] = {}  # run id -> step -> payload, as SQL keys them
         self._records: dict[tuple[str, str], ToolRecord] = {}
         self._suffixes: dict[str, list[str]] = {}  # run id -> its records' suffixes (an index, as SQL has)
         self._claims: dict[tuple[str, str], CompensationClaim] = {}
@@ -90,8 +106,7 @@ class MemoryJournal(Journal):
                 if run.condemned:
                     raise CompensatedRunError(run_id)
                 return run, False
-            now = self.now()
-            run = RunInfo(run_id, RunStatus.RUNNING, prompt, "", None, None, now, now)
+            run = _new_run(run_id, RunStatus.RUNNING, prompt, self.now())
             self._runs[run_id] = run
             return run, True
 
@@ -140,7 +155,7 @@ class MemoryJournal(Journal):
             now = self.now()
             run = self._runs.get(run_id)
             if run is None:
-                run = RunInfo(run_id, RunStatus.UNKNOWN, "", "", None, None, now, now)
+                run = _new_run(run_id, RunStatus.UNKNOWN, "", now)
             if run.condemned_at is None:
                 if audit is not None:
                     self._append(audit)
@@ -158,17 +173,16 @@ class MemoryJournal(Journal):
     # -- decisions --------------------------------------------------------------------------------
     def record_decision(self, run_id: str, step: int, payload: Any) -> Any:
         with self._lock:
-            steps = self._decisions.setdefault(run_id, [])
-            if step <= len(steps):
-                return _copy(steps[step - 1])
-            if step != len(steps) + 1:
-                raise ValueError(f"decision {step} of run {run_id!r} would leave a gap after {len(steps)}")
-            steps.append(_copy(payload))
-            return _copy(payload)
+            # Keyed by step, as SQL's rows are: a step written out of order is stored where it says.
+            steps = self._decisions.setdefault(run_id, {})
+            if step not in steps:
+                steps[step] = _copy(payload)
+            return _copy(steps[step])
 
     def list_decisions(self, run_id: str) -> list[Any]:
         with self._lock:
-            return [_copy(p) for p in self._decisions.get(run_id, [])]
+            steps = self._decisions.get(run_id, {})
+            return [_copy(steps[n]) for n in sorted(steps)]
 
     # -- records ----------------------------------------------------------------------------------
     def get_record(self, run_id: str, suffix: str) -> ToolRecord | None:
@@ -200,22 +214,22 @@ class MemoryJournal(Journal):
             self._seq += 1
             now = self.now()
             record = ToolRecord(
-                run_id,
-                new.suffix,
-                self._seq,
-                new.step,
-                new.tool_call_id,
-                new.tool_name,
-                new.mode,
-                _copy(new.input),
-                new.status,
-                None,
-                None,
-                0 if new.status is RecordStatus.SUSPENDED else 1,
-                new.origin_run_id,
-                now,
-                now,
-                new.shared_id,
+                run_id=run_id,
+                suffix=new.suffix,
+                seq=self._seq,
+                step=new.step,
+                tool_call_id=new.tool_call_id,
+                tool_name=new.tool_name,
+                mode=new.mode,
+                input=_copy(new.input),
+                status=new.status,
+                output=None,
+                error=None,
+                attempts=0 if new.status is RecordStatus.SUSPENDED else 1,
+                origin_run_id=new.origin_run_id,
+                created_at=now,
+                updated_at=now,
+                shared_id=new.shared_id,
             )
             self._records[(run_id, new.suffix)] = record
             self._suffixes.setdefault(run_id, []).append(new.suffix)
@@ -274,18 +288,12 @@ class MemoryJournal(Journal):
                     raise CompensatedRunError(new_run_id)
                 raise RunExistsError(new_run_id)
             now = self.now()
-            self._runs[new_run_id] = RunInfo(
-                new_run_id,
-                RunStatus.RUNNING,
-                source.prompt,
-                "",
-                None,
-                None,
-                now,
-                now,
-                source_run_id=source_run_id,
+            self._runs[new_run_id] = _new_run(
+                new_run_id, RunStatus.RUNNING, source.prompt, now, source_run_id=source_run_id
             )
-            self._decisions[new_run_id] = [_copy(p) for p in self._decisions.get(source_run_id, [])[:step]]
+            self._decisions[new_run_id] = {
+                n: _copy(p) for n, p in self._decisions.get(source_run_id, {}).items() if n <= step
+            }
             for record in self.list_records(source_run_id):
                 if record.step <= step:
                     self._seq += 1
@@ -335,15 +343,15 @@ class MemoryJournal(Journal):
             self._audit_keys.add(entry.event_key)
         self._audit_seq += 1
         row = AuditRecord(
-            self._audit_seq,
-            entry.run_id,
-            self.now(),
-            entry.action,
-            entry.actor,
-            entry.via,
-            entry.reason,
-            entry.target,
-            _copy(entry.detail or {}),
+            id=self._audit_seq,
+            run_id=entry.run_id,
+            at=self.now(),
+            action=entry.action,
+            actor=entry.actor,
+            via=entry.via,
+            reason=entry.reason,
+            target=entry.target,
+            detail=_copy(entry.detail or {}),
         )
         self._audit.setdefault(entry.run_id, []).append(row)
         return True
@@ -376,18 +384,18 @@ class MemoryJournal(Journal):
                 return None
             now = self.now()
             action = SharedAction(
-                f"{key}:{generation}",
-                key,
-                generation,
-                tool_name,
-                _copy(input),
-                SharedStatus.RUNNING,
-                None,
-                None,
-                1,
-                run_id,
-                now,
-                now + window_s,
+                shared_id=f"{key}:{generation}",
+                key=key,
+                generation=generation,
+                tool_name=tool_name,
+                input=_copy(input),
+                status=SharedStatus.RUNNING,
+                output=None,
+                error=None,
+                attempts=1,
+                run_id=run_id,
+                created_at=now,
+                expires_at=now + window_s,
             )
             self._shared[(key, generation)] = action
             return _shared_out(action)
@@ -446,17 +454,17 @@ class MemoryJournal(Journal):
                 _claim_out(current)  # an unknown status fails closed, as SQL's compare-and-set does
             if current is None:
                 claim = CompensationClaim(
-                    origin_run_id,
-                    suffix,
-                    ClaimStatus.CLAIMED,
-                    owner,
-                    now + ttl,
-                    1,
-                    idempotency_key,
-                    via_run_id,
-                    None,
-                    now,
-                    None,
+                    origin_run_id=origin_run_id,
+                    suffix=suffix,
+                    status=ClaimStatus.CLAIMED,
+                    owner=owner,
+                    lease_expires_at=now + ttl,
+                    attempts=1,
+                    idempotency_key=idempotency_key,
+                    via_run_id=via_run_id,
+                    error=None,
+                    started_at=now,
+                    finished_at=None,
                 )
                 self._claims[key] = claim
                 return ClaimAttempt(True, claim)
@@ -550,7 +558,14 @@ class MemoryJournal(Journal):
             stored = self._unwinds.get(unwind_id)
             if stored is None:
                 stored = UnwindInfo(
-                    unwind_id, run_id, bool(dry_run), tuple(suffixes), self.now(), actor, reason, via
+                    unwind_id=unwind_id,
+                    run_id=run_id,
+                    dry_run=bool(dry_run),
+                    suffixes=tuple(suffixes),
+                    created_at=self.now(),
+                    actor=actor,
+                    reason=reason,
+                    via=via,
                 )
                 self._unwinds[unwind_id] = stored
             return stored

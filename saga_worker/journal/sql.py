@@ -102,6 +102,10 @@ class SqlJournal(Journal):
         self._connections.close()
         self.engine.dispose()
 
+    def reset_after_fork(self) -> None:
+        # A fresh pool for this process; the kept per-thread connections notice the new pid themselves.
+        self.engine.dispose(close=False)
+
     def __repr__(self) -> str:
         return f"SqlJournal({_safe(self.url)!r})"
 
@@ -825,40 +829,15 @@ class SqlJournal(Journal):
         assert row is not None
         return _load(row["entry"], unwind_id, f"unwind entry {position}")  # type: ignore[no-any-return]
 
-    def read_step(self, unwind_id: str, run_id: str, suffix: str, *, position: int | None = None) -> StepView:
+    def read_step(self, unwind_id: str, run_id: str, suffix: str) -> StepView:
         q = self._q
 
-        def work(
-            tx: driver.Tx,
-        ) -> tuple[UnwindInfo | None, int | None, Any, Any, driver.Row | None]:
-            if position is not None:  # the message's word, checked against the worklist below
-                row = tx.one(q.unwind_with_entry, {"uid": unwind_id, "at": position})
-                unwind = None if row is None else self._unwind(row)
-                if (
-                    unwind is not None
-                    and 0 <= position < len(unwind.suffixes)
-                    and unwind.suffixes[position] == suffix
-                ):
-                    assert row is not None
-                    return (
-                        unwind,
-                        position,
-                        row["entry"],
-                        row["previous"],
-                        tx.one(q.record_with_claim, {"rid": run_id, "sfx": suffix}),
-                    )
-            row = tx.one(q.unwind_get, {"uid": unwind_id})
-            unwind = None if row is None else self._unwind(row)
+        def work(tx: driver.Tx) -> tuple[UnwindInfo | None, int | None, Any, Any, driver.Row | None]:
+            rows = tx.all(q.unwind_with_latest_entries, {"uid": unwind_id})
+            unwind = self._unwind(rows[0]) if rows else None
             at = unwind.suffixes.index(suffix) if unwind and suffix in unwind.suffixes else None
-            entry = None if at is None else tx.one(q.entry_get, {"uid": unwind_id, "at": at})
-            before = None if not at else tx.one(q.entry_get, {"uid": unwind_id, "at": at - 1})
-            return (
-                unwind,
-                at,
-                entry and entry["entry"],
-                before and before["entry"],
-                tx.one(q.record_with_claim, {"rid": run_id, "sfx": suffix}),
-            )
+            entry, before = _step_entries(tx, q, unwind_id, at, rows)
+            return unwind, at, entry, before, tx.one(q.record_with_claim, {"rid": run_id, "sfx": suffix})
 
         unwind, at, entry_text, previous_text, both = self._fetch(work)
         entry = None if entry_text is None else _load(entry_text, unwind_id, f"unwind entry {at}")
@@ -880,6 +859,25 @@ class SqlJournal(Journal):
         return {
             int(r["position"]): _load(r["entry"], unwind_id, f"unwind entry {r['position']}") for r in rows
         }
+
+
+def _step_entries(
+    tx: driver.Tx, q: Statements, unwind_id: str, at: int | None, rows: list[driver.Row]
+) -> tuple[str | None, str | None]:
+    """The stored entry texts at ``at`` and ``at - 1``, from the unwind's two latest entries when they
+    tell (every entry above the lower of the two is known to be absent), else read one by one (a stale
+    redelivery of a step the chain has long passed)."""
+    if at is None:
+        return None, None
+    latest: dict[int, str | None] = {
+        int(r["entry_position"]): r["entry"] for r in rows if r["entry_position"] is not None
+    }
+    known_from = min(latest) if len(latest) == 2 else 0
+    if max(at - 1, 0) >= known_from:
+        return latest.get(at), latest.get(at - 1) if at else None
+    entry = tx.one(q.entry_get, {"uid": unwind_id, "at": at})
+    before = tx.one(q.entry_get, {"uid": unwind_id, "at": at - 1}) if at else None
+    return (None if entry is None else entry["entry"]), (None if before is None else before["entry"])
 
 
 def _safe(url: str) -> str:

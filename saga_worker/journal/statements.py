@@ -416,26 +416,18 @@ class Statements:
             .returning(*unwinds.c)
         )
         self.unwind_get = p(sa.select(unwinds).where(unwinds.c.unwind_id == b("uid")))
-        # The unwind and the entries at a position and the one before, in one round trip (a step task
-        # knows its position, and may run only once the step before has an outcome that did not halt).
-        before = unwind_entries.alias("before")
-        self.unwind_with_entry = p(
-            sa.select(unwinds, unwind_entries.c.entry, before.c.entry.label("previous"))
-            .select_from(
-                unwinds.outerjoin(
-                    unwind_entries,
-                    sa.and_(
-                        unwind_entries.c.unwind_id == unwinds.c.unwind_id,
-                        unwind_entries.c.position == b("at"),
-                    ),
-                ).outerjoin(
-                    before,
-                    sa.and_(
-                        before.c.unwind_id == unwinds.c.unwind_id,
-                        before.c.position == b("at") - 1,
-                    ),
-                )
-            )
+        # The unwind with its two latest entries, in one round trip. Steps run in order, so a step's
+        # own entry and the one before it are almost always among them (see SqlJournal.read_step).
+        latest = (
+            sa.select(unwind_entries.c.unwind_id, unwind_entries.c.position, unwind_entries.c.entry)
+            .where(unwind_entries.c.unwind_id == b("uid"))
+            .order_by(unwind_entries.c.position.desc())
+            .limit(2)
+            .subquery("latest")
+        )
+        self.unwind_with_latest_entries = p(
+            sa.select(unwinds, latest.c.position.label("entry_position"), latest.c.entry)
+            .select_from(unwinds.outerjoin(latest, latest.c.unwind_id == unwinds.c.unwind_id))
             .where(unwinds.c.unwind_id == b("uid"))
         )
         self.entry_insert = p(
