@@ -95,9 +95,13 @@ def runs_table(found: Sequence[RunInfo]) -> Table:
         table.add_column(col, overflow="fold")
     for r in found:
         unwind_state = r.unwind_state.value
-        style = {"complete": "green", "attention": "bold red", "incomplete": "yellow", "pending": "cyan"}.get(
-            unwind_state, ""
-        )
+        style = {
+            "complete": "green",
+            "attention": "bold red",
+            "incomplete": "yellow",
+            "pending": "cyan",
+            "awaiting": "bold yellow",
+        }.get(unwind_state, "")
         table.add_row(
             r.run_id,
             r.status.value,

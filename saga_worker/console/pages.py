@@ -40,6 +40,7 @@ STATUS_CLASS = {
     "skipped-denied": "warn",
     "incomplete": "warn",
     "suspended": "warn",
+    "awaiting": "warn",
     "awaiting-approval": "warn",
     "uncertain": "odd",
     "busy": "bad",

@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from saga_worker import Journal
+from saga_worker import Journal, ToolCall, run_durable, scripted
 from saga_worker.journal.records import UnwindState
 from tests.integration.scenarios import place_order
-from tests.ledger import Ledger
+from tests.integration.worker_tools import approval_tools
+from tests.ledger import Ledger, order_tools
 
 from .conftest import DOCS, Deployment, Tokens
 
@@ -143,3 +144,77 @@ def test_a_halted_unwind_shows_its_failed_step_and_the_error(
     page.screenshot(path=str(DOCS / "console-halted.png"), full_page=True)
     run = journal_and_ledger[0].get_run(run_id)
     assert run is not None and run.unwind_state is UnwindState.INCOMPLETE
+
+
+def test_an_operator_approves_a_gated_compensation_on_the_run_page_and_the_trail_names_them(
+    deployment: Deployment, chromium: Any, tokens: Tokens, journal_and_ledger: tuple[Journal, Ledger]
+) -> None:
+    journal, ledger = journal_and_ledger
+    run_id = f"order-gated-{uuid.uuid4().hex[:6]}"
+    script = scripted(ToolCall("charge", {"amount": 900}), ToolCall("restock", {"sku": "A1"}))
+    tools = {**order_tools(ledger), **approval_tools(ledger)}
+    assert run_durable(run_id, journal=journal, tools=tools, planner=script).status == "finished"
+    page = page_for(chromium, deployment, tokens.operator)
+    page.goto(f"{deployment.console.url}/runs/{run_id}")
+    page.click("#dry-run")
+    expect(page.locator("#plan tr[data-suffix=call-2]")).to_contain_text("needs approval")
+    page.fill("#reason", "order 9 cancelled")
+    page.click("#compensate")
+    unwind = page.locator("details.unwind").first
+    expect(unwind.locator(".entry-status")).to_have_text(["awaiting-approval", "not-attempted"])
+    expect(page.locator("#unwind-state")).to_have_text("awaiting")
+    gate = page.locator("tr[data-approval='compensation:call-2']")
+    expect(gate).to_contain_text("restock")
+    page.screenshot(path=str(DOCS / "console-approval.png"), full_page=True)
+
+    approve_form = gate.locator("form").filter(has=page.locator("button", has_text="Approve"))
+    approve_form.locator("input[name=reason]").fill("stock counted")
+    approve_form.locator("button").click()
+    expect(page).to_have_url(f"{deployment.console.url}/runs/{run_id}?watch=1")
+    expect(page.locator("tr[data-approval]")).to_have_count(0)
+    approved = page.locator("table.audit tr[data-action=compensation-approved]")
+    expect(approved).to_contain_text("alice")
+    expect(approved).to_contain_text("stock counted")
+
+    # Nobody's beat runs here: the operator resumes the unwind, which now undoes the gated step.
+    page.click("#dry-run")
+    page.fill("#reason", "resume after approval")
+    page.click("#compensate")
+    expect(page.locator("#unwind-state")).to_have_text("complete")
+    expect(page.locator("details.unwind").first.locator(".entry-status")).to_have_text(["compensated"] * 2)
+    expect(page.locator("table.audit tr[data-action=condemned]")).to_contain_text("order 9 cancelled")
+    expect(page.locator("table.audit tr[data-action=unwound]")).to_have_count(2)
+    assert ledger.effect_counts("compensate:restock")[f"{run_id}:comp:call-2"] == 1
+
+
+def test_a_suspended_call_is_denied_by_an_operator_and_a_viewer_sees_no_buttons(
+    deployment: Deployment, chromium: Any, tokens: Tokens, journal_and_ledger: tuple[Journal, Ledger]
+) -> None:
+    journal, ledger = journal_and_ledger
+    run_id = f"refund-{uuid.uuid4().hex[:6]}"
+    script = scripted(ToolCall("charge", {"amount": 10}), ToolCall("refund", {"amount": 500}))
+    tools = {**order_tools(ledger), **approval_tools(ledger)}
+    assert run_durable(run_id, journal=journal, tools=tools, planner=script).status == "suspended"
+
+    viewer = page_for(chromium, deployment, tokens.viewer)
+    viewer.goto(f"{deployment.console.url}/runs/{run_id}")
+    call = viewer.locator("tr[data-approval='call:call-2']")
+    expect(call).to_contain_text("suspended")
+    expect(call.locator("button")).to_have_count(0)
+    expect(call).to_contain_text("an operator can approve or deny")
+
+    page = page_for(chromium, deployment, tokens.operator)
+    page.goto(f"{deployment.console.url}/runs/{run_id}")
+    deny_form = page.locator("tr[data-approval='call:call-2'] form").filter(
+        has=page.locator("button", has_text="Deny")
+    )
+    deny_form.locator("input[name=reason]").fill("looks like fraud")
+    deny_form.locator("button").click()
+    expect(page.locator("tr[data-approval]")).to_have_count(0)
+    expect(page.locator("#steps tr[data-suffix=call-2]")).to_contain_text("denied")
+    denied = page.locator("table.audit tr[data-action=denied]")
+    expect(denied).to_contain_text("alice")
+    expect(denied).to_contain_text("looks like fraud")
+    record = journal.get_record(run_id, "call-2")
+    assert record is not None and record.status.value == "denied"
+    assert ledger.effect_counts("execute:refund")[f"{run_id}:call-2"] == 0
