@@ -10,17 +10,37 @@ re-installs the schedule when a restart without persistence has wiped it.
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import Any
 
 import redis
-from redbeat.schedulers import RedBeatScheduler, get_redis
+from celery import Celery
+from redbeat.schedulers import RedBeatScheduler, ensure_conf, get_redis
+
+from ..settings import get_settings
 
 log = logging.getLogger(__name__)
 REDIS_ERRORS = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, redis.exceptions.LockError)
 RETRY_S = 1.0
 
 
+# The Redis URL each app's beat connects with, kept out of the app's conf (which holds it redacted,
+# for display: a worker shows its conf to Flower).
+_REDIS_URLS: weakref.WeakKeyDictionary[Celery, str] = weakref.WeakKeyDictionary()
+
+
+def remember_redis_url(app: Celery, url: str) -> None:
+    _REDIS_URLS[app] = url
+
+
 class ResilientRedBeatScheduler(RedBeatScheduler):  # type: ignore[misc]
+    def __init__(self, app: Celery, *args: Any, **kwargs: Any) -> None:
+        # Before RedBeat connects: the real URL, not the redacted one in the conf.
+        url = _REDIS_URLS.get(app) or get_settings().redis_url
+        if url:
+            ensure_conf(app).redis_url = url
+        super().__init__(app, *args, **kwargs)
+
     def tick(self, min: Any = min, **kwargs: Any) -> float:  # noqa: A002 - RedBeat's signature
         try:
             if self.lock_key and not self._leading():

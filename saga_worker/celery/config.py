@@ -15,6 +15,7 @@ from typing import Any
 
 from celery import Celery
 
+from ..redact import redact_url
 from ..settings import SagaSettings, get_settings
 
 SQLA_POLL_INTERVAL_S = 0.05
@@ -79,7 +80,10 @@ def celery_config(settings: SagaSettings | None = None) -> dict[str, Any]:
     if s.redis_url:
         # One scheduler however many beat processes run: RedBeat holds a lock in Redis.
         conf["beat_scheduler"] = "saga_worker.celery.beat:ResilientRedBeatScheduler"
-        conf["redbeat_redis_url"] = s.redis_url
+        # The conf is what a worker shows Flower (and `celery inspect conf`), and Celery censors only
+        # the settings it knows: the conf holds the URL redacted, the scheduler connects with the real
+        # one, kept out of the conf (beat.remember_redis_url).
+        conf["redbeat_redis_url"] = redact_url(s.redis_url)
         conf["redbeat_key_prefix"] = f"saga:redbeat:{s.queue}"
         conf["redbeat_lock_timeout"] = max(30, int(5 * s.sweep_interval))
     else:
@@ -106,6 +110,10 @@ def make_app(settings: SagaSettings | None = None, *, main: str = "saga_worker")
     _prepare(s)
     app = Celery(main, set_as_current=False)
     app.config_from_object(celery_config(s))
+    if s.redis_url:
+        from .beat import remember_redis_url
+
+        remember_redis_url(app, s.redis_url)
     register(app)
     return app
 

@@ -17,11 +17,19 @@ import os
 from typing import Any
 
 from celery import Celery, Task
-from celery.exceptions import Ignore
-from celery.signals import task_received, worker_init, worker_process_init, worker_process_shutdown
+from celery.exceptions import Ignore, Reject, Retry
+from celery.signals import (
+    after_setup_logger,
+    after_setup_task_logger,
+    task_received,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+)
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from .. import executor, faults, metrics
+from ..redact import redact_exception, redact_logging
 from ..settings import get_settings
 
 COMPENSATE_RUN = "saga.compensate_run"
@@ -62,6 +70,29 @@ def _child_exited(pid: int | None = None, **_: Any) -> None:
 
 worker_init.connect(_serve_metrics)
 worker_process_shutdown.connect(_child_exited)
+
+
+def _redact_logs(logger: Any = None, **_: Any) -> None:
+    # Every handler Celery sets up (worker and task loggers) hides URL passwords in what it writes.
+    redact_logging(logger)
+
+
+after_setup_logger.connect(_redact_logs)
+after_setup_task_logger.connect(_redact_logs)
+
+
+class _RedactedErrors:
+    """Task mixin: an exception leaving a saga task is redacted (its message, its chain) before Celery
+    logs it and stores it in the result backend, where a client's ``.get()`` would show it."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().__call__(*args, **kwargs)  # type: ignore[misc]
+        except (Ignore, Reject, Retry):  # Celery's control flow (replace, retry), not errors
+            raise
+        except Exception as exc:
+            raise redact_exception(exc)  # noqa: B904 - the same exception, its chain kept
+
 
 # The request field by which a worker that sends task events tells its pool child so.
 EVENTS_FLAG = "saga_task_events"
@@ -177,11 +208,12 @@ def register(app: Celery, **options: Any) -> dict[str, Task]:
         RETRY_UNCERTAIN: (retry_uncertain, False),
     }
     registered: dict[str, Task] = {}
+    base = type("SagaTask", (_RedactedErrors, app.Task), {})  # the app's own Task class, kept
     for name, (body, retries) in bodies.items():
         opts = {**(RETRY if retries else {}), **options}
         # shared=False: Celery would otherwise add the task, with these options, to every app created
         # after this one in the process (a host app's saga tasks would then carry ours, or theirs).
-        registered[name] = app.task(name=name, bind=True, shared=False, **opts)(body)
+        registered[name] = app.task(name=name, bind=True, shared=False, base=base, **opts)(body)
     return registered
 
 

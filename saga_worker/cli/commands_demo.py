@@ -9,6 +9,7 @@ from typing import Any
 import click
 from rich.table import Table
 
+from ..redact import redact_url
 from ..settings import SagaSettings, get_settings
 from ..views import journal_steps
 from .common import configured_journal
@@ -25,7 +26,8 @@ def demo(run_id: str | None, as_json: bool) -> None:
     settings = get_settings()
     run_id = run_id or f"order-{uuid.uuid4().hex[:8]}"
     out.rule(f"[bold]1. the order run {run_id}[/]")
-    out.print(f"journal: {settings.resolved_journal_url()}  broker: {settings.resolved_broker_url()}")
+    journal_url, broker_url = settings.resolved_journal_url(), settings.resolved_broker_url()
+    out.print(f"journal: {redact_url(journal_url)}  broker: {redact_url(broker_url)}")
     _place_order(settings, run_id)
 
     out.rule("[bold]2. unwinding it on an embedded Celery worker[/]")

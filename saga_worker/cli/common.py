@@ -10,12 +10,14 @@ import click
 
 from ..errors import SagaError
 from ..journal import Journal, open_journal
+from ..redact import redact_text
 from ..settings import SagaSettings
 
 
 def fail(message: str) -> NoReturn:
-    # One line, never wrapped, whatever the terminal's width: scripts grep it.
-    click.echo(click.style("error:", fg="red", bold=True) + " " + " ".join(message.split()), err=True)
+    # One line, never wrapped, whatever the terminal's width: scripts grep it. Never a password.
+    line = " ".join(redact_text(message).split())
+    click.echo(click.style("error:", fg="red", bold=True) + " " + line, err=True)
     sys.exit(1)
 
 

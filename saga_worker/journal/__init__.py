@@ -26,16 +26,16 @@ def open_journal(url: str, *, migrate: bool | None = None) -> Journal:
         raise JournalError(f"journal URL must be a non-empty string, got {url!r}", url=url)
     if url.startswith("memory:"):
         return MemoryJournal(url)
-    from .sql import SqlJournal, _safe  # SQLAlchemy is only imported for SQL journals
+    from ..redact import redact_text, redact_url
+    from .sql import SqlJournal  # SQLAlchemy is only imported for SQL journals
 
     try:
         return SqlJournal(url, migrate_schema=migrate)
     except JournalError:
         raise
     except Exception as exc:  # sqlalchemy.exc.ArgumentError and friends for a URL that does not parse
-        shown = _safe(url)  # never a password in a message
-        shown = url if shown == "<unparseable URL>" else shown
-        raise JournalError(f"cannot open journal {shown!r}: {exc}", url=shown) from exc
+        shown = redact_url(url)  # never a password in a message, whether the URL parses or not
+        raise JournalError(f"cannot open journal {shown!r}: {redact_text(str(exc))}", url=shown) from exc
 
 
 __all__ = [

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 
 from ..errors import CompensatedRunError, JournalError, MalformedRecordError, RunExistsError, UnknownRunError
 from ..keys import canonical_json
+from ..redact import redact_url
 from ..storable import storable_or_none
 from . import driver, guards, migrate
 from .base import Journal
@@ -89,14 +90,16 @@ class SqlJournal(Journal):
             if current != migrate.head_revision():
                 if not migrate_schema:
                     raise JournalError(
-                        f"journal at {_safe(url)} has schema revision {current or 'none'}, expected "
+                        f"journal at {redact_url(url)} has schema revision {current or 'none'}, expected "
                         f"{migrate.head_revision()}: run `saga-worker db upgrade`",
-                        url=_safe(url),
+                        url=redact_url(url),
                     )
                 migrate.upgrade(self.engine)
         except sa.exc.OperationalError as exc:
             self.engine.dispose()
-            raise JournalError(f"cannot open journal {_safe(url)}: {exc.orig}", url=_safe(url)) from exc
+            raise JournalError(
+                f"cannot open journal {redact_url(url)}: {exc.orig}", url=redact_url(url)
+            ) from exc
 
     def close(self) -> None:
         self._connections.close()
@@ -107,7 +110,7 @@ class SqlJournal(Journal):
         self.engine.dispose(close=False)
 
     def __repr__(self) -> str:
-        return f"SqlJournal({_safe(self.url)!r})"
+        return f"SqlJournal({redact_url(self.url)!r})"
 
     # -- execution guards (see Journal.execution_guard) -------------------------------------------
     def _try_guard(self, run_id: str, suffix: str) -> object | None:
@@ -880,15 +883,6 @@ def _step_entries(
     return (None if entry is None else entry["entry"]), (None if before is None else before["entry"])
 
 
-def _safe(url: str) -> str:
-    """The URL with any password hidden, for messages; otherwise as written (rendering escapes ':')."""
-    try:
-        parsed = sa.engine.make_url(url)
-        return url if parsed.password is None else parsed.render_as_string(hide_password=True)
-    except Exception:
-        return "<unparseable URL>"
-
-
 def normalize_url(url: str) -> str:
     """``postgres://`` and ``postgresql://`` mean psycopg 3 here (the driver we install)."""
     for prefix in ("postgres://", "postgresql://"):
@@ -901,27 +895,27 @@ def _create_engine(url: str) -> sa.Engine:
     parsed = sa.engine.make_url(normalize_url(url))
     backend = parsed.get_backend_name()
     if backend == "sqlite":
-        return _sqlite_engine(parsed, _safe(url))
+        return _sqlite_engine(parsed, redact_url(url))
     if backend == "postgresql":
         if parsed.get_driver_name() != "psycopg":
             raise JournalError(
                 f"PostgreSQL journals use psycopg 3: write the URL as postgresql+psycopg://… "
-                f"(got {_safe(url)})",
-                url=_safe(url),
+                f"(got {redact_url(url)})",
+                url=redact_url(url),
             )
         try:
             import psycopg  # noqa: F401
         except ImportError as exc:
             raise JournalError(
-                f"PostgreSQL journal {_safe(url)} needs psycopg 3: pip install 'saga-worker[postgres]'",
-                url=_safe(url),
+                f"PostgreSQL journal {redact_url(url)} needs psycopg 3: pip install 'saga-worker[postgres]'",
+                url=redact_url(url),
             ) from exc
         # No pre-ping (a round trip on every checkout, half a commit): the journal's transactions notice a
         # dead connection themselves, drop the pool and retry once (see driver.transaction).
         return sa.create_engine(parsed, pool_size=5, max_overflow=10)
     raise JournalError(
-        f"no journal backend for {_safe(url)}: use memory://, sqlite:///path.db or postgresql+psycopg://…",
-        url=_safe(url),
+        f"no journal backend for {redact_url(url)}: use memory://, sqlite:///path.db or postgresql+psycopg://…",
+        url=redact_url(url),
     )
 
 

@@ -4,6 +4,7 @@ workers, real redelivery when a pool child or a whole worker dies mid-hook."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import redis
 from celery import Celery
 
 from saga_worker import Journal
@@ -208,3 +210,39 @@ def test_a_record_with_an_unknown_status_fails_the_unwind_closed_and_the_caller_
     running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
 ) -> None:
     scenarios.unknown_record_status_fails_closed(running, *parts, run_id)
+
+
+def test_worker_log_stored_task_result_and_the_conf_flower_shows_hold_no_password(
+    tmp_path: Path, workers: Workers
+) -> None:
+    """Issue 10, item 5, on a real worker: a journal URL that does not parse, with a password, fails
+    the task; neither the caller's exception, nor the result stored in Redis, nor the worker's log,
+    nor the conf the worker answers Flower with (`inspect conf`, its redbeat_redis_url) holds it."""
+    require("redis")
+    secret = "s3cret-Pa55"
+    url = REDIS_URL.rsplit("/", 1)[0] + f"/{redis_db()}"
+    setup = make_setup(
+        tmp_path,
+        broker_url=url,
+        result_backend=url,
+        # Redis's default user has no password and so accepts any: the worker still reaches it.
+        redis_url=url.replace("redis://", f"redis://default:{secret}@", 1),
+        journal_url=f"postgres ql://saga:{secret}@127.0.0.1/journal",  # a space: it does not parse
+    )
+    worker = workers.start(setup, concurrency=1)
+    client = setup.client()
+    try:
+        result = client.signature("saga.compensate_run").delay("order-1")
+        with pytest.raises(Exception, match="cannot open journal") as failed:
+            result.get(timeout=60)
+        assert secret not in str(failed.value)
+        stored = redis.Redis.from_url(url).get(f"celery-task-meta-{result.id}")
+        assert stored is not None and b"cannot open journal" in stored and secret.encode() not in stored
+        answers = client.control.inspect(timeout=10).conf(with_defaults=True)
+        assert answers and all("redbeat_redis_url" in conf for conf in answers.values())
+        assert secret not in json.dumps(answers, default=str)
+    finally:
+        client.close()
+    worker.stop()
+    assert b"cannot open journal" in worker.log.read_bytes()
+    assert secret.encode() not in worker.log.read_bytes()
