@@ -50,14 +50,17 @@ def placed(run_id: str) -> None:
 
 
 def test_approve_lets_the_next_resume_execute_the_call_once_and_the_trail_names_the_shell_actor(
-    home: Path,
+    home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     suspended("refund-1")
     code, output = invoke("approve", "refund-1", "call-2", "--reason", "customer asked")
     assert code == 0, output
     assert "approved" in output and "dana" in output
-    # Approving again is a no-op, not an error.
-    assert invoke("approve", "refund-1", "call-2")[0] == 0
+    # Approving again, as someone else, is a no-op, not an error: it names who approved.
+    monkeypatch.setenv("SAGA_ACTOR", "erin")
+    get_settings.cache_clear()
+    code, output = invoke("approve", "refund-1", "call-2", "--json")
+    assert code == 0 and json.loads(output)["by"] == "dana", output
     with journal() as j:
         assert resume_run("refund-1", journal=j, tools=TOOLS, planner=refund_order()).status == "finished"
         assert LEDGER.effect_counts("execute:refund")["refund-1:call-2"] == 1

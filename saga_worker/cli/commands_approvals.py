@@ -32,6 +32,14 @@ def _decide(decision: str, run_id: str, target: str, reason: str, as_json: bool)
         outcome = actions.decide(
             decision, run_id, target, journal=journal, actor=actor, reason=reason, via="cli"
         )
+        if isinstance(outcome, ToolRecord):
+            # Who decided: this person, or whoever decided the same way before (a repeat is a no-op).
+            decided = [
+                row.actor
+                for row in read_audit(journal, run_id)
+                if row.target == outcome.tool_call_id and row.action.value in ("approved", "denied")
+            ]
+            actor = decided[0] if decided else actor
     data = _outcome_dict(decision, run_id, target, actor, outcome)
     if as_json:
         dump(data)
