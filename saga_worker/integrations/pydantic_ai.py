@@ -24,7 +24,7 @@ from typing import Any
 from . import missing_extra
 
 try:
-    from pydantic_ai import RunContext
+    from pydantic_ai import DeferredToolRequests, RunContext
     from pydantic_ai.capabilities import AbstractCapability
     from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
     from pydantic_ai.tools import ToolDefinition
@@ -44,7 +44,10 @@ class SagaCapability(AbstractCapability[Any]):
 
     The saga run id is ``run_id`` if given, else the run id pydantic-ai runs under
     (``agent.run(..., run_id=...)``; pass it, so a re-run gets the same one). ``finish=False`` keeps
-    the run open when the agent run completes (several agent runs adding to one saga run)."""
+    the run open when the agent run completes (several agent runs adding to one saga run). A run
+    that ends with ``DeferredToolRequests`` (calls awaiting approval) stays open for its resume;
+    pydantic-ai refuses a ``run_id`` already in ``message_history``, so a run resumed that way (or
+    continued over several agent runs) takes its saga run id from ``run_id`` here."""
 
     journal: Journal
     tools: Mapping[str, Tool] | None = None
@@ -62,7 +65,9 @@ class SagaCapability(AbstractCapability[Any]):
         journal = self._journal_for(ctx)
         journal.refuse_if_condemned()  # before the first model request: a condemned run never starts
         result = await handler()
-        if self.finish:
+        # A run that stops for approvals (or external results) is not over: its resume, a new agent
+        # run with the same history, executes the approved calls under the same saga run.
+        if self.finish and not isinstance(getattr(result, "output", None), DeferredToolRequests):
             await journal.afinish()
         return result
 

@@ -271,3 +271,41 @@ def test_a_tool_without_hooks_is_journaled_and_read_as_nothing_to_undo(
     ]
     report = compensate_run(run_id, journal=journal, tools=shop_hooks(ledger))
     assert [e.status for e in report.entries] == [CompensationStatus.SKIPPED_NO_HOOK]
+
+
+def test_a_call_that_requires_approval_executes_once_approved_even_when_the_approval_is_resumed_twice(
+    journal: Journal, ledger: Ledger, run_id: str
+) -> None:
+    from pydantic_ai import DeferredToolRequests, DeferredToolResults
+
+    def agent_needing_approval(model: FunctionModel) -> Agent[None, str | DeferredToolRequests]:
+        agent = Agent(
+            model,
+            output_type=[str, DeferredToolRequests],  # type: ignore[arg-type]
+            # pydantic-ai refuses a run_id already in message_history: a resume is a new agent run,
+            # so the saga run id is the capability's.
+            capabilities=[SagaCapability(journal=journal, tools=shop_hooks(ledger), run_id=run_id)],
+        )
+        shop = Shop(ledger)
+        agent.tool_plain(shop.charge)
+        agent.tool_plain(requires_approval=True)(shop.reserve)
+        return agent
+
+    steps = [[ORDER[0]], [ORDER[1]]]
+    first = agent_needing_approval(scripted_model(steps)).run_sync("go")
+    assert isinstance(first.output, DeferredToolRequests)
+    assert [call.tool_name for call in first.output.approvals] == ["reserve"]
+    assert [r.suffix for r in journal.list_records(run_id)] == ["call-1"]  # reserve waits, unjournaled
+    approved = DeferredToolResults(approvals={first.output.approvals[0].tool_call_id: True})
+
+    for _ in range(2):  # the same approval handed in twice (say, a retried request)
+        again = agent_needing_approval(scripted_model(steps)).run_sync(
+            message_history=first.all_messages(), deferred_tool_results=approved
+        )
+        assert again.output == "done"
+
+    assert executed(ledger) == {f"{run_id}:call-1": 1, f"{run_id}:call-2": 1}
+    assert [(r.suffix, r.tool_name) for r in journal.list_records(run_id)] == [
+        ("call-1", "charge"),
+        ("call-2", "reserve"),
+    ]
