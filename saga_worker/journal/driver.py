@@ -24,6 +24,8 @@ from typing import Any, TypeVar, cast
 import sqlalchemy as sa
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from .dialects import DialectPolicy
+
 Row = dict[str, Any]
 T = TypeVar("T")
 
@@ -98,9 +100,10 @@ class Connections:
     transaction, and a SQLite connection is only an open file. A PostgreSQL connection is a server
     process, so those go back to the pool after each transaction, for other threads to use."""
 
-    def __init__(self, engine: sa.Engine, *, per_thread: bool) -> None:
+    def __init__(self, engine: sa.Engine, policy: DialectPolicy) -> None:
         self.engine = engine
-        self._local = threading.local() if per_thread else None
+        self.policy = policy
+        self._local = threading.local() if policy.keeps_connection_per_thread else None
         self._kept: weakref.WeakSet[_Kept] = weakref.WeakSet()
 
     def take(self) -> Any:
@@ -180,30 +183,22 @@ def transaction(
 
     ``work`` may run twice: once more, on a fresh connection, if the first attempt's connection
     turned out dead before any statement of it completed."""
-    dialect = connections.engine.dialect
+    dialect, policy = connections.engine.dialect, connections.policy
     dbapi_error = dialect.loaded_dbapi.Error
-    sqlite = dialect.name == "sqlite"
+    autocommit = policy.autocommits(atomic=atomic)
     for attempt in (1, 2):
         raw = connections.take()
         driver: Any = raw.driver_connection
         tx: Tx | None = None
-        autocommit = not atomic and not sqlite
-        sync_full = sqlite and durable
         try:
-            if sync_full:
-                driver.execute("PRAGMA synchronous=FULL")  # outside the transaction: SQLite's rule
-            if sqlite:
-                driver.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            elif autocommit:
-                driver.autocommit = True
+            policy.begin(driver, write=write, autocommit=autocommit, durable=durable)
             tx = Tx(driver.cursor())
             result = work(tx)
             if autocommit:
                 driver.autocommit = False
             else:
                 driver.commit()
-            if sync_full:
-                _lazy_again(driver)
+            policy.after(driver, durable=durable)
             connections.give_back(raw)
             return result
         except dbapi_error as exc:
@@ -212,8 +207,7 @@ def transaction(
                 connections.discard(raw, exc)
             else:
                 _rollback(driver, autocommit)
-                if sync_full:
-                    _lazy_again(driver)
+                policy.after(driver, durable=durable)
                 connections.give_back(raw)
             if gone and attempt == 1 and (tx is None or tx.statements_run == 0):
                 continue  # nothing reached the database: the same work on a fresh connection
@@ -222,17 +216,10 @@ def transaction(
             ) from exc
         except BaseException:
             _rollback(driver, autocommit)
-            if sync_full:
-                _lazy_again(driver)
+            policy.after(driver, durable=durable)
             connections.give_back(raw)
             raise
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-def _lazy_again(driver: Any) -> None:
-    """Back to the connection's lazy default after one durable commit (see ``transaction``)."""
-    with contextlib.suppress(Exception):
-        driver.execute("PRAGMA synchronous=NORMAL")
 
 
 def _rollback(driver: Any, autocommit: bool) -> None:

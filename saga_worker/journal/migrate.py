@@ -10,6 +10,8 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
+from .dialects import policy_for
+
 MIGRATIONS = Path(__file__).with_name("migrations")
 VERSION_TABLE = "saga_alembic_version"
 
@@ -40,16 +42,9 @@ def current_revision(engine: sa.Engine) -> str | None:
         return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
 
 
-# Any fixed number: the PostgreSQL advisory lock that lets one process at a time migrate a database.
-_MIGRATION_LOCK = 0x5A6A_0001
-
-
 def _serialise(conn: sa.Connection) -> None:
-    """Make concurrent migrations (several workers opening with migrate=True) take turns: the next one
-    then reads the revision the first wrote and has nothing to do. SQLite's BEGIN IMMEDIATE does this
-    already; PostgreSQL needs a transaction-scoped advisory lock."""
-    if conn.dialect.name == "postgresql":
-        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_MIGRATION_LOCK)))
+    """Make concurrent migrations (several workers opening with migrate=True) take turns."""
+    policy_for(conn.dialect.name).serialise_migrations(conn)
 
 
 def upgrade(engine: sa.Engine, revision: str = "head") -> None:

@@ -15,7 +15,6 @@ import functools
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -24,8 +23,9 @@ from ..errors import CompensatedRunError, JournalError, MalformedRecordError, Ru
 from ..keys import canonical_json
 from ..redact import redact_url
 from ..storable import storable_or_none
-from . import driver, guards, migrate
+from . import driver, migrate
 from .base import Journal
+from .dialects import POLICIES, policy_for
 from .records import (
     AuditAction,
     AuditRecord,
@@ -52,7 +52,6 @@ from .records import (
 )
 from .statements import CLAIM_PREFIX, Statements, prefix_count, run_page
 
-SQLITE_BUSY_TIMEOUT_S = 30.0
 T = TypeVar("T")
 
 
@@ -82,9 +81,10 @@ class SqlJournal(Journal):
         self.url = url
         self.engine = engine if engine is not None else _create_engine(url)
         self.dialect = self.engine.dialect.name
-        self._connections = driver.Connections(self.engine, per_thread=self.dialect == "sqlite")
+        self.policy = policy_for(self.dialect)
+        self._connections = driver.Connections(self.engine, self.policy)
         if migrate_schema is None:
-            migrate_schema = self.dialect == "sqlite"
+            migrate_schema = self.policy.migrates_on_open
         try:
             current = migrate.current_revision(self.engine)
             if current != migrate.head_revision():
@@ -114,18 +114,13 @@ class SqlJournal(Journal):
 
     # -- execution guards (see Journal.execution_guard) -------------------------------------------
     def _try_guard(self, run_id: str, suffix: str) -> object | None:
-        if self.dialect == "postgresql":
-            return guards.pg_try(self.engine, run_id, suffix)
-        database = self.engine.url.database
-        if self.dialect == "sqlite" and database and guards.file_guards_supported():
-            return guards.file_try(f"{database}.exec-guards", run_id, suffix)
+        if self.policy.guards_across_processes(self.engine):
+            return self.policy.try_guard(self.engine, run_id, suffix)
         return super()._try_guard(run_id, suffix)  # in-process only, where the OS offers no such lock
 
     def _release_guard(self, token: object) -> None:
-        if isinstance(token, guards.PgGuard):
-            guards.pg_release(token)
-        elif isinstance(token, int):
-            guards.file_release(token)
+        if self.policy.guards_across_processes(self.engine):
+            self.policy.release_guard(token)
         else:
             super()._release_guard(token)
 
@@ -148,7 +143,7 @@ class SqlJournal(Journal):
         return driver.transaction(self._connections, work, write=False, atomic=False)
 
     def now(self) -> float:
-        if self.dialect != "postgresql":
+        if not self.policy.clock_is_the_servers:
             return time.time()
         row = self._fetch(lambda tx: tx.one(self._q.clock, {}))
         assert row is not None
@@ -336,7 +331,7 @@ class SqlJournal(Journal):
     def _common_prefix(self, prefix: str) -> bool:
         """SQLite's planner cannot tell a rare prefix from one every run shares (PostgreSQL's can,
         from its statistics): ask the id index, counting at most ``COMMON_PREFIX`` entries."""
-        if self.dialect != "sqlite":
+        if not self.policy.counts_common_prefixes:
             return False
         stmt = self.__dict__.get("_prefix_count")
         if stmt is None:
@@ -894,71 +889,9 @@ def normalize_url(url: str) -> str:
 def _create_engine(url: str) -> sa.Engine:
     parsed = sa.engine.make_url(normalize_url(url))
     backend = parsed.get_backend_name()
-    if backend == "sqlite":
-        return _sqlite_engine(parsed, redact_url(url))
-    if backend == "postgresql":
-        if parsed.get_driver_name() != "psycopg":
-            raise JournalError(
-                f"PostgreSQL journals use psycopg 3: write the URL as postgresql+psycopg://… "
-                f"(got {redact_url(url)})",
-                url=redact_url(url),
-            )
-        try:
-            import psycopg  # noqa: F401
-        except ImportError as exc:
-            raise JournalError(
-                f"PostgreSQL journal {redact_url(url)} needs psycopg 3: pip install 'saga-worker[postgres]'",
-                url=redact_url(url),
-            ) from exc
-        # No pre-ping (a round trip on every checkout, half a commit): the journal's transactions notice a
-        # dead connection themselves, drop the pool and retry once (see driver.transaction).
-        return sa.create_engine(parsed, pool_size=5, max_overflow=10)
-    raise JournalError(
-        f"no journal backend for {redact_url(url)}: use memory://, sqlite:///path.db or postgresql+psycopg://…",
-        url=redact_url(url),
-    )
-
-
-def _sqlite_engine(parsed: sa.URL, url: str) -> sa.Engine:
-    database = parsed.database
-    if not database or database == ":memory:":
-        # An in-memory SQLite database lives and dies with one connection: no other process could share it.
+    if backend not in POLICIES:
         raise JournalError(
-            f"SQLite journal {url} is in memory: a SQLite journal needs a file "
-            "(sqlite:///path.db); use memory:// for an in-process one",
-            url=url,
+            f"no journal backend for {redact_url(url)}: use memory://, sqlite:///path.db or postgresql+psycopg://…",
+            url=redact_url(url),
         )
-    path = Path(database)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise JournalError(f"cannot create the folder of SQLite journal {url}: {exc}", url=url) from exc
-    # Each thread keeps a connection of its own (driver.Connections): no cap on how many threads.
-    engine = sa.create_engine(
-        parsed,
-        pool_size=5,
-        max_overflow=-1,
-        connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False},
-    )
-
-    @sa.event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-        # Let us issue BEGIN ourselves (pysqlite's own BEGIN is deferred and comes too late).
-        dbapi_conn.isolation_level = None
-        cursor = dbapi_conn.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
-        cursor.close()
-
-    @sa.event.listens_for(engine, "begin")
-    def _on_begin(conn: sa.Connection) -> None:
-        # IMMEDIATE takes the write lock up front: a read-then-write transaction can never be
-        # overtaken between its read and its write, which is what our compare-and-set relies on.
-        # Straight on the driver: going through SQLAlchemy's execute costs more than the BEGIN itself.
-        # (The journal's own transactions bypass this: see driver.transaction.)
-        dbapi = conn.connection.driver_connection
-        assert dbapi is not None
-        dbapi.execute("BEGIN IMMEDIATE")
-
-    return engine
+    return policy_for(backend).create_engine(parsed, redact_url(url))

@@ -1,5 +1,11 @@
 """Every fixed statement of the SQL journal, written once in SQLAlchemy Core and prepared per dialect.
 
+``Statements`` builds them by area, one ``_build_<area>`` method each (runs, the tombstone and the
+gate, sweeps, listings, forks, decisions, tool records, claims, compensation gates, the audit trail,
+shared executions, unwinds): a new statement goes into its area's builder, a new area gets a builder
+of its own. What differs between SQLite and PostgreSQL is the dialect policy's (``dialects.py``),
+never a branch here.
+
 Parameter names never repeat a column name (SQLAlchemy reserves those inside VALUES and SET):
 ``rid`` a run id, ``sfx`` a step suffix, ``o``/``s`` a claim's origin run and suffix, ``now`` this
 machine's clock. Leases and the tombstone read PostgreSQL's clock instead, so that skewed worker
@@ -8,11 +14,9 @@ clocks cannot shorten a lease; on SQLite (one machine) they read ``now`` too.
 
 from __future__ import annotations
 
-from typing import Any
-
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
+from .dialects import policy_for
 from .driver import Prepared
 from .records import ClaimStatus, RecordStatus, RunStatus, SharedStatus, UnwindState
 from .schema import audit, claims, decisions, gates, records, runs, shared, unwind_entries, unwinds
@@ -23,48 +27,72 @@ CLAIM_PREFIX = "claim_"
 UNSWEPT = frozenset({UnwindState.PENDING, UnwindState.INCOMPLETE})
 
 
+# Bound parameters and values more than one area shares.
+NOW = b("now", type_=sa.Double)
+MAX_ROWS = b("max_rows", type_=sa.Integer)
+RUN = runs.c.run_id == b("rid")
+NEW_RUN = {
+    "run_id": b("rid"),
+    "status": RunStatus.RUNNING.value,
+    "prompt": b("new_prompt"),
+    "text": "",
+    "created_at": NOW,
+    "updated_at": NOW,
+}
+
+
 def server_clock(dialect_name: str) -> sa.ColumnElement[float]:
     """The clock leases are judged by: PostgreSQL's own, or the bound ``now`` on SQLite."""
-    if dialect_name == "postgresql":
-        return sa.cast(sa.func.extract("epoch", sa.func.clock_timestamp()), sa.Double)
-    return b("now", type_=sa.Double)
+    return policy_for(dialect_name).clock()
 
 
 class Statements:
     """The prepared statements of one dialect, as attributes named for what they do."""
 
     def __init__(self, dialect: sa.Dialect) -> None:
-        insert: Any = postgresql.insert if dialect.name == "postgresql" else sqlite.insert
-        clock = server_clock(dialect.name)
-        now = b("now", type_=sa.Double)
+        self.dialect = dialect
+        self.policy = policy_for(dialect.name)
+        self._build_runs()
+        self._build_tombstone_and_gate()
+        self._build_sweeps()
+        self._build_listings()
+        self._build_forks()
+        self._build_decisions()
+        self._build_records()
+        self._build_claims()
+        self._build_compensation_gates()
+        self._build_audit()
+        self._build_shared()
+        self._build_unwinds()
 
-        def p(statement: sa.ClauseElement) -> Prepared:
-            return Prepared(statement, dialect)
+    def _prepare(self, statement: sa.ClauseElement) -> Prepared:
+        return Prepared(statement, self.dialect)
 
-        # -- runs ---------------------------------------------------------------------------------
-        run = runs.c.run_id == b("rid")
+    def _build_runs(self) -> None:
+        """A run: start, read, end."""
+        insert = self.policy.insert
+        clock = self.policy.clock()
+        p = self._prepare
         self.clock = p(sa.select(clock))
-        self.run_get = p(sa.select(runs).where(run))
-        new_run = {
-            "run_id": b("rid"),
-            "status": RunStatus.RUNNING.value,
-            "prompt": b("new_prompt"),
-            "text": "",
-            "created_at": now,
-            "updated_at": now,
-        }
+        self.run_get = p(sa.select(runs).where(RUN))
         self.run_insert = p(
             insert(runs)
-            .values(**new_run)
+            .values(**NEW_RUN)
             .on_conflict_do_nothing(index_elements=["run_id"])
             .returning(*runs.c)
         )
         self.run_end = p(
             sa.update(runs)
-            .where(run, runs.c.status == RunStatus.RUNNING.value)
-            .values(status=b("new_status"), text=b("new_text"), error=b("new_error"), updated_at=now)
+            .where(RUN, runs.c.status == RunStatus.RUNNING.value)
+            .values(status=b("new_status"), text=b("new_text"), error=b("new_error"), updated_at=NOW)
             .returning(*runs.c)
         )
+
+    def _build_tombstone_and_gate(self) -> None:
+        """The tombstone, and the gate every tool call passes (see SqlJournal._gate)."""
+        insert = self.policy.insert
+        clock = self.policy.clock()
+        p = self._prepare
         tombstone = {
             "condemned_at": clock,
             "updated_at": clock,
@@ -73,7 +101,7 @@ class Statements:
         }
         self.condemn_stamp = p(
             sa.update(runs)
-            .where(run, runs.c.condemned_at.is_(None))
+            .where(RUN, runs.c.condemned_at.is_(None))
             .values(**tombstone)
             .returning(runs.c.condemned_at)
         )
@@ -90,38 +118,43 @@ class Statements:
             .on_conflict_do_nothing(index_elements=["run_id"])
             .returning(runs.c.condemned_at)
         )
-        self.condemned_at = p(sa.select(runs.c.condemned_at).where(run))
+        self.condemned_at = p(sa.select(runs.c.condemned_at).where(RUN))
         # The gate: lock the run's row and take the next sequence number (see SqlJournal._gate).
         bump_seq = {"next_seq": runs.c.next_seq + 1}
         self.gate = p(
             sa.update(runs)
-            .where(run, runs.c.condemned_at.is_(None))
+            .where(RUN, runs.c.condemned_at.is_(None))
             .values(**bump_seq)
             .returning(runs.c.next_seq)
         )
-        self.gate_ungated = p(sa.update(runs).where(run).values(**bump_seq).returning(runs.c.next_seq))
+        self.gate_ungated = p(sa.update(runs).where(RUN).values(**bump_seq).returning(runs.c.next_seq))
         # The gate without a sequence number: a person's decision on a suspended call takes the same
         # row lock as a claim, so it is ordered against the tombstone the same way.
         self.gate_lock = p(
             sa.update(runs)
-            .where(run, runs.c.condemned_at.is_(None))
+            .where(RUN, runs.c.condemned_at.is_(None))
             .values(next_seq=runs.c.next_seq)
             .returning(runs.c.next_seq)
         )
         # A decision on a compensation gate makes a run halted at it due for the sweeper at once.
         self.wake_awaiting = p(
             sa.update(runs)
-            .where(run, runs.c.unwind_state == UnwindState.AWAITING.value)
-            .values(unwind_state=UnwindState.PENDING.value, unwind_next_at=clock, updated_at=now)
+            .where(RUN, runs.c.unwind_state == UnwindState.AWAITING.value)
+            .values(unwind_state=UnwindState.PENDING.value, unwind_next_at=clock, updated_at=NOW)
         )
+
+    def _build_sweeps(self) -> None:
+        """The unwind state the sweeper reads, and the runs it re-drives."""
+        clock = self.policy.clock()
+        p = self._prepare
         self.unwind_state = p(
             sa.update(runs)
-            .where(run)
+            .where(RUN)
             .values(
                 unwind_state=b("state"),
                 unwind_note=b("note"),
                 unwind_next_at=b("next_at", type_=sa.Double),
-                updated_at=now,
+                updated_at=NOW,
                 unwind_attempts=runs.c.unwind_attempts + b("bump", type_=sa.Integer),
             )
         )
@@ -129,24 +162,17 @@ class Statements:
         held_until = clock + b("grace", type_=sa.Double)
         self.hold_sweep = p(
             sa.update(runs)
-            .where(run)
+            .where(RUN)
             .values(
                 unwind_state=UnwindState.PENDING.value,
                 unwind_note=b("note"),
-                updated_at=now,
+                updated_at=NOW,
                 unwind_next_at=sa.case(
                     (runs.c.unwind_next_at > held_until, runs.c.unwind_next_at), else_=held_until
                 ),
             )
         )
 
-        # Listings, newest first, and the sweeper's due runs: the limit is a parameter too.
-        newest_first = (runs.c.updated_at.desc(), runs.c.run_id.desc())
-        limit = b("max_rows", type_=sa.Integer)
-        self.runs_newest = p(sa.select(runs).order_by(*newest_first).limit(limit))
-        self.condemned_newest = p(
-            sa.select(runs).where(runs.c.condemned_at.is_not(None)).order_by(*newest_first).limit(limit)
-        )
         self.runs_due = p(
             sa.select(runs)
             .where(
@@ -157,9 +183,26 @@ class Statements:
                 sa.func.coalesce(runs.c.unwind_next_at, 0.0) <= b("due_by", type_=sa.Double),
             )
             .order_by(runs.c.unwind_next_at)
-            .limit(limit)
+            .limit(MAX_ROWS)
         )
-        # A fork: lock the source's row (as a claim does), make the new run, copy what it inherits.
+
+    def _build_listings(self) -> None:
+        """Listings of runs for the CLI and the console."""
+        p = self._prepare
+        # Newest first; the limit is a parameter too.
+        newest_first = (runs.c.updated_at.desc(), runs.c.run_id.desc())
+        self.runs_newest = p(sa.select(runs).order_by(*newest_first).limit(MAX_ROWS))
+        self.condemned_newest = p(
+            sa.select(runs).where(runs.c.condemned_at.is_not(None)).order_by(*newest_first).limit(MAX_ROWS)
+        )
+        self.runs_in_unwind_state = p(
+            sa.select(sa.func.count()).select_from(runs).where(runs.c.unwind_state == b("state"))
+        )
+
+    def _build_forks(self) -> None:
+        """A fork: lock the source's row (as a claim does), make the new run, copy what it inherits."""
+        insert = self.policy.insert
+        p = self._prepare
         self.fork_lock_source = p(
             sa.update(runs)
             .where(runs.c.run_id == b("src"))
@@ -168,14 +211,14 @@ class Statements:
         )
         self.fork_insert = p(
             insert(runs)
-            .values(**new_run, next_seq=b("at_seq"), source_run_id=b("src"))
+            .values(**NEW_RUN, next_seq=b("at_seq"), source_run_id=b("src"))
             .on_conflict_do_nothing(index_elements=["run_id"])
             .returning(runs.c.run_id)
         )
         self.fork_decisions = p(
             decisions.insert().from_select(
                 ["run_id", "step", "payload", "created_at"],
-                sa.select(b("rid", type_=sa.String), decisions.c.step, decisions.c.payload, now).where(
+                sa.select(b("rid", type_=sa.String), decisions.c.step, decisions.c.payload, NOW).where(
                     decisions.c.run_id == b("src"), decisions.c.step <= b("upto")
                 ),
             )
@@ -190,11 +233,14 @@ class Statements:
             )
         )
 
-        # -- decisions ----------------------------------------------------------------------------
+    def _build_decisions(self) -> None:
+        """Planner decisions, one row per step."""
+        insert = self.policy.insert
+        p = self._prepare
         decision = (decisions.c.run_id == b("rid"), decisions.c.step == b("at_step"))
         self.decision_insert = p(
             insert(decisions)
-            .values(run_id=b("rid"), step=b("at_step"), payload=b("new_payload"), created_at=now)
+            .values(run_id=b("rid"), step=b("at_step"), payload=b("new_payload"), created_at=NOW)
             .on_conflict_do_nothing(index_elements=["run_id", "step"])
             .returning(decisions.c.payload)
         )
@@ -205,7 +251,10 @@ class Statements:
             .order_by(decisions.c.step)
         )
 
-        # -- tool records -------------------------------------------------------------------------
+    def _build_records(self) -> None:
+        """Tool records: claimed before execute, then settled by compare-and-set."""
+        insert = self.policy.insert
+        p = self._prepare
         record = (records.c.run_id == b("rid"), records.c.suffix == b("sfx"))
         self.record_get = p(sa.select(records).where(*record))
         self.records_of_run = p(
@@ -225,8 +274,8 @@ class Statements:
                 status=b("rec_status"),
                 attempts=b("first_attempts", type_=sa.Integer),
                 origin_run_id=b("origin"),
-                created_at=now,
-                updated_at=now,
+                created_at=NOW,
+                updated_at=NOW,
                 shared_id=b("shared_ref"),
             )
             .on_conflict_do_nothing(index_elements=["run_id", "suffix"])
@@ -240,14 +289,14 @@ class Statements:
                 status=RecordStatus.RUNNING.value,
                 attempts=records.c.attempts + 1,
                 error=None,
-                updated_at=now,
+                updated_at=NOW,
             )
             .returning(*records.c)
         )
         self.record_settle = p(
             sa.update(records)
             .where(*expected)
-            .values(status=b("new_status"), output=b("new_output"), error=b("new_error"), updated_at=now)
+            .values(status=b("new_status"), output=b("new_output"), error=b("new_error"), updated_at=NOW)
             .returning(*records.c)
         )
 
@@ -265,7 +314,11 @@ class Statements:
             .where(*record)
         )
 
-        # -- compensation claims ------------------------------------------------------------------
+    def _build_claims(self) -> None:
+        """Compensation claims: the journal's truth about who undoes a step."""
+        insert = self.policy.insert
+        clock = self.policy.clock()
+        p = self._prepare
         pk = (claims.c.origin_run_id == b("o"), claims.c.suffix == b("s"))
         mine = (*pk, claims.c.owner == b("holder"), claims.c.status == ClaimStatus.CLAIMED.value)
         lease = clock + b("ttl", type_=sa.Double)
@@ -320,7 +373,11 @@ class Statements:
             .returning(claims.c.owner)
         )
 
-        # -- compensation gates -------------------------------------------------------------------
+    def _build_compensation_gates(self) -> None:
+        """Compensation gates: a person approved or denied undoing a step."""
+        insert = self.policy.insert
+        clock = self.policy.clock()
+        p = self._prepare
         self.gate_insert = p(
             insert(gates)
             .values(
@@ -338,7 +395,11 @@ class Statements:
         self.gate_get = p(sa.select(gates).where(gates.c.origin_run_id == b("o"), gates.c.suffix == b("s")))
         self.gates_of_origin = p(sa.select(gates).where(gates.c.origin_run_id == b("o")))
 
-        # -- the audit trail ----------------------------------------------------------------------
+    def _build_audit(self) -> None:
+        """The audit trail: append-only, one row per event."""
+        insert = self.policy.insert
+        clock = self.policy.clock()
+        p = self._prepare
         self.audit_insert = p(
             insert(audit)
             .values(
@@ -357,7 +418,11 @@ class Statements:
         )
         self.audit_of_run = p(sa.select(audit).where(audit.c.run_id == b("rid")).order_by(audit.c.id))
 
-        # -- cross-run shared executions ----------------------------------------------------------
+    def _build_shared(self) -> None:
+        """Cross-run shared executions: one execution for identical calls within a window."""
+        insert = self.policy.insert
+        clock = self.policy.clock()
+        p = self._prepare
         one_shared = (shared.c.key == b("k"), shared.c.generation == b("gen", type_=sa.Integer))
         self.shared_latest = p(
             sa.select(shared).where(shared.c.key == b("k")).order_by(shared.c.generation.desc()).limit(1)
@@ -375,7 +440,7 @@ class Statements:
                 run_id=b("rid"),
                 created_at=clock,
                 expires_at=clock + b("window", type_=sa.Double),
-                updated_at=now,
+                updated_at=NOW,
             )
             .on_conflict_do_nothing(index_elements=["key", "generation"])
             .returning(*shared.c)
@@ -384,7 +449,7 @@ class Statements:
         self.shared_settle = p(
             sa.update(shared)
             .where(*expected_shared)
-            .values(status=b("new_status"), output=b("new_output"), error=b("new_error"), updated_at=now)
+            .values(status=b("new_status"), output=b("new_output"), error=b("new_error"), updated_at=NOW)
             .returning(*shared.c)
         )
         self.shared_reclaim = p(
@@ -394,12 +459,15 @@ class Statements:
                 status=SharedStatus.RUNNING.value,
                 attempts=shared.c.attempts + 1,
                 error=None,
-                updated_at=now,
+                updated_at=NOW,
             )
             .returning(*shared.c)
         )
 
-        # -- distributed unwinds ------------------------------------------------------------------
+    def _build_unwinds(self) -> None:
+        """Distributed unwinds: the worklist and one entry per step outcome."""
+        insert = self.policy.insert
+        p = self._prepare
         self.unwind_insert = p(
             insert(unwinds)
             .values(
@@ -407,7 +475,7 @@ class Statements:
                 run_id=b("rid"),
                 dry_run=b("plan_only", type_=sa.Boolean),
                 suffixes=b("worklist"),
-                created_at=now,
+                created_at=NOW,
                 actor=b("who"),
                 reason=b("why"),
                 via=b("through"),
@@ -432,7 +500,7 @@ class Statements:
         )
         self.entry_insert = p(
             insert(unwind_entries)
-            .values(unwind_id=b("uid"), position=b("at"), entry=b("new_entry"), created_at=now)
+            .values(unwind_id=b("uid"), position=b("at"), entry=b("new_entry"), created_at=NOW)
             .on_conflict_do_nothing(index_elements=["unwind_id", "position"])
             .returning(unwind_entries.c.entry)
         )
@@ -450,10 +518,7 @@ class Statements:
             sa.select(unwinds)
             .where(unwinds.c.run_id == b("rid"))
             .order_by(unwinds.c.created_at.desc(), unwinds.c.unwind_id.desc())
-            .limit(limit)
-        )
-        self.runs_in_unwind_state = p(
-            sa.select(sa.func.count()).select_from(runs).where(runs.c.unwind_state == b("state"))
+            .limit(MAX_ROWS)
         )
 
 
@@ -488,9 +553,7 @@ def run_page(
         # walked instead, for a prefix so common that reading its whole range would cost more.
         where.append(sa.func.substr(runs.c.run_id, 1, sa.func.length(b("id_lo"))) == b("id_lo"))
     elif search:
-        run_id: sa.ColumnElement[str] = (
-            sa.collate(runs.c.run_id, "C") if dialect.name == "postgresql" else runs.c.run_id
-        )
+        run_id: sa.ColumnElement[str] = policy_for(dialect.name).byte_ordered(runs.c.run_id)
         where += [run_id >= b("id_lo"), run_id < b("id_hi")]
     if after:
         where.append(

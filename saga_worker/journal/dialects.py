@@ -1,0 +1,251 @@
+"""What SQLite and PostgreSQL do differently, in one place: one small policy class per dialect.
+
+The rest of the SQL journal (its statements, its transactions, its execution guards, its migrations)
+is written once for both and asks the policy wherever the two differ. To support another database,
+write its policy here and name it in ``POLICIES``.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+from pathlib import Path
+from typing import Any, ClassVar
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+
+from ..errors import JournalError
+from . import guards
+
+SQLITE_BUSY_TIMEOUT_S = 30.0
+# Any fixed number: the PostgreSQL advisory lock that lets one process at a time migrate a database.
+MIGRATION_LOCK = 0x5A6A_0001
+
+
+class DialectPolicy(abc.ABC):
+    """Where one database differs: each attribute and method says what the journal asks of it."""
+
+    name: ClassVar[str]
+    # Each thread keeps its driver connection from one transaction to the next (driver.Connections).
+    keeps_connection_per_thread: ClassVar[bool]
+    # Opening a journal migrates it to the newest schema unless the caller says otherwise.
+    migrates_on_open: ClassVar[bool]
+    # The journal's clock is the database server's, so skewed worker clocks cannot shorten a lease.
+    clock_is_the_servers: ClassVar[bool]
+    # The planner cannot tell an id prefix most runs share from a rare one: SqlJournal asks the index.
+    counts_common_prefixes: ClassVar[bool]
+
+    @abc.abstractmethod
+    def insert(self, table: sa.Table) -> Any:
+        """An INSERT with ``on_conflict_do_nothing`` (insert-if-absent, judged by RETURNING)."""
+
+    @abc.abstractmethod
+    def clock(self) -> sa.ColumnElement[float]:
+        """The clock leases and the tombstone are judged by, inside a statement."""
+
+    @abc.abstractmethod
+    def byte_ordered(self, column: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
+        """``column`` compared byte by byte, so that a prefix range is exact whatever the collation."""
+
+    # -- transactions (driver.transaction) ---------------------------------------------------------
+    @abc.abstractmethod
+    def autocommits(self, *, atomic: bool) -> bool:
+        """Whether this work runs each statement as its own transaction, without BEGIN/COMMIT."""
+
+    @abc.abstractmethod
+    def begin(self, driver: Any, *, write: bool, autocommit: bool, durable: bool) -> None:
+        """Open the transaction on the driver connection (``durable``: the commit reaches stable
+        storage before it returns)."""
+
+    def after(self, driver: Any, *, durable: bool) -> None:  # noqa: B027 - only SQLite changes anything
+        """Put back what ``begin`` changed for one transaction, however it ended."""
+
+    # -- execution guards (Journal.execution_guard) -------------------------------------------------
+    @abc.abstractmethod
+    def guards_across_processes(self, engine: sa.Engine) -> bool:
+        """Whether this database offers a guard its holder's death releases (else: in-process only)."""
+
+    @abc.abstractmethod
+    def try_guard(self, engine: sa.Engine, run_id: str, suffix: str) -> object | None:
+        """Take the guard without waiting: a token for ``release_guard``, or None if it is held."""
+
+    @abc.abstractmethod
+    def release_guard(self, token: object) -> None: ...
+
+    # -- migrations and engines -----------------------------------------------------------------------
+    @abc.abstractmethod
+    def serialise_migrations(self, conn: sa.Connection) -> None:
+        """Make concurrent migrations take turns: the next one then reads the revision the first
+        wrote and has nothing to do."""
+
+    @abc.abstractmethod
+    def create_engine(self, parsed: sa.URL, shown: str) -> sa.Engine:
+        """The engine for ``parsed``; ``shown`` is the URL as messages may print it (no password)."""
+
+
+class PostgresPolicy(DialectPolicy):
+    """A server shared by many machines; row locks and READ COMMITTED."""
+
+    name = "postgresql"
+    keeps_connection_per_thread = False  # a connection is a server process: back to the pool
+    migrates_on_open = False  # production runs `saga-worker db upgrade` once, before the workers
+    clock_is_the_servers = True
+    counts_common_prefixes = False  # its statistics tell the planner
+
+    def insert(self, table: sa.Table) -> Any:
+        return postgresql.insert(table)
+
+    def clock(self) -> sa.ColumnElement[float]:
+        return sa.cast(sa.func.extract("epoch", sa.func.clock_timestamp()), sa.Double)
+
+    def byte_ordered(self, column: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
+        return sa.collate(column, "C")
+
+    def autocommits(self, *, atomic: bool) -> bool:
+        # Work whose statements are each atomic alone, and which allows for writers between them:
+        # BEGIN and COMMIT would only add two round trips to the server.
+        return not atomic
+
+    def begin(self, driver: Any, *, write: bool, autocommit: bool, durable: bool) -> None:
+        # Commits are durable already (synchronous_commit=on, the default): ``durable`` asks nothing more.
+        if autocommit:
+            driver.autocommit = True
+
+    def guards_across_processes(self, engine: sa.Engine) -> bool:
+        return True
+
+    def try_guard(self, engine: sa.Engine, run_id: str, suffix: str) -> object | None:
+        # A session advisory lock, dropped by the server when its connection closes.
+        return guards.pg_try(engine, run_id, suffix)
+
+    def release_guard(self, token: object) -> None:
+        assert isinstance(token, guards.PgGuard)
+        guards.pg_release(token)
+
+    def serialise_migrations(self, conn: sa.Connection) -> None:
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(MIGRATION_LOCK)))
+
+    def create_engine(self, parsed: sa.URL, shown: str) -> sa.Engine:
+        if parsed.get_driver_name() != "psycopg":
+            raise JournalError(
+                f"PostgreSQL journals use psycopg 3: write the URL as postgresql+psycopg://… (got {shown})",
+                url=shown,
+            )
+        try:
+            import psycopg  # noqa: F401
+        except ImportError as exc:
+            raise JournalError(
+                f"PostgreSQL journal {shown} needs psycopg 3: pip install 'saga-worker[postgres]'", url=shown
+            ) from exc
+        # No pre-ping (a round trip on every checkout, half a commit): the journal's transactions notice a
+        # dead connection themselves, drop the pool and retry once (see driver.transaction).
+        return sa.create_engine(parsed, pool_size=5, max_overflow=10)
+
+
+class SqlitePolicy(DialectPolicy):
+    """One file shared by the processes of one machine; one writer at a time."""
+
+    name = "sqlite"
+    keeps_connection_per_thread = True  # a SQLite connection is an open file: keeping it is cheap
+    migrates_on_open = True  # the embedded default needs no `saga-worker db upgrade`
+    clock_is_the_servers = False  # one machine: its clock, bound as ``now``
+    counts_common_prefixes = True
+
+    def insert(self, table: sa.Table) -> Any:
+        return sqlite.insert(table)
+
+    def clock(self) -> sa.ColumnElement[float]:
+        return sa.bindparam("now", type_=sa.Double)
+
+    def byte_ordered(self, column: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
+        return column  # SQLite compares bytes already
+
+    def autocommits(self, *, atomic: bool) -> bool:
+        return False
+
+    def begin(self, driver: Any, *, write: bool, autocommit: bool, durable: bool) -> None:
+        # WAL with synchronous=NORMAL syncs only at checkpoints; FULL syncs the WAL (and every commit
+        # before it) before this commit returns. It must be set outside the transaction.
+        if durable:
+            driver.execute("PRAGMA synchronous=FULL")
+        # IMMEDIATE takes the write lock up front: a read-then-write can never be overtaken between
+        # its read and its write, which is what the journal's compare-and-set relies on.
+        driver.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    def after(self, driver: Any, *, durable: bool) -> None:
+        if durable:
+            with contextlib.suppress(Exception):  # the original error, if any, is the one worth raising
+                driver.execute("PRAGMA synchronous=NORMAL")  # back to the lazy default
+
+    def guards_across_processes(self, engine: sa.Engine) -> bool:
+        return bool(engine.url.database) and guards.file_guards_supported()
+
+    def try_guard(self, engine: sa.Engine, run_id: str, suffix: str) -> object | None:
+        """A byte lock on a file next to the database, dropped by the kernel when its holder dies."""
+        return guards.file_try(f"{engine.url.database}.exec-guards", run_id, suffix)
+
+    def release_guard(self, token: object) -> None:
+        assert isinstance(token, int)
+        guards.file_release(token)
+
+    def serialise_migrations(self, conn: sa.Connection) -> None:
+        pass  # BEGIN IMMEDIATE makes migrations take turns already
+
+    def create_engine(self, parsed: sa.URL, shown: str) -> sa.Engine:
+        database = parsed.database
+        if not database or database == ":memory:":
+            # An in-memory SQLite database lives and dies with one connection: no other process could share it.
+            raise JournalError(
+                f"SQLite journal {shown} is in memory: a SQLite journal needs a file "
+                "(sqlite:///path.db); use memory:// for an in-process one",
+                url=shown,
+            )
+        path = Path(database)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise JournalError(
+                f"cannot create the folder of SQLite journal {shown}: {exc}", url=shown
+            ) from exc
+        # Each thread keeps a connection of its own (driver.Connections): no cap on how many threads.
+        engine = sa.create_engine(
+            parsed,
+            pool_size=5,
+            max_overflow=-1,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False},
+        )
+        sa.event.listen(engine, "connect", _sqlite_on_connect)
+        sa.event.listen(engine, "begin", _sqlite_on_begin)
+        return engine
+
+
+def _sqlite_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    # Let us issue BEGIN ourselves (pysqlite's own BEGIN is deferred and comes too late).
+    dbapi_conn.isolation_level = None
+    cursor = dbapi_conn.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute(f"PRAGMA busy_timeout={int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
+    cursor.close()
+
+
+def _sqlite_on_begin(conn: sa.Connection) -> None:
+    # The same IMMEDIATE for transactions through SQLAlchemy (migrations, tests), straight on the
+    # driver: going through SQLAlchemy's execute costs more than the BEGIN itself. (The journal's own
+    # transactions bypass this: see driver.transaction.)
+    dbapi = conn.connection.driver_connection
+    assert dbapi is not None
+    dbapi.execute("BEGIN IMMEDIATE")
+
+
+POLICIES: dict[str, DialectPolicy] = {p.name: p for p in (PostgresPolicy(), SqlitePolicy())}
+
+
+def policy_for(name: str) -> DialectPolicy:
+    """The policy of a SQLAlchemy dialect or backend name (``"sqlite"``, ``"postgresql"``)."""
+    policy = POLICIES.get(name)
+    if policy is None:
+        known = ", ".join(sorted(POLICIES))
+        raise JournalError(f"no journal backend for SQL dialect {name!r} (one of: {known})")
+    return policy
