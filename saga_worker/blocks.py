@@ -2,7 +2,7 @@
 
 The code in the block plays the planner's part: each ``run.call`` is journaled as one planner
 decision holding one call, exactly as ``scripted`` would journal it, and is then settled by the same
-machinery as ``run_durable`` (``runs._Driver``: claim before execute, replay of a recorded success,
+machinery as ``run_durable`` (``runs._RunLoop``: claim before execute, replay of a recorded success,
 ``recover``/``idempotent`` for an interrupted call, the tombstone gate on the claim). So a run
 recorded this way is indistinguishable in the journal from a scripted one, and ``resume``-style
 re-entry is just running the same code again: the block's k-th call is matched to what the journal
@@ -35,7 +35,7 @@ from .journal.base import Journal
 from .journal.records import RecordStatus, RunInfo, RunStatus
 from .keys import canonical_json, check_call_id, record_suffix
 from .planning import RunState, ToolCall
-from .runs import RunResult, _decoded_calls, _Driver, _encode_decision
+from .runs import RunResult, _decoded_calls, _encode_decision, _RunLoop
 from .storable import check_storable_text, exception_text
 from .tools import Tool
 
@@ -43,15 +43,15 @@ _MAX_APPEND_RETRIES = 20
 
 
 def _code_decides(state: RunState) -> Any:
-    raise AssertionError("a saga() block decides in code; its driver is never asked to plan")
+    raise AssertionError("a saga() block decides in code; its run loop is never asked to plan")
 
 
 class SagaRun:
     """The handle a ``saga()`` block gets: ``run.call(tool_name, input, id=None) -> output``."""
 
     def __init__(self, run_id: str, journal: Journal, tools: Mapping[str, Tool], prompt: str) -> None:
-        self._driver = _Driver(run_id, journal, tools, _code_decides, 1)
-        self.run_id = self._driver.run_id
+        self._loop = _RunLoop(run_id, journal, tools, _code_decides, 1)
+        self.run_id = self._loop.run_id
         check_storable_text(prompt, "prompt", run_id=self.run_id)
         self.journal = journal
         self.prompt = prompt
@@ -73,7 +73,7 @@ class SagaRun:
         ``CompensatedRunError`` if the run was condemned (nothing executed, no record), and
         ``SideEffectRetryBlockedError`` for an interrupted call nothing can prove safe to repeat."""
         input = {} if input is None else input
-        tools = self._driver.tools
+        tools = self._loop.tools
         if tool_name not in tools:
             raise UnknownToolError(self.run_id, tool_name, sorted(tools))
         with self._lock:
@@ -101,11 +101,11 @@ class SagaRun:
     def _settle(self, step: int, call_id: str, tool_name: str, input: Any) -> Any:
         if self._run is not None and self._run.ended:
             return self._replay_only(call_id, tool_name, input)
-        return self._driver._call(step, call_id, tool_name, input)
+        return self._loop._call(step, call_id, tool_name, input)
 
     def _replay_only(self, call_id: str, tool_name: str, input: Any) -> Any:
         """An ended run executes nothing: its recorded outcomes are all a re-run of the block gets."""
-        tool = self._driver.tools[tool_name]
+        tool = self._loop.tools[tool_name]
         suffix = record_suffix(tool.idempotency, tool_name, call_id, input)
         record = self.journal.get_record(self.run_id, suffix)
         if record is None or record.status not in (RecordStatus.SUCCEEDED, RecordStatus.FAILED):
@@ -116,7 +116,7 @@ class SagaRun:
                 run_id=self.run_id,
                 tool_call_id=call_id,
             )
-        return self._driver._event(
+        return self._loop._event(
             0, record, "replayed" if record.status is RecordStatus.SUCCEEDED else "failed", error=record.error
         )
 
@@ -144,7 +144,7 @@ class SagaRun:
         if self._run is not None and self._run.ended:
             return 0  # refused by _replay_only with a clear error
         payload = _encode_decision(
-            self.run_id, [ToolCall(tool_name, input, call_id)], self._driver.tools, 0, set()
+            self.run_id, [ToolCall(tool_name, input, call_id)], self._loop.tools, 0, set()
         )
         for _ in range(_MAX_APPEND_RETRIES):
             if self._run is None:

@@ -135,27 +135,27 @@ def stream_durable(
 ) -> Iterator[RunEvent]:
     """As ``run_durable``, yielding events as the run goes. Misuse and a condemned run raise here, at
     the call, before anything is written."""
-    driver = _Driver(run_id, journal, tools, planner, max_steps)
+    loop = _RunLoop(run_id, journal, tools, planner, max_steps)
     check_storable_text(prompt, "prompt", run_id=run_id)
     run = journal.get_run(run_id)
     if run is not None and run.condemned:
         raise CompensatedRunError(run_id)
     # A run already started keeps its journaled prompt: the planner must see what it saw before.
-    return driver.events(run, prompt if run is None else run.prompt)
+    return loop.events(run, prompt if run is None else run.prompt)
 
 
 def resume_run(
     run_id: str, *, journal: Journal, tools: Mapping[str, Tool], planner: Planner, max_steps: int = 20
 ) -> RunResult:
     """Continue a stopped or crashed run from its journal (replaying what it already did)."""
-    driver = _Driver(run_id, journal, tools, planner, max_steps)
+    loop = _RunLoop(run_id, journal, tools, planner, max_steps)
     run = journal.get_run(run_id)
     if run is None or run.status is RunStatus.UNKNOWN and not run.condemned:
         raise UnknownRunError(run_id)
     if run.condemned:
         raise CompensatedRunError(run_id)
     result: RunResult | None = None
-    for event in driver.events(run, run.prompt):
+    for event in loop.events(run, run.prompt):
         result = event.result if event.kind == "end" else result
     assert result is not None
     return result
@@ -253,8 +253,8 @@ def _decoded_calls(run_id: str, step: int, payload: Any) -> list[dict[str, Any]]
     return calls
 
 
-class _Driver:
-    """Drives one run: replays journaled decisions and records, asks the planner for the rest."""
+class _RunLoop:
+    """One run's loop: replays journaled decisions and records, asks the planner for the rest."""
 
     def __init__(
         self, run_id: str, journal: Journal, tools: Mapping[str, Tool], planner: Planner, max_steps: int

@@ -1,8 +1,8 @@
-"""Compensation: the engine, its report, and the guards on condemned runs."""
+"""Compensation: the engine, its report, and the questions and refusals about condemned runs."""
 
 from .engine import compensate_run
-from .guards import assert_not_compensated, run_compensated
 from .report import CompensationEntry, CompensationReport, CompensationStatus
+from .tombstone import assert_not_compensated, run_compensated
 
 __all__ = [
     "CompensationEntry",

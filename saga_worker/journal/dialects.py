@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ..errors import JournalError
-from . import guards
+from . import execution_guards
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 # Any fixed number: the PostgreSQL advisory lock that lets one process at a time migrate a database.
@@ -117,11 +117,11 @@ class PostgresPolicy(DialectPolicy):
 
     def try_guard(self, engine: sa.Engine, run_id: str, suffix: str) -> object | None:
         # A session advisory lock, dropped by the server when its connection closes.
-        return guards.pg_try(engine, run_id, suffix)
+        return execution_guards.pg_try(engine, run_id, suffix)
 
     def release_guard(self, token: object) -> None:
-        assert isinstance(token, guards.PgGuard)
-        guards.pg_release(token)
+        assert isinstance(token, execution_guards.PgGuard)
+        execution_guards.pg_release(token)
 
     def serialise_migrations(self, conn: sa.Connection) -> None:
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(MIGRATION_LOCK)))
@@ -179,15 +179,15 @@ class SqlitePolicy(DialectPolicy):
                 driver.execute("PRAGMA synchronous=NORMAL")  # back to the lazy default
 
     def guards_across_processes(self, engine: sa.Engine) -> bool:
-        return bool(engine.url.database) and guards.file_guards_supported()
+        return bool(engine.url.database) and execution_guards.file_guards_supported()
 
     def try_guard(self, engine: sa.Engine, run_id: str, suffix: str) -> object | None:
         """A byte lock on a file next to the database, dropped by the kernel when its holder dies."""
-        return guards.file_try(f"{engine.url.database}.exec-guards", run_id, suffix)
+        return execution_guards.file_try(f"{engine.url.database}.exec-guards", run_id, suffix)
 
     def release_guard(self, token: object) -> None:
         assert isinstance(token, int)
-        guards.file_release(token)
+        execution_guards.file_release(token)
 
     def serialise_migrations(self, conn: sa.Connection) -> None:
         pass  # BEGIN IMMEDIATE makes migrations take turns already

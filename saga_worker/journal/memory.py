@@ -197,7 +197,7 @@ class MemoryJournal(Journal):
             rows = [r for r in rows if r.status in statuses]
         return sorted(rows, key=lambda r: r.seq)
 
-    def _gate(self, run_id: str, gated: bool) -> None:
+    def _tombstone_gate(self, run_id: str, gated: bool) -> None:
         run = self._runs.get(run_id)
         if run is None:
             raise UnknownRunError(run_id)
@@ -208,7 +208,7 @@ class MemoryJournal(Journal):
         self, run_id: str, new: NewRecord, *, gated: bool, durable: bool = False
     ) -> ToolRecord | None:
         with self._lock:
-            self._gate(run_id, gated)
+            self._tombstone_gate(run_id, gated)
             if (run_id, new.suffix) in self._records:
                 return None
             self._seq += 1
@@ -247,7 +247,7 @@ class MemoryJournal(Journal):
         self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool, durable: bool = False
     ) -> ToolRecord | None:
         with self._lock:
-            self._gate(run_id, gated)
+            self._tombstone_gate(run_id, gated)
             current = self._records.get((run_id, suffix))
             attempts = current.attempts + 1 if current else 1
             return self._cas(
@@ -307,7 +307,7 @@ class MemoryJournal(Journal):
         self, run_id: str, suffix: str, decision: RecordStatus, *, error: str | None, audit: NewAudit
     ) -> ToolRecord | None:
         with self._lock:
-            self._gate(run_id, True)
+            self._tombstone_gate(run_id, True)
             decided = self._cas(run_id, suffix, RecordStatus.SUSPENDED, status=decision, error=error)
             if decided is not None:
                 self._append(audit)

@@ -239,7 +239,7 @@ class SqlJournal(Journal):
     @staticmethod
     def _audit_params(entry: NewAudit) -> dict[str, Any]:
         return {
-            "rid": entry.run_id,
+            "run": entry.run_id,
             "what": entry.action.value,
             "who": entry.actor,
             "through": entry.via.value,
@@ -270,7 +270,7 @@ class SqlJournal(Journal):
 
     # -- runs -------------------------------------------------------------------------------------
     def start_run(self, run_id: str, prompt: str) -> tuple[RunInfo, bool]:
-        q, params = self._q, {"rid": run_id, "new_prompt": prompt, "now": time.time()}
+        q, params = self._q, {"run": run_id, "new_prompt": prompt, "now": time.time()}
 
         def work(tx: driver.Tx) -> tuple[driver.Row | None, bool]:
             made = tx.one(q.run_insert, params)
@@ -284,7 +284,7 @@ class SqlJournal(Journal):
         return run, created
 
     def get_run(self, run_id: str) -> RunInfo | None:
-        row = self._fetch(lambda tx: tx.one(self._q.run_get, {"rid": run_id}))
+        row = self._fetch(lambda tx: tx.one(self._q.run_get, {"run": run_id}))
         return None if row is None else self._run(row)
 
     def list_runs(self, *, limit: int = 100, condemned_only: bool = False) -> list[RunInfo]:
@@ -347,7 +347,7 @@ class SqlJournal(Journal):
     def end_run(self, run_id: str, status: RunStatus, text: str, error: str | None) -> RunInfo:
         q = self._q
         params = {
-            "rid": run_id,
+            "run": run_id,
             "new_status": status.value,
             "new_text": text,
             "new_error": storable_or_none(error),
@@ -365,7 +365,7 @@ class SqlJournal(Journal):
         q = self._q
 
         def work(tx: driver.Tx) -> float | None:
-            params = {"rid": run_id, "now": time.time()}
+            params = {"run": run_id, "now": time.time()}
             # Three tries: on PostgreSQL a run started concurrently is invisible to the UPDATE, then makes
             # the INSERT a no-op once it commits; the next UPDATE (a fresh snapshot) sees it and stamps it.
             # Each statement is atomic alone (the UPDATE waits out a claim's row lock, then re-checks),
@@ -390,22 +390,22 @@ class SqlJournal(Journal):
     # -- decisions --------------------------------------------------------------------------------
     def record_decision(self, run_id: str, step: int, payload: Any) -> Any:
         q = self._q
-        params = {"rid": run_id, "at_step": step, "new_payload": _dump(payload), "now": time.time()}
+        params = {"run": run_id, "at_step": step, "new_payload": _dump(payload), "now": time.time()}
         row = self._write(lambda tx: tx.one(q.decision_insert, params) or tx.one(q.decision_get, params))
         assert row is not None
         return _load(row["payload"], run_id, f"decision {step}")
 
     def list_decisions(self, run_id: str) -> list[Any]:
-        rows = self._fetch(lambda tx: tx.all(self._q.decisions_of_run, {"rid": run_id}))
+        rows = self._fetch(lambda tx: tx.all(self._q.decisions_of_run, {"run": run_id}))
         return [_load(r["payload"], run_id, f"decision {r['step']}") for r in rows]
 
     # -- records ----------------------------------------------------------------------------------
     def get_record(self, run_id: str, suffix: str) -> ToolRecord | None:
-        row = self._fetch(lambda tx: tx.one(self._q.record_get, {"rid": run_id, "sfx": suffix}))
+        row = self._fetch(lambda tx: tx.one(self._q.record_get, {"run": run_id, "step_suffix": suffix}))
         return None if row is None else self._record(row)
 
     def list_records(self, run_id: str, statuses: Sequence[RecordStatus] | None = None) -> list[ToolRecord]:
-        rows = self._fetch(lambda tx: tx.all(self._q.records_of_run, {"rid": run_id}))
+        rows = self._fetch(lambda tx: tx.all(self._q.records_of_run, {"run": run_id}))
         return self._records(rows, statuses)
 
     def _records(self, rows: list[driver.Row], statuses: Sequence[RecordStatus] | None) -> list[ToolRecord]:
@@ -421,10 +421,10 @@ class SqlJournal(Journal):
         q = self._q
 
         def work(tx: driver.Tx) -> tuple[driver.Row | None, list[driver.Row], list[driver.Row]]:
-            run = tx.one(q.run_get, {"rid": run_id})
-            rows = tx.all(q.records_of_run, {"rid": run_id})
+            run = tx.one(q.run_get, {"run": run_id})
+            rows = tx.all(q.records_of_run, {"run": run_id})
             origins = sorted({r["origin_run_id"] for r in rows})
-            return run, rows, [c for o in origins for c in tx.all(q.claims_of_origin, {"o": o})]
+            return run, rows, [c for o in origins for c in tx.all(q.claims_of_origin, {"origin": o})]
 
         run, rows, claim_rows = self._fetch(work)
         found = self._records(rows, statuses)
@@ -434,13 +434,13 @@ class SqlJournal(Journal):
             None if run is None else self._run(run), found, {(c.origin_run_id, c.suffix): c for c in owned}
         )
 
-    def _gate(self, tx: driver.Tx, run_id: str, gated: bool) -> int:
+    def _tombstone_gate(self, tx: driver.Tx, run_id: str, gated: bool) -> int:
         """Lock the run's row and take the next sequence number, refusing a condemned run if ``gated``.
 
         This row lock is what orders a claim against the tombstone: ``condemn`` updates the same row,
         so whichever commits second sees the other."""
-        params = {"rid": run_id}
-        row = tx.one(self._q.gate if gated else self._q.gate_ungated, params)
+        params = {"run": run_id}
+        row = tx.one(self._q.tombstone_gate if gated else self._q.next_seq_ungated, params)
         if row is not None:
             return int(row["next_seq"])
         if tx.one(self._q.condemned_at, params) is None:
@@ -451,8 +451,8 @@ class SqlJournal(Journal):
         self, run_id: str, new: NewRecord, *, gated: bool, durable: bool = False
     ) -> ToolRecord | None:
         params = {
-            "rid": run_id,
-            "sfx": new.suffix,
+            "run": run_id,
+            "step_suffix": new.suffix,
             "at_step": new.step,
             "call_id": new.tool_call_id,
             "name": new.tool_name,
@@ -464,22 +464,22 @@ class SqlJournal(Journal):
             "shared_ref": new.shared_id,
             "now": time.time(),
         }
-        return self._behind_gate(run_id, gated, durable, self._q.record_insert, params)
+        return self._behind_tombstone_gate(run_id, gated, durable, self._q.record_insert, params)
 
     def reclaim_record(
         self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool, durable: bool = False
     ) -> ToolRecord | None:
-        params = {"rid": run_id, "sfx": suffix, "expected": expected.value, "now": time.time()}
-        return self._behind_gate(run_id, gated, durable, self._q.record_reclaim, params)
+        params = {"run": run_id, "step_suffix": suffix, "expected": expected.value, "now": time.time()}
+        return self._behind_tombstone_gate(run_id, gated, durable, self._q.record_reclaim, params)
 
-    def _behind_gate(
+    def _behind_tombstone_gate(
         self, run_id: str, gated: bool, durable: bool, stmt: driver.Prepared, params: dict[str, Any]
     ) -> ToolRecord | None:
         """Take the gate, then run one record statement in the same transaction (it may use the
         sequence number as ``at_seq``); None, with nothing written, if the statement changed no row."""
 
         def work(tx: driver.Tx) -> driver.Row:
-            row = tx.one(stmt, {**params, "at_seq": self._gate(tx, run_id, gated)})
+            row = tx.one(stmt, {**params, "at_seq": self._tombstone_gate(tx, run_id, gated)})
             if row is None:
                 raise _Conflict  # roll back the sequence number we took
             return row
@@ -499,8 +499,8 @@ class SqlJournal(Journal):
         error: str | None,
     ) -> ToolRecord | None:
         params = {
-            "rid": run_id,
-            "sfx": suffix,
+            "run": run_id,
+            "step_suffix": suffix,
             "expected": expected.value,
             "new_status": status.value,
             "new_output": None if output is None else _dump(output),
@@ -522,7 +522,7 @@ class SqlJournal(Journal):
 
     def fork(self, source_run_id: str, step: int, new_run_id: str) -> None:
         q = self._q
-        params = {"src": source_run_id, "rid": new_run_id, "upto": step, "now": time.time()}
+        params = {"src": source_run_id, "run": new_run_id, "upto": step, "now": time.time()}
 
         def work(tx: driver.Tx) -> None:
             source = tx.one(q.fork_lock_source, params)
@@ -549,8 +549,8 @@ class SqlJournal(Journal):
     ) -> ToolRecord | None:
         q = self._q
         params = {
-            "rid": run_id,
-            "sfx": suffix,
+            "run": run_id,
+            "step_suffix": suffix,
             "expected": RecordStatus.SUSPENDED.value,
             "new_status": decision.value,
             "new_output": None,
@@ -559,8 +559,8 @@ class SqlJournal(Journal):
         }
 
         def work(tx: driver.Tx) -> driver.Row:
-            # The gate first: condemn updates the same row, so whichever commits second sees the other.
-            if tx.one(q.gate_lock, params) is None:
+            # The tombstone gate first: condemn updates the same row, so whichever commits second sees the other.
+            if tx.one(q.tombstone_gate_lock, params) is None:
                 if tx.one(q.condemned_at, params) is None:
                     raise UnknownRunError(run_id)
                 raise CompensatedRunError(run_id)
@@ -578,13 +578,13 @@ class SqlJournal(Journal):
     def decide_compensation(self, gate: CompensationGate, audit: NewAudit) -> tuple[CompensationGate, bool]:
         q = self._q
         params = {
-            "o": gate.origin_run_id,
-            "s": gate.suffix,
+            "origin": gate.origin_run_id,
+            "step_suffix": gate.suffix,
             "new_decision": gate.decision.value,
             "who": gate.actor,
             "why": gate.reason,
             "via": gate.via_run_id,
-            "rid": gate.via_run_id,
+            "run": gate.via_run_id,
             "now": time.time(),
         }
 
@@ -606,7 +606,9 @@ class SqlJournal(Journal):
         wanted = set(origin_and_suffixes)
         origins = sorted({o for o, _ in wanted})
         rows = (
-            self._fetch(lambda tx: [r for o in origins for r in tx.all(self._q.gates_of_origin, {"o": o})])
+            self._fetch(
+                lambda tx: [r for o in origins for r in tx.all(self._q.gates_of_origin, {"origin": o})]
+            )
             if wanted
             else []
         )
@@ -619,7 +621,7 @@ class SqlJournal(Journal):
         return self._write(lambda tx: tx.one(self._q.audit_insert, params)) is not None
 
     def read_audit(self, run_id: str) -> list[AuditRecord]:
-        rows = self._fetch(lambda tx: tx.all(self._q.audit_of_run, {"rid": run_id}))
+        rows = self._fetch(lambda tx: tx.all(self._q.audit_of_run, {"run": run_id}))
         return [self._audit_row(r) for r in rows]
 
     # -- cross-run shared executions --------------------------------------------------------------
@@ -642,7 +644,7 @@ class SqlJournal(Journal):
             "gen": int(generation),
             "name": tool_name,
             "call_input": _dump(input),
-            "rid": run_id,
+            "run": run_id,
             "window": float(window_s),
             "now": time.time(),
         }
@@ -675,7 +677,9 @@ class SqlJournal(Journal):
 
     # -- compensation claims ----------------------------------------------------------------------
     def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None:
-        row = self._fetch(lambda tx: tx.one(self._q.claim_get, {"o": origin_run_id, "s": suffix}))
+        row = self._fetch(
+            lambda tx: tx.one(self._q.claim_get, {"origin": origin_run_id, "step_suffix": suffix})
+        )
         return None if row is None else self._claim(row)
 
     def get_claims(
@@ -686,7 +690,7 @@ class SqlJournal(Journal):
 
         def work(tx: driver.Tx) -> list[driver.Row]:
             # One indexed read per origin run (a run's own, plus one per fork it shares effects with).
-            return [row for o in origins for row in tx.all(self._q.claims_of_origin, {"o": o})]
+            return [row for o in origins for row in tx.all(self._q.claims_of_origin, {"origin": o})]
 
         rows = self._fetch(work) if wanted else []
         found = [c for c in map(self._claim, rows) if (c.origin_run_id, c.suffix) in wanted]  # all parsed
@@ -704,8 +708,8 @@ class SqlJournal(Journal):
     ) -> ClaimAttempt:
         q = self._q
         params = {
-            "o": origin_run_id,
-            "s": suffix,
+            "origin": origin_run_id,
+            "step_suffix": suffix,
             "holder": owner,
             "ttl": float(ttl),
             "key": idempotency_key,
@@ -723,15 +727,21 @@ class SqlJournal(Journal):
         return self._write(work)
 
     def renew_claim(self, origin_run_id: str, suffix: str, owner: str, ttl: float) -> bool:
-        params = {"o": origin_run_id, "s": suffix, "holder": owner, "ttl": float(ttl), "now": time.time()}
+        params = {
+            "origin": origin_run_id,
+            "step_suffix": suffix,
+            "holder": owner,
+            "ttl": float(ttl),
+            "now": time.time(),
+        }
         return self._write(lambda tx: tx.one(self._q.claim_renew, params)) is not None
 
     def finish_claim(
         self, origin_run_id: str, suffix: str, owner: str, status: ClaimStatus, error: str | None = None
     ) -> bool:
         params = {
-            "o": origin_run_id,
-            "s": suffix,
+            "origin": origin_run_id,
+            "step_suffix": suffix,
             "holder": owner,
             "new_status": status.value,
             "new_error": storable_or_none(error),
@@ -750,7 +760,7 @@ class SqlJournal(Journal):
         count_attempt: bool = False,
     ) -> None:
         params = {
-            "rid": run_id,
+            "run": run_id,
             "state": state.value,
             "note": storable_or_none(note),
             "next_at": next_at,
@@ -760,7 +770,7 @@ class SqlJournal(Journal):
         self._write(lambda tx: tx.execute(self._q.unwind_state, params))
 
     def hold_sweep(self, run_id: str, grace: float, note: str) -> None:
-        params = {"rid": run_id, "grace": float(grace), "note": storable_or_none(note), "now": time.time()}
+        params = {"run": run_id, "grace": float(grace), "note": storable_or_none(note), "now": time.time()}
         self._write(lambda tx: tx.execute(self._q.hold_sweep, params))
 
     def runs_to_sweep(self, now: float, *, limit: int = 100) -> list[RunInfo]:
@@ -799,8 +809,8 @@ class SqlJournal(Journal):
     ) -> UnwindInfo:
         q = self._q
         params = {
-            "uid": unwind_id,
-            "rid": run_id,
+            "unwind": unwind_id,
+            "run": run_id,
             "plan_only": bool(dry_run),
             "worklist": _dump(list(suffixes)),
             "who": actor,
@@ -813,16 +823,16 @@ class SqlJournal(Journal):
         return self._unwind(row)
 
     def get_unwind(self, unwind_id: str) -> UnwindInfo | None:
-        row = self._fetch(lambda tx: tx.one(self._q.unwind_get, {"uid": unwind_id}))
+        row = self._fetch(lambda tx: tx.one(self._q.unwind_get, {"unwind": unwind_id}))
         return None if row is None else self._unwind(row)
 
     def list_unwinds(self, run_id: str, *, limit: int = 20) -> list[UnwindInfo]:
-        rows = self._fetch(lambda tx: tx.all(self._q.unwinds_of_run, {"rid": run_id, "max_rows": int(limit)}))
+        rows = self._fetch(lambda tx: tx.all(self._q.unwinds_of_run, {"run": run_id, "max_rows": int(limit)}))
         return [self._unwind(r) for r in rows]
 
     def record_unwind_entry(self, unwind_id: str, position: int, entry: dict[str, Any]) -> dict[str, Any]:
         q = self._q
-        params = {"uid": unwind_id, "at": position, "new_entry": _dump(entry), "now": time.time()}
+        params = {"unwind": unwind_id, "at": position, "new_entry": _dump(entry), "now": time.time()}
         row = self._write(lambda tx: tx.one(q.entry_insert, params) or tx.one(q.entry_get, params))
         assert row is not None
         return _load(row["entry"], unwind_id, f"unwind entry {position}")  # type: ignore[no-any-return]
@@ -831,11 +841,17 @@ class SqlJournal(Journal):
         q = self._q
 
         def work(tx: driver.Tx) -> tuple[UnwindInfo | None, int | None, Any, Any, driver.Row | None]:
-            rows = tx.all(q.unwind_with_latest_entries, {"uid": unwind_id})
+            rows = tx.all(q.unwind_with_latest_entries, {"unwind": unwind_id})
             unwind = self._unwind(rows[0]) if rows else None
             at = unwind.suffixes.index(suffix) if unwind and suffix in unwind.suffixes else None
             entry, before = _step_entries(tx, q, unwind_id, at, rows)
-            return unwind, at, entry, before, tx.one(q.record_with_claim, {"rid": run_id, "sfx": suffix})
+            return (
+                unwind,
+                at,
+                entry,
+                before,
+                tx.one(q.record_with_claim, {"run": run_id, "step_suffix": suffix}),
+            )
 
         unwind, at, entry_text, previous_text, both = self._fetch(work)
         entry = None if entry_text is None else _load(entry_text, unwind_id, f"unwind entry {at}")
@@ -853,7 +869,7 @@ class SqlJournal(Journal):
         )
 
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
-        rows = self._fetch(lambda tx: tx.all(self._q.entries_of_unwind, {"uid": unwind_id}))
+        rows = self._fetch(lambda tx: tx.all(self._q.entries_of_unwind, {"unwind": unwind_id}))
         return {
             int(r["position"]): _load(r["entry"], unwind_id, f"unwind entry {r['position']}") for r in rows
         }
@@ -873,8 +889,8 @@ def _step_entries(
     known_from = min(latest) if len(latest) == 2 else 0
     if max(at - 1, 0) >= known_from:
         return latest.get(at), latest.get(at - 1) if at else None
-    entry = tx.one(q.entry_get, {"uid": unwind_id, "at": at})
-    before = tx.one(q.entry_get, {"uid": unwind_id, "at": at - 1}) if at else None
+    entry = tx.one(q.entry_get, {"unwind": unwind_id, "at": at})
+    before = tx.one(q.entry_get, {"unwind": unwind_id, "at": at - 1}) if at else None
     return (None if entry is None else entry["entry"]), (None if before is None else before["entry"])
 
 

@@ -7,8 +7,8 @@ of its own. What differs between SQLite and PostgreSQL is the dialect policy's (
 never a branch here.
 
 Parameter names never repeat a column name (SQLAlchemy reserves those inside VALUES and SET):
-``rid`` a run id, ``sfx`` a step suffix, ``o``/``s`` a claim's origin run and suffix, ``now`` this
-machine's clock. Leases and the tombstone read PostgreSQL's clock instead, so that skewed worker
+``run`` a run id, ``step_suffix`` a step's suffix, ``origin`` the run whose effect a claim is about,
+``unwind`` an unwind id, ``now`` this machine's clock. Leases and the tombstone read PostgreSQL's clock instead, so that skewed worker
 clocks cannot shorten a lease; on SQLite (one machine) they read ``now`` too.
 """
 
@@ -30,9 +30,9 @@ UNSWEPT = frozenset({UnwindState.PENDING, UnwindState.INCOMPLETE})
 # Bound parameters and values more than one area shares.
 NOW = b("now", type_=sa.Double)
 MAX_ROWS = b("max_rows", type_=sa.Integer)
-RUN = runs.c.run_id == b("rid")
+RUN = runs.c.run_id == b("run")
 NEW_RUN = {
-    "run_id": b("rid"),
+    "run_id": b("run"),
     "status": RunStatus.RUNNING.value,
     "prompt": b("new_prompt"),
     "text": "",
@@ -53,7 +53,7 @@ class Statements:
         self.dialect = dialect
         self.policy = policy_for(dialect.name)
         self._build_runs()
-        self._build_tombstone_and_gate()
+        self._build_tombstone_and_its_gate()
         self._build_sweeps()
         self._build_listings()
         self._build_forks()
@@ -88,8 +88,8 @@ class Statements:
             .returning(*runs.c)
         )
 
-    def _build_tombstone_and_gate(self) -> None:
-        """The tombstone, and the gate every tool call passes (see SqlJournal._gate)."""
+    def _build_tombstone_and_its_gate(self) -> None:
+        """The tombstone, and the tombstone gate every tool call passes (see SqlJournal._tombstone_gate)."""
         insert = self.policy.insert
         clock = self.policy.clock()
         p = self._prepare
@@ -108,7 +108,7 @@ class Statements:
         self.condemn_insert = p(
             insert(runs)
             .values(
-                run_id=b("rid"),
+                run_id=b("run"),
                 status=RunStatus.UNKNOWN.value,
                 prompt="",
                 text="",
@@ -119,18 +119,18 @@ class Statements:
             .returning(runs.c.condemned_at)
         )
         self.condemned_at = p(sa.select(runs.c.condemned_at).where(RUN))
-        # The gate: lock the run's row and take the next sequence number (see SqlJournal._gate).
+        # The tombstone gate: lock the run's row and take the next sequence number (SqlJournal._tombstone_gate).
         bump_seq = {"next_seq": runs.c.next_seq + 1}
-        self.gate = p(
+        self.tombstone_gate = p(
             sa.update(runs)
             .where(RUN, runs.c.condemned_at.is_(None))
             .values(**bump_seq)
             .returning(runs.c.next_seq)
         )
-        self.gate_ungated = p(sa.update(runs).where(RUN).values(**bump_seq).returning(runs.c.next_seq))
-        # The gate without a sequence number: a person's decision on a suspended call takes the same
+        self.next_seq_ungated = p(sa.update(runs).where(RUN).values(**bump_seq).returning(runs.c.next_seq))
+        # The tombstone gate without a sequence number: a person's decision on a suspended call takes the same
         # row lock as a claim, so it is ordered against the tombstone the same way.
-        self.gate_lock = p(
+        self.tombstone_gate_lock = p(
             sa.update(runs)
             .where(RUN, runs.c.condemned_at.is_(None))
             .values(next_seq=runs.c.next_seq)
@@ -218,7 +218,7 @@ class Statements:
         self.fork_decisions = p(
             decisions.insert().from_select(
                 ["run_id", "step", "payload", "created_at"],
-                sa.select(b("rid", type_=sa.String), decisions.c.step, decisions.c.payload, NOW).where(
+                sa.select(b("run", type_=sa.String), decisions.c.step, decisions.c.payload, NOW).where(
                     decisions.c.run_id == b("src"), decisions.c.step <= b("upto")
                 ),
             )
@@ -227,7 +227,7 @@ class Statements:
         self.fork_records = p(
             records.insert().from_select(
                 ["run_id", *[c.name for c in copied]],
-                sa.select(b("rid", type_=sa.String), *copied).where(
+                sa.select(b("run", type_=sa.String), *copied).where(
                     records.c.run_id == b("src"), records.c.step <= b("upto")
                 ),
             )
@@ -237,17 +237,17 @@ class Statements:
         """Planner decisions, one row per step."""
         insert = self.policy.insert
         p = self._prepare
-        decision = (decisions.c.run_id == b("rid"), decisions.c.step == b("at_step"))
+        decision = (decisions.c.run_id == b("run"), decisions.c.step == b("at_step"))
         self.decision_insert = p(
             insert(decisions)
-            .values(run_id=b("rid"), step=b("at_step"), payload=b("new_payload"), created_at=NOW)
+            .values(run_id=b("run"), step=b("at_step"), payload=b("new_payload"), created_at=NOW)
             .on_conflict_do_nothing(index_elements=["run_id", "step"])
             .returning(decisions.c.payload)
         )
         self.decision_get = p(sa.select(decisions.c.payload).where(*decision))
         self.decisions_of_run = p(
             sa.select(decisions.c.step, decisions.c.payload)
-            .where(decisions.c.run_id == b("rid"))
+            .where(decisions.c.run_id == b("run"))
             .order_by(decisions.c.step)
         )
 
@@ -255,16 +255,16 @@ class Statements:
         """Tool records: claimed before execute, then settled by compare-and-set."""
         insert = self.policy.insert
         p = self._prepare
-        record = (records.c.run_id == b("rid"), records.c.suffix == b("sfx"))
+        record = (records.c.run_id == b("run"), records.c.suffix == b("step_suffix"))
         self.record_get = p(sa.select(records).where(*record))
         self.records_of_run = p(
-            sa.select(records).where(records.c.run_id == b("rid")).order_by(records.c.seq)
+            sa.select(records).where(records.c.run_id == b("run")).order_by(records.c.seq)
         )
         self.record_insert = p(
             insert(records)
             .values(
-                run_id=b("rid"),
-                suffix=b("sfx"),
+                run_id=b("run"),
+                suffix=b("step_suffix"),
                 seq=b("at_seq"),
                 step=b("at_step"),
                 tool_call_id=b("call_id"),
@@ -319,7 +319,7 @@ class Statements:
         insert = self.policy.insert
         clock = self.policy.clock()
         p = self._prepare
-        pk = (claims.c.origin_run_id == b("o"), claims.c.suffix == b("s"))
+        pk = (claims.c.origin_run_id == b("origin"), claims.c.suffix == b("step_suffix"))
         mine = (*pk, claims.c.owner == b("holder"), claims.c.status == ClaimStatus.CLAIMED.value)
         lease = clock + b("ttl", type_=sa.Double)
         # The same owner may take its own claim back: a redelivered task re-drives its dead attempt.
@@ -333,8 +333,8 @@ class Statements:
         self.claim_insert = p(
             insert(claims)
             .values(
-                origin_run_id=b("o"),
-                suffix=b("s"),
+                origin_run_id=b("origin"),
+                suffix=b("step_suffix"),
                 status=ClaimStatus.CLAIMED.value,
                 owner=b("holder"),
                 lease_expires_at=lease,
@@ -362,7 +362,7 @@ class Statements:
             .returning(*claims.c)
         )
         self.claim_get = p(sa.select(claims).where(*pk))
-        self.claims_of_origin = p(sa.select(claims).where(claims.c.origin_run_id == b("o")))
+        self.claims_of_origin = p(sa.select(claims).where(claims.c.origin_run_id == b("origin")))
         self.claim_renew = p(
             sa.update(claims).where(*mine).values(lease_expires_at=lease).returning(claims.c.owner)
         )
@@ -381,8 +381,8 @@ class Statements:
         self.gate_insert = p(
             insert(gates)
             .values(
-                origin_run_id=b("o"),
-                suffix=b("s"),
+                origin_run_id=b("origin"),
+                suffix=b("step_suffix"),
                 decision=b("new_decision"),
                 actor=b("who"),
                 reason=b("why"),
@@ -392,8 +392,10 @@ class Statements:
             .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
             .returning(*gates.c)
         )
-        self.gate_get = p(sa.select(gates).where(gates.c.origin_run_id == b("o"), gates.c.suffix == b("s")))
-        self.gates_of_origin = p(sa.select(gates).where(gates.c.origin_run_id == b("o")))
+        self.gate_get = p(
+            sa.select(gates).where(gates.c.origin_run_id == b("origin"), gates.c.suffix == b("step_suffix"))
+        )
+        self.gates_of_origin = p(sa.select(gates).where(gates.c.origin_run_id == b("origin")))
 
     def _build_audit(self) -> None:
         """The audit trail: append-only, one row per event."""
@@ -403,7 +405,7 @@ class Statements:
         self.audit_insert = p(
             insert(audit)
             .values(
-                run_id=b("rid"),
+                run_id=b("run"),
                 at=clock,
                 action=b("what"),
                 actor=b("who"),
@@ -416,7 +418,7 @@ class Statements:
             .on_conflict_do_nothing(index_elements=["event_key"])
             .returning(audit.c.id)
         )
-        self.audit_of_run = p(sa.select(audit).where(audit.c.run_id == b("rid")).order_by(audit.c.id))
+        self.audit_of_run = p(sa.select(audit).where(audit.c.run_id == b("run")).order_by(audit.c.id))
 
     def _build_shared(self) -> None:
         """Cross-run shared executions: one execution for identical calls within a window."""
@@ -437,7 +439,7 @@ class Statements:
                 input=b("call_input"),
                 status=SharedStatus.RUNNING.value,
                 attempts=1,
-                run_id=b("rid"),
+                run_id=b("run"),
                 created_at=clock,
                 expires_at=clock + b("window", type_=sa.Double),
                 updated_at=NOW,
@@ -471,8 +473,8 @@ class Statements:
         self.unwind_insert = p(
             insert(unwinds)
             .values(
-                unwind_id=b("uid"),
-                run_id=b("rid"),
+                unwind_id=b("unwind"),
+                run_id=b("run"),
                 dry_run=b("plan_only", type_=sa.Boolean),
                 suffixes=b("worklist"),
                 created_at=NOW,
@@ -483,12 +485,12 @@ class Statements:
             .on_conflict_do_nothing(index_elements=["unwind_id"])
             .returning(*unwinds.c)
         )
-        self.unwind_get = p(sa.select(unwinds).where(unwinds.c.unwind_id == b("uid")))
+        self.unwind_get = p(sa.select(unwinds).where(unwinds.c.unwind_id == b("unwind")))
         # The unwind with its two latest entries, in one round trip. Steps run in order, so a step's
         # own entry and the one before it are almost always among them (see SqlJournal.read_step).
         latest = (
             sa.select(unwind_entries.c.unwind_id, unwind_entries.c.position, unwind_entries.c.entry)
-            .where(unwind_entries.c.unwind_id == b("uid"))
+            .where(unwind_entries.c.unwind_id == b("unwind"))
             .order_by(unwind_entries.c.position.desc())
             .limit(2)
             .subquery("latest")
@@ -496,27 +498,27 @@ class Statements:
         self.unwind_with_latest_entries = p(
             sa.select(unwinds, latest.c.position.label("entry_position"), latest.c.entry)
             .select_from(unwinds.outerjoin(latest, latest.c.unwind_id == unwinds.c.unwind_id))
-            .where(unwinds.c.unwind_id == b("uid"))
+            .where(unwinds.c.unwind_id == b("unwind"))
         )
         self.entry_insert = p(
             insert(unwind_entries)
-            .values(unwind_id=b("uid"), position=b("at"), entry=b("new_entry"), created_at=NOW)
+            .values(unwind_id=b("unwind"), position=b("at"), entry=b("new_entry"), created_at=NOW)
             .on_conflict_do_nothing(index_elements=["unwind_id", "position"])
             .returning(unwind_entries.c.entry)
         )
         self.entry_get = p(
             sa.select(unwind_entries.c.entry).where(
-                unwind_entries.c.unwind_id == b("uid"), unwind_entries.c.position == b("at")
+                unwind_entries.c.unwind_id == b("unwind"), unwind_entries.c.position == b("at")
             )
         )
         self.entries_of_unwind = p(
             sa.select(unwind_entries.c.position, unwind_entries.c.entry)
-            .where(unwind_entries.c.unwind_id == b("uid"))
+            .where(unwind_entries.c.unwind_id == b("unwind"))
             .order_by(unwind_entries.c.position)
         )
         self.unwinds_of_run = p(
             sa.select(unwinds)
-            .where(unwinds.c.run_id == b("rid"))
+            .where(unwinds.c.run_id == b("run"))
             .order_by(unwinds.c.created_at.desc(), unwinds.c.unwind_id.desc())
             .limit(MAX_ROWS)
         )

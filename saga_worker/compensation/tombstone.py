@@ -1,4 +1,4 @@
-"""Questions and refusals about condemned runs."""
+"""Questions and refusals about condemned runs: has the tombstone been written?"""
 
 from __future__ import annotations
 
