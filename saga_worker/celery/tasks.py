@@ -1,8 +1,8 @@
 """The saga tasks (``saga.*``), registered on a Celery app by :func:`register`.
 
 Thin on purpose: each task parses ids, calls saga_worker.executor, and passes the continuation on
-with ``self.replace`` (which keeps the task id, so ``compensate_run.delay(run_id).get()`` returns the
-report). The last step task, or the one that halts, assembles the report from the journal and
+under its own task id (as ``self.replace`` would, so ``compensate_run.delay(run_id).get()`` returns
+the report), storing no result of its own. The last step task, or the one that halts, assembles the report from the journal and
 returns it: a halt is a normal end, never an exception (a raised error in a chain hands the caller an
 exception instead of a report).
 
@@ -119,10 +119,35 @@ task_received.connect(_mark_events)
 def _continue(task: Task, nxt: executor.Next) -> Any:
     if isinstance(nxt, executor.Step):
         step = task.app.tasks[COMPENSATE_STEP]
-        return task.replace(step.si(nxt.run_id, nxt.unwind_id, nxt.suffix, nxt.dry_run))
+        sig = step.si(nxt.run_id, nxt.unwind_id, nxt.suffix, nxt.dry_run)
+        if not _plain_request(task):
+            return task.replace(sig)
+        # What replace() does for a plain request, without its Ignore: the next step under this very
+        # task id, then this task ends without storing a result (the unwind's last task stores the
+        # report under the id). Ignore cost two formatted tracebacks per step (billiard's
+        # ExceptionInfo) and left their frames as cyclic garbage in the pool child.
+        sig.apply_async(task_id=task.request.id)
+        task.request.ignore_result = True
+        return None
     # The end (or a halt): assemble the report here, from the journal, rather than in a task of its
     # own: one message fewer per unwind. A redelivery assembles the same report again.
     return _report(nxt.run_id, nxt.unwind_id)
+
+
+def _plain_request(task: Task) -> bool:
+    """Is this a request that replace() would only re-send under the same id? Not eager, not in a
+    chain, group or chord of someone else's, no callbacks; and the worker does not drop a task id
+    it has seen succeed (``worker_deduplicate_successful_tasks``), which every step shares."""
+    req = task.request
+    return not (
+        req.is_eager
+        or req.callbacks
+        or req.errbacks
+        or req.chain
+        or req.chord
+        or req.group
+        or task.app.conf.worker_deduplicate_successful_tasks
+    )
 
 
 def _report(run_id: str, unwind_id: str) -> dict[str, Any]:
