@@ -120,10 +120,28 @@ RUN_COLUMNS = [
     "created_at",
     "updated_at",
 ]
+# By name: a column added later (shared_id, migration 0004) keeps its default, as for a plain call.
+RECORD_COLUMNS = [
+    "run_id",
+    "suffix",
+    "seq",
+    "step",
+    "tool_call_id",
+    "tool_name",
+    "mode",
+    "input",
+    "status",
+    "output",
+    "error",
+    "attempts",
+    "origin_run_id",
+    "created_at",
+    "updated_at",
+]
 TABLES: list[tuple[sa.Table, list[str]]] = [
     (runs, RUN_COLUMNS),
     (decisions, ["run_id", "step", "payload", "created_at"]),
-    (records, [c.name for c in records.c]),
+    (records, RECORD_COLUMNS),
     (claims, [c.name for c in claims.c]),
 ]
 
