@@ -4,8 +4,12 @@ The engine and the Celery tasks call ``point("after_claim", key)`` at the moment
 most interesting: after the claim, before the hook, after the hook, after the outcome is written,
 and before the ack. Unarmed, a point is one global read and a return.
 
-Arming, read once when this module is imported (so a child process inherits it through its
-environment):
+Nothing arms a point unless the process first calls :func:`enable`, which no production code does:
+only the test harness (``tests/faults``: its conftest, ``tests.faults.child`` and
+``tests.faults.celery_worker``) calls it. A stray ``SAGA_FAULTS`` in a production worker's
+environment is never read, so it cannot SIGKILL that worker. Once enabled, the process is armed
+from its environment (so a child started by the harness inherits its rules), or by
+:func:`configure`:
 
 - ``SAGA_FAULTS="before_hook=kill,after_hook=sleep:5@order-7"``: rules for this process. A rule is
   ``point=action[:arg][@match][*times]``; ``match`` is a substring of the key, ``times`` how often it
@@ -83,13 +87,46 @@ def parse_rule(text: str) -> Rule:
 _rules: list[Rule] = []
 _dir = ""
 _armed = False
+_enabled = False
+
+
+class FaultsNotEnabledError(RuntimeError):
+    """``configure`` was called in a process where the test harness did not ``enable`` faults."""
+
+
+def enable() -> None:
+    """Allow fault points in this process, and arm it from ``SAGA_FAULTS`` / ``SAGA_FAULTS_DIR``.
+
+    For the test harness only: production code never calls it, which is what keeps a stray variable
+    from arming a production worker."""
+    global _enabled
+    _enabled = True
+    configure(os.environ.get("SAGA_FAULTS", ""), os.environ.get("SAGA_FAULTS_DIR", ""))
+
+
+def disable() -> None:
+    """Disarm this process and forbid arming it again until the next ``enable``."""
+    global _enabled
+    configure()
+    _enabled = False
+
+
+def enabled() -> bool:
+    return _enabled
 
 
 def configure(spec: str = "", directory: str = "") -> None:
-    """(Re)arm this process: the same as setting ``SAGA_FAULTS`` / ``SAGA_FAULTS_DIR``; empty disarms."""
+    """(Re)arm this process with rules, as ``SAGA_FAULTS`` / ``SAGA_FAULTS_DIR`` would; empty disarms.
+
+    Raises FaultsNotEnabledError for a rule in a process where ``enable`` was not called."""
     global _rules, _dir, _armed
-    _rules = [parse_rule(part) for part in spec.split(",") if part.strip()]
-    _dir = directory
+    rules = [parse_rule(part) for part in spec.split(",") if part.strip()]
+    if (rules or directory) and not _enabled:
+        raise FaultsNotEnabledError(
+            "fault injection is not enabled in this process: only the test harness arms fault points "
+            "(saga_worker.faults.enable())"
+        )
+    _rules, _dir = rules, directory
     _armed = bool(_rules or _dir)
 
 
@@ -164,6 +201,3 @@ def _act(rule: Rule, name: str, key: str) -> None:
         raise InjectedCrash(f"crash injected at {name} ({key})")
     elif rule.action == "sleep":
         time.sleep(rule.arg)
-
-
-configure(os.environ.get("SAGA_FAULTS", ""), os.environ.get("SAGA_FAULTS_DIR", ""))

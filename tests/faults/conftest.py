@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from saga_worker import Journal, open_journal
+from saga_worker import Journal, faults, open_journal
 from tests.services import require
 
 from . import toolkit
@@ -27,6 +27,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "soak" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def fault_points_enabled() -> Iterator[None]:
+    """The suite's in-process tests arm fault points with ``faults.configure``: allowed only here.
+    (Its worker processes enable them in their own entry points, tests.faults.child and
+    tests.faults.celery_worker.)"""
+    faults.enable()
+    yield
+    faults.disable()
 
 
 @pytest.fixture

@@ -21,9 +21,10 @@ from saga_worker import Journal
 from saga_worker.keys import compensate_key
 from tests.ledger import Ledger
 from tests.services import REDIS_URL, require
+from tests.worker_process import WorkerProcess
 
 from . import scenarios
-from .conftest import REPO, Setup, Workers, make_setup, redis_db, wait_for
+from .conftest import REPO, Setup, Worker, Workers, make_setup, redis_db, wait_for
 
 pytestmark = [pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
 
@@ -246,3 +247,47 @@ def test_worker_log_stored_task_result_and_the_conf_flower_shows_hold_no_passwor
     worker.stop()
     assert b"cannot open journal" in worker.log.read_bytes()
     assert secret.encode() not in worker.log.read_bytes()
+
+
+class StrayFaultsWorker(Worker):
+    """A plain `celery -A saga_worker.celery:app worker` with extra variables in its environment."""
+
+    def __init__(self, setup: Setup, log: Path, extra: dict[str, str]) -> None:
+        WorkerProcess.__init__(
+            self,
+            ["celery", "-A", "saga_worker.celery:app", "worker"],
+            {**setup.env(), **extra},
+            log,
+            concurrency=1,
+            beat=False,
+        )
+
+
+def test_a_stray_saga_faults_variable_cannot_arm_a_production_worker(
+    tmp_path: Path, workers: Workers, pg_url: str, run_id: str
+) -> None:
+    """Issue 11: fault points are enabled only by the test harness's own entry points; a plain
+    worker started with SAGA_FAULTS (and a SAGA_FAULTS_DIR rule) set is killed at no point."""
+    setup = redis_setup(tmp_path, pg_url)
+    rules = tmp_path / "fault-rules"
+    rules.mkdir()
+    (rules / "before_hook").write_text("before_hook=kill")
+    every_point = ",".join(
+        f"{p}=kill" for p in ("after_claim", "before_hook", "after_hook", "after_outcome", "before_ack")
+    )
+    worker = StrayFaultsWorker(
+        setup, tmp_path / "stray.log", {"SAGA_FAULTS": every_point, "SAGA_FAULTS_DIR": str(rules)}
+    )
+    workers.started.append(worker)
+    worker.wait_ready()
+    client, journal, ledger = setup.client(), setup.journal(), setup.ledger()
+    try:
+        scenarios.place_order(journal, ledger, run_id)
+        report = scenarios.unwind(client, run_id)
+        assert scenarios.statuses(report) == ["compensated"] * 3
+        assert worker.proc.poll() is None  # still alive
+        assert sorted(p.name for p in rules.iterdir()) == ["before_hook"]  # never read, never fired
+    finally:
+        ledger.close()
+        journal.close()
+        client.close()
