@@ -1,5 +1,7 @@
 """saga-worker: unwinds multi-step runs. Condemn first, compensate in reverse, report honestly."""
 
+import importlib.metadata as _metadata
+
 from .approvals import approve, approve_compensation, deny, deny_compensation, pending_calls
 from .audit import read_audit
 from .blocks import SagaRun, saga
@@ -32,7 +34,11 @@ from .planning import CallResult, Finish, Planner, RunState, ToolCall, scripted
 from .runs import PendingCall, RunEvent, RunResult, fork_run, resume_run, run_durable, stream_durable
 from .tools import CallOptions, RecoverResult, Tool
 
-__version__ = "0.1.0"
+# One source for the version: pyproject.toml, read back from the installed package's metadata.
+try:
+    __version__ = _metadata.version("saga-worker")
+except _metadata.PackageNotFoundError:  # imported from a checkout that was never installed
+    __version__ = "0+unknown"
 
 
 def __getattr__(name: str) -> object:
