@@ -144,6 +144,7 @@ def test_deny_compensation_makes_the_step_read_skipped_denied_and_the_unwind_goe
     assert code == 0 and "denied" in output, output
     code, output = invoke("compensate", "order-2", "--local")
     assert code == 0 and "skipped-denied" in output, output
+    assert "(needs approval)" not in output  # said of a plan only, not of a decided step
     assert LEDGER.effect_counts("compensate:reserve")["order-2:comp:call-2"] == 0
     # Deciding the other way afterwards is refused.
     result = CliRunner().invoke(main, ["approve-compensation", "order-2", "call-2"], env={"COLUMNS": "200"})

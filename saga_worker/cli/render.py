@@ -54,7 +54,7 @@ def report_table(report: CompensationReport | dict[str, Any], title: str | None 
     for i, e in enumerate(data["entries"], 1):
         style = STATUS_STYLE.get(e["status"], "")
         status = f"[{style}]{e['status']}[/]" if style else e["status"]
-        if e.get("needs_approval") and e["status"] != "awaiting-approval":
+        if e.get("needs_approval") and e["status"] == CompensationStatus.WOULD_COMPENSATE.value:
             status += " (needs approval)"
         row = [
             str(i),
