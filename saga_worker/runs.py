@@ -6,10 +6,13 @@ never as not started. A recorded success is replayed, never executed again.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .compensation.engine import new_owner
+from .compensation.leases import keeper
 from .errors import (
     CompensatedRunError,
     InvalidInputError,
@@ -40,6 +43,7 @@ from .keys import (
     shared_key,
 )
 from .planning import CallResult, Finish, Planner, RunState, ToolCall
+from .settings import get_settings
 from .storable import check_storable_text, exception_text, storable_text
 from .tools import CallOptions, RecoverResult, Tool, call_hook, check_tools
 
@@ -268,6 +272,9 @@ class _RunLoop:
         self.journal = journal
         self.planner = planner
         self.max_steps = max_steps
+        # The execute lease: renewed every ttl/3 while execute runs; a holder that stops renewing (dead,
+        # or cut off from the journal) is judged gone once it expires.
+        self.ttl = get_settings().claim_ttl
         # Records this drive has already settled. An identical args-mode call met again shares that
         # outcome, failed included: it is the same call, not a resumed one, so it must not run again.
         self.settled: set[str] = set()
@@ -381,7 +388,12 @@ class _RunLoop:
                         continue
                     new = NewRecord(suffix, step, call_id, tool_name, tool.idempotency, input, self.run_id)
                     claimed = self.journal.claim_record(
-                        self.run_id, new, gated=tool.side_effect, durable=_must_be_durable(tool)
+                        self.run_id,
+                        new,
+                        gated=tool.side_effect,
+                        durable=_must_be_durable(tool),
+                        owner=new_owner(),
+                        ttl=self.ttl,
                     )
                     if claimed is not None:
                         return self._execute(step, tool, claimed)
@@ -389,10 +401,18 @@ class _RunLoop:
                 if record.status is RecordStatus.APPROVED:
                     # A person approved it: the normal claim (gated), then the normal key, once.
                     approved = self.journal.reclaim_record(
-                        self.run_id, record.suffix, RecordStatus.APPROVED, gated=tool.side_effect
+                        self.run_id,
+                        record.suffix,
+                        RecordStatus.APPROVED,
+                        gated=tool.side_effect,
+                        owner=new_owner(),
+                        ttl=self.ttl,
                     )
                     if approved is not None:
                         return self._execute(step, tool, approved)
+                    continue
+                record = self._await_executor(record)
+                if record is None:
                     continue
                 event = self._settled_event(step, record) or self._recover_or_retry(step, tool, record)
                 if event is not None:
@@ -400,6 +420,33 @@ class _RunLoop:
         raise SideEffectRetryBlockedError(
             self.run_id, call_id, tool_name, "its record kept changing under concurrent writers"
         )
+
+    def _await_executor(self, record: ToolRecord) -> ToolRecord | None:
+        """Wait while another process may still be executing ``record`` (its execute lease is live:
+        see ``Journal.executor_gone``); the record as it then stands.
+
+        A lease nobody renews belongs to a process that died (or was cut off): wait it out, at most
+        one TTL. One that is being renewed belongs to a live executor: wait as long as for a held
+        guard, then refuse rather than probe a call that may be landing right now."""
+        deadline = time.monotonic() + _GUARD_WAIT_S
+        first = record.exec_lease_expires_at
+        while not self.journal.executor_gone(record):
+            expires = record.exec_lease_expires_at or 0.0
+            renewed = expires != first
+            remaining = expires - self.journal.now()
+            if time.monotonic() >= deadline and (renewed or remaining > self.ttl):
+                raise SideEffectRetryBlockedError(
+                    self.run_id,
+                    record.tool_call_id,
+                    record.tool_name,
+                    "another process is executing it right now (its execute lease is live)",
+                )
+            time.sleep(min(0.1, max(0.01, remaining)))
+            fresh = self.journal.get_record(self.run_id, record.suffix)
+            if fresh is None or fresh.status is not RecordStatus.RUNNING:
+                return fresh
+            record = fresh
+        return record
 
     def _settled_event(self, step: int, record: ToolRecord) -> RunEvent | None:
         if record.status is RecordStatus.SUCCEEDED:
@@ -604,9 +651,43 @@ class _RunLoop:
                 f"its record is {record.status.value}, it has no recover hook and is not idempotent=True",
             )
         reclaimed = self.journal.reclaim_record(
-            self.run_id, record.suffix, record.status, gated=tool.side_effect, durable=_must_be_durable(tool)
+            self.run_id,
+            record.suffix,
+            record.status,
+            gated=tool.side_effect,
+            durable=_must_be_durable(tool),
+            owner=new_owner(),
+            ttl=self.ttl,
+            attempts=record.attempts,
         )
         return None if reclaimed is None else self._execute(step, tool, reclaimed)
+
+    def _complete(
+        self, step: int, record: ToolRecord, owner: str, status: RecordStatus, output: Any, error: str | None
+    ) -> ToolRecord | RunEvent:
+        """Write the outcome, fenced by this drive's execute lease: the record written, or the event
+        of the outcome that stands instead.
+
+        If another process took the call over (it judged this one gone: a lease that lapsed while
+        execute ran), its outcome stands and this one is not written: replay what it recorded, or
+        refuse to guess while it is still executing."""
+        written = self.journal.complete_record(
+            self.run_id, record.suffix, status, output=output, error=error, owner=owner
+        )
+        if written is not None:
+            return written
+        now = self.journal.get_record(self.run_id, record.suffix)
+        if now is not None and now.status is not RecordStatus.RUNNING and now.exec_owner == owner:
+            return now  # written by this very drive after all (a retried statement's first attempt)
+        if now is not None and now.status is RecordStatus.SUCCEEDED:
+            return self._event(step, now, "replayed")
+        raise SideEffectRetryBlockedError(
+            self.run_id,
+            record.tool_call_id,
+            record.tool_name,
+            "its execute lease lapsed while it ran and another process took the call over; "
+            "this outcome was not written",
+        )
 
     def _execute_key(self, record: ToolRecord) -> str:
         return execute_key(
@@ -619,14 +700,21 @@ class _RunLoop:
 
     def _execute(self, step: int, tool: Tool, record: ToolRecord) -> RunEvent:
         opts = CallOptions(self._execute_key(record), record.tool_call_id, self.run_id)
+        owner = record.exec_owner
+        assert owner is not None  # claimed by this drive, with its token
+
+        def renew() -> bool:
+            return self.journal.renew_execution(self.run_id, record.suffix, owner, self.ttl)
+
         try:
-            output = call_hook(tool.execute, record.input, opts)
+            with keeper.keep(renew, self.ttl / 3):
+                output = call_hook(tool.execute, record.input, opts)
         except Exception as exc:
             error = exception_text(exc)
-            failed = self.journal.complete_record(
-                self.run_id, record.suffix, RecordStatus.FAILED, error=error
+            failed = self._complete(step, record, owner, RecordStatus.FAILED, None, error)
+            return (
+                failed if isinstance(failed, RunEvent) else self._event(step, failed, "failed", error=error)
             )
-            return self._event(step, failed or record, "failed", error=error)
         problem = json_problem(output)
         if problem is not None:
             # The effect happened but cannot be journaled: record it failed, so an unwind asks recover.
@@ -634,16 +722,16 @@ class _RunLoop:
                 f"tool {record.tool_name!r}: the output of execute (a {type(output).__name__}) cannot be "
                 f"journaled: {problem}"
             )
-            failed = self.journal.complete_record(
-                self.run_id, record.suffix, RecordStatus.FAILED, error=error
+            failed = self._complete(step, record, owner, RecordStatus.FAILED, None, error)
+            return (
+                failed if isinstance(failed, RunEvent) else self._event(step, failed, "failed", error=error)
             )
-            return self._event(step, failed or record, "failed", error=error)
-        done = self.journal.complete_record(self.run_id, record.suffix, RecordStatus.SUCCEEDED, output=output)
+        done = self._complete(step, record, owner, RecordStatus.SUCCEEDED, output, None)
+        if isinstance(done, RunEvent):
+            return done
         # Hand on the output as journaled (tuples as lists, keys as strings): a replay sees exactly that,
         # and a planner must decide alike live and on replay.
-        return self._event(
-            step, done or record, "executed", output=done.output if done is not None else output
-        )
+        return self._event(step, done, "executed", output=done.output)
 
     def _event(
         self, step: int, record: ToolRecord, outcome: Any, *, output: Any = None, error: str | None = None

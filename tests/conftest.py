@@ -6,14 +6,16 @@ each other) and empty tables per test. SQLite tests get a fresh file per test.
 
 from __future__ import annotations
 
+import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import sqlalchemy as sa
 
 from saga_worker import Journal, open_journal
 from saga_worker.journal.schema import metadata
+from saga_worker.settings import get_settings
 from tests.services import PG_ADMIN_URL, REDIS_URL, require
 
 BACKENDS = ["memory", "sqlite", "postgres"]
@@ -91,3 +93,23 @@ def redis_url() -> str:
 @pytest.fixture
 def run_id() -> str:
     return f"run-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def set_claim_ttl() -> Iterator[Callable[[float], None]]:
+    """Set ``SAGA_CLAIM_TTL`` (compensation claims and execute leases) for this test only.
+
+    A crash a test makes in-process leaves the call's execute lease behind, as a killed process does;
+    a short lease lapses as quickly as the test needs, where the default would hold it for 30 s."""
+    before = os.environ.get("SAGA_CLAIM_TTL")
+
+    def set_ttl(seconds: float) -> None:
+        os.environ["SAGA_CLAIM_TTL"] = repr(float(seconds))
+        get_settings.cache_clear()
+
+    yield set_ttl
+    if before is None:
+        os.environ.pop("SAGA_CLAIM_TTL", None)
+    else:
+        os.environ["SAGA_CLAIM_TTL"] = before
+    get_settings.cache_clear()

@@ -122,8 +122,16 @@ def force_status(journal: Journal, run_id: str, suffix: str, status: RecordStatu
 
 
 def left_long_ago(journal: Journal, run_id: str, suffix: str) -> None:
-    """Date a ``running`` record an hour back: its process died long ago, it is not executing right now."""
-    _rewrite_record(journal, run_id, suffix, updated_at=journal.now() - 3600, created_at=journal.now() - 3600)
+    """Date a ``running`` record an hour back: its process died long ago, it is not executing right now
+    (and so its execute lease lapsed long ago)."""
+    _rewrite_record(
+        journal,
+        run_id,
+        suffix,
+        updated_at=journal.now() - 3600,
+        created_at=journal.now() - 3600,
+        exec_lease_expires_at=journal.now() - 3600,
+    )
 
 
 # -- the order scenario ---------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ compare-and-set), so a retried or duplicated write cannot corrupt state, and rac
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -242,3 +243,68 @@ def test_racing_threads_get_one_execution_guard(journal: Journal, run_id: str) -
             return held
 
     assert sum(race(n, take)) == 1
+
+
+def test_a_running_record_with_a_live_execute_lease_is_not_judged_gone_where_the_guard_could_vanish(
+    journal: Journal, run_id: str
+) -> None:
+    journal.start_run(run_id, "")
+    live = journal.claim_record(run_id, new("call-1"), gated=True, owner="a", ttl=30.0)
+    lapsed = journal.claim_record(run_id, new("call-2"), gated=True, owner="a", ttl=0.01)
+    assert live is not None and lapsed is not None
+    assert live.exec_owner == "a" and live.exec_lease_expires_at is not None
+    time.sleep(0.05)
+    # Where the guard dies only with its holder, a free guard decides; elsewhere the lease must lapse.
+    assert journal.executor_gone(live) is journal.guard_bound_to_process
+    assert journal.executor_gone(lapsed)
+
+
+def test_an_execute_lease_is_renewed_by_its_owner_only_and_fences_the_outcome(
+    journal: Journal, run_id: str
+) -> None:
+    journal.start_run(run_id, "")
+    first = journal.claim_record(run_id, new("call-1"), gated=True, owner="a", ttl=0.01)
+    assert first is not None and journal.renew_execution(run_id, "call-1", "a", 30.0)
+    assert not journal.renew_execution(run_id, "call-1", "b", 30.0)
+    # Taken over (compare-and-set on the attempt seen): the first owner's late outcome is not written.
+    taken = journal.reclaim_record(
+        run_id, "call-1", RecordStatus.RUNNING, gated=True, owner="b", ttl=30.0, attempts=first.attempts
+    )
+    assert taken is not None and taken.exec_owner == "b" and taken.attempts == 2
+    assert (
+        journal.reclaim_record(
+            run_id, "call-1", RecordStatus.RUNNING, gated=True, owner="c", attempts=first.attempts
+        )
+        is None
+    )
+    assert not journal.renew_execution(run_id, "call-1", "a", 30.0)
+    assert (
+        journal.complete_record(run_id, "call-1", RecordStatus.SUCCEEDED, output={"by": "a"}, owner="a")
+        is None
+    )
+    done = journal.complete_record(run_id, "call-1", RecordStatus.SUCCEEDED, output={"by": "b"}, owner="b")
+    assert done is not None and done.output == {"by": "b"}
+
+
+def test_an_outcome_written_after_the_tombstone_reopens_the_unwind_and_stops_an_earlier_one_completing(
+    journal: Journal, run_id: str
+) -> None:
+    journal.start_run(run_id, "")
+    assert journal.claim_record(run_id, new("call-1"), gated=True, owner="a", ttl=30.0) is not None
+    journal.condemn(run_id)
+    run = journal.get_run(run_id)
+    assert run is not None
+    seen = run.unwind_epoch  # what an unwind reads with its worklist
+    journal.set_unwind_state(
+        run_id, UnwindState.INCOMPLETE, note="call-1: uncertain", next_at=journal.now() + 600
+    )
+    journal.complete_record(run_id, "call-1", RecordStatus.SUCCEEDED, output={}, owner="a")
+    run = journal.get_run(run_id)
+    assert run is not None and run.unwind_state is UnwindState.PENDING and run.unwind_epoch == seen + 1
+    assert journal.runs_to_sweep(journal.now() + 1) == [run]  # due at once for the sweeper
+    journal.set_unwind_state(run_id, UnwindState.COMPLETE, epoch=seen)  # the earlier unwind finishing
+    after = journal.get_run(run_id)
+    assert after is not None and after.unwind_state is UnwindState.PENDING
+    journal.set_unwind_state(run_id, UnwindState.COMPLETE, epoch=seen + 1)
+    done = journal.get_run(run_id)
+    assert done is not None and done.unwind_state is UnwindState.COMPLETE

@@ -24,6 +24,7 @@ from saga_worker import (
     scripted,
 )
 from saga_worker.journal.records import RecordStatus, RunStatus
+from tests.leases import lapse_execute_lease
 from tests.ledger import Ledger, open_ledger, order_script
 from tests.procs.run_child import EXIT_CODE, finish, run_tools, spawn
 
@@ -108,6 +109,7 @@ def crash_child(shared: Journal, url: str, ledger: Ledger, run_id: str, when: st
     assert run is not None and run.status is RunStatus.RUNNING
     with shared.execution_guard(run_id, "call-2", wait=5.0) as free:
         assert free  # the dead process's guard went with it
+    lapse_execute_lease(shared, run_id, "call-2")  # and its lease with it, as SAGA_CLAIM_TTL would
 
 
 def test_a_process_killed_inside_execute_leaves_a_running_record_that_resume_refuses_to_repeat(

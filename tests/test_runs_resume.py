@@ -30,6 +30,7 @@ from saga_worker import (
 )
 from saga_worker import runs as runs_module
 from saga_worker.journal.records import RecordStatus, RunStatus, ToolRecord
+from tests.leases import lapse_execute_lease
 
 
 class Crash(BaseException):
@@ -52,6 +53,7 @@ def leave_record(journal: Journal, run_id: str, status: RecordStatus) -> ToolRec
     if status is RecordStatus.RUNNING:
         with pytest.raises(Crash):
             run_durable(run_id, journal=journal, tools={"charge": Tool(crash)}, planner=PLANNER)
+        lapse_execute_lease(journal, run_id, "call-1")  # the dead process renews it no more
     else:
 
         def dies_on_error(state: RunState) -> Any:

@@ -31,6 +31,7 @@ from saga_worker import (
     tool,
 )
 from saga_worker.journal.records import RecordStatus, RunStatus
+from tests.leases import lapse_execute_lease
 from tests.ledger import Ledger, open_ledger, order_script, order_tools
 
 ORDER = [(c.tool, c.input) for c in order_script()]
@@ -240,6 +241,7 @@ def test_an_interrupted_call_is_asked_to_recover_and_not_executed_when_done(
         saga(run_id, journal=journal, tools={"charge": Tool(charge, recover=probe)}) as run,
     ):
         run.call("charge", {"amount": 10})
+    lapse_execute_lease(journal, run_id, "call-1")  # the dead process renews it no more
     healthy = Tool(lambda i, o: pytest.fail("must not execute again"), recover=probe)
     with saga(run_id, journal=journal, tools={"charge": healthy}) as run:
         assert run.call("charge", {"amount": 10}) == {"recovered": True}

@@ -15,6 +15,7 @@ import pytest
 
 from saga_worker import CompensationStatus, Journal, compensate_run, open_journal
 from saga_worker.journal.records import RecordStatus, RunStatus
+from tests.leases import lapse_execute_lease
 from tests.ledger import Ledger, open_ledger
 from tests.procs.run_child import EXIT_CODE, ROOT, finish
 
@@ -57,6 +58,7 @@ def test_a_block_killed_after_an_effect_runs_again_and_recovers_it_instead_of_ex
     crash = ["--crash-at", "reserve", "--crash-when", "after", "--flavour", "recover"]
     finish(block(shared_journal_url, ledger.scope, run_id, *crash), expect=EXIT_CODE)
     assert [r.status for r in shared.list_records(run_id)] == [RecordStatus.SUCCEEDED, RecordStatus.RUNNING]
+    lapse_execute_lease(shared, run_id, "call-2")  # the killed process renews it no more
     again: dict[str, Any] = finish(block(shared_journal_url, ledger.scope, run_id, "--flavour", "recover"))
     assert again["status"] == "finished"
     assert again["outputs"][1] == {"id": "reserve-call-2", "recovered": True}
@@ -70,6 +72,7 @@ def test_a_block_killed_mid_call_without_recover_is_blocked_on_rerun_and_its_unw
     shared: Journal, shared_journal_url: str, ledger: Ledger, run_id: str
 ) -> None:
     finish(block(shared_journal_url, ledger.scope, run_id, "--crash-at", "reserve"), expect=EXIT_CODE)
+    lapse_execute_lease(shared, run_id, "call-2")  # the killed process renews it no more
     again = finish(block(shared_journal_url, ledger.scope, run_id))
     assert again["status"] == "blocked"
     assert ledger.call_counts("entered:reserve") == {f"{run_id}:call-2": 1}

@@ -22,6 +22,7 @@ from saga_worker import (
 )
 from saga_worker.journal.records import RecordStatus
 from saga_worker.tools import call_hook, check_tools
+from tests.leases import lapse_execute_lease
 
 
 class Crash(BaseException):
@@ -152,6 +153,7 @@ def test_an_async_recover_hook_decides_a_resumed_interrupted_call(journal: Journ
     with pytest.raises(Crash):
         run_durable(run_id, journal=journal, tools={"charge": Tool(crash)}, planner=planner)
     assert journal.get_record(run_id, "call-1").status is RecordStatus.RUNNING  # type: ignore[union-attr]
+    lapse_execute_lease(journal, run_id, "call-1")  # the dead process renews it no more
 
     log: list[str] = []
 

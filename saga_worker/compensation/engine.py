@@ -188,17 +188,20 @@ def _decide_step(
         if record.status is RecordStatus.RUNNING:
             # A running record may be a call still executing in a live process (its run was live when
             # condemned), not a crash: a probe now could read "not done" just before its effect lands and
-            # the step would be lost. The record's execution guard tells the two apart.
+            # the step would be lost. The record's execution guard and its execute lease tell the two
+            # apart; when the call settles, its outcome reopens this unwind (Journal.complete_record).
             with journal.execution_guard(record.run_id, record.suffix) as free:
-                if not free:
+                if free:
+                    record = journal.get_record(record.run_id, record.suffix) or record
+                if not free or not journal.executor_gone(record):
                     return entry_for(
                         record,
                         CompensationStatus.UNCERTAIN,
-                        "call is executing right now in "
-                        "another process; the unwind looks again once it settles",
+                        "call is executing right now in another process"
+                        + ("" if not free else " (its execute lease is live)")
+                        + "; the unwind looks again once it settles",
                         attempts,
                     )
-                record = journal.get_record(record.run_id, record.suffix) or record
                 probed = (
                     record
                     if record.status is RecordStatus.SUCCEEDED
@@ -366,11 +369,14 @@ def finish_unwind(
     reason: str = "",
     via: AuditVia = AuditVia.LIBRARY,
     unwind_id: str | None = None,
+    epoch: int | None = None,
 ) -> None:
     """Audit the unwind's outcome, and tell the sweeper whether this run still needs work (an
     uncertain, failed or busy step; one awaiting a person's approval waits for that person instead).
 
-    ``unwind_id`` makes the audit row once-only (a redelivered task ends the same unwind again)."""
+    ``unwind_id`` makes the audit row once-only (a redelivered task ends the same unwind again).
+    ``epoch`` is the run's unwind epoch as read with the worklist: a complete unwind says so only
+    if no outcome landed since (one that did reopened the unwind, and the sweeper comes back)."""
     if report.dry_run:
         return
     halt = next((e.status.value for e in report.entries if e.status in HALTING), None)
@@ -389,7 +395,7 @@ def finish_unwind(
         )
     )
     if report.complete:
-        journal.set_unwind_state(report.run_id, UnwindState.COMPLETE)
+        journal.set_unwind_state(report.run_id, UnwindState.COMPLETE, epoch=epoch)
         return
     run = journal.get_run(report.run_id)
     if run is not None and run.unwind_state is UnwindState.ATTENTION:
@@ -462,7 +468,8 @@ def compensate_run(
         condemned_by=by,
         reason=because,
     )
-    finish_unwind(journal, report, actor=who, reason=why, via=through)
+    epoch = None if view.run is None else view.run.unwind_epoch
+    finish_unwind(journal, report, actor=who, reason=why, via=through, epoch=epoch)
     return report
 
 

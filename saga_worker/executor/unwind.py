@@ -95,8 +95,16 @@ def start_unwind(
     why, through = check_reason(reason), check_via(via)
     view = begin_unwind(journal, run_id, dry_run=dry_run, audit=condemn_audit(run_id, who, why, through))
     worklist = [r.suffix for r in reversed(view.records)]
+    epoch = None if view.run is None else view.run.unwind_epoch
     info = journal.record_unwind(
-        unwind_id, run_id, dry_run=dry_run, suffixes=worklist, actor=who, reason=why, via=through.value
+        unwind_id,
+        run_id,
+        dry_run=dry_run,
+        suffixes=worklist,
+        actor=who,
+        reason=why,
+        via=through.value,
+        run_epoch=epoch,
     )
     if info.run_id != run_id:
         raise InvalidInputError(f"unwind {unwind_id!r} belongs to run {info.run_id!r}, not {run_id!r}")
@@ -319,6 +327,7 @@ def finalize_unwind(journal: Journal, run_id: str, unwind_id: str) -> Compensati
         reason=info.reason,
         via=check_via(info.via),
         unwind_id=unwind_id,
+        epoch=info.run_epoch,
     )
     return report
 

@@ -102,26 +102,60 @@ class Journal(abc.ABC):
 
     @abc.abstractmethod
     def claim_record(
-        self, run_id: str, new: NewRecord, *, gated: bool, durable: bool = False
+        self,
+        run_id: str,
+        new: NewRecord,
+        *,
+        gated: bool,
+        durable: bool = False,
+        owner: str | None = None,
+        ttl: float = 30.0,
     ) -> ToolRecord | None:
         """Insert a ``running`` record if absent, with the next sequence number; return it, or None if
         one already exists. With ``gated``, the tombstone check and the insert are one atomic step:
         raises CompensatedRunError (writing nothing) if the run is condemned. With ``durable``, the
         claim is on stable storage when this returns (a side-effecting call that is not idempotent:
-        after a power loss it must still read as interrupted, never as not started)."""
+        after a power loss it must still read as interrupted, never as not started). ``owner`` and
+        ``ttl`` start the execute lease (see ``renew_execution``)."""
 
     @abc.abstractmethod
     def reclaim_record(
-        self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool, durable: bool = False
+        self,
+        run_id: str,
+        suffix: str,
+        expected: RecordStatus,
+        *,
+        gated: bool,
+        durable: bool = False,
+        owner: str | None = None,
+        ttl: float = 30.0,
+        attempts: int | None = None,
     ) -> ToolRecord | None:
         """Compare-and-set ``expected`` (failed or running) → ``running`` with attempts + 1, for a
-        re-execution. None if the record moved on. Gated and durable as ``claim_record``."""
+        re-execution, under a new execute lease. None if the record moved on (with ``attempts``: also
+        if its attempts are no longer those). Gated and durable as ``claim_record``."""
 
     @abc.abstractmethod
     def complete_record(
-        self, run_id: str, suffix: str, status: RecordStatus, *, output: Any = None, error: str | None = None
+        self,
+        run_id: str,
+        suffix: str,
+        status: RecordStatus,
+        *,
+        output: Any = None,
+        error: str | None = None,
+        owner: str | None = None,
     ) -> ToolRecord | None:
-        """Compare-and-set ``running`` → succeeded/failed. None if the record was not running."""
+        """Compare-and-set ``running`` → succeeded/failed. None if the record was not running, or (with
+        ``owner``) if another process took the call over: its outcome stands, this one is not written.
+
+        If the run is condemned by now, its unwind is reopened (pending, due at once, epoch + 1),
+        whether or not this outcome was written: an unwind that read the record earlier judged a
+        call in flight, and the effect that has now landed must still be undone."""
+
+    @abc.abstractmethod
+    def renew_execution(self, run_id: str, suffix: str, owner: str, ttl: float) -> bool:
+        """Extend the execute lease while ``execute`` runs; False once the call is not ``owner``'s."""
 
     @abc.abstractmethod
     def resolve_record(
@@ -241,7 +275,9 @@ class Journal(abc.ABC):
         note: str | None = None,
         next_at: float | None = None,
         count_attempt: bool = False,
-    ) -> None: ...
+        epoch: int | None = None,
+    ) -> None:
+        """With ``epoch``, only if the run's unwind epoch is still that (no outcome landed since)."""
 
     def hold_sweep(self, run_id: str, grace: float, note: str) -> None:
         """Mark the unwind pending and not due for ``grace`` seconds (journal clock), keeping a later
@@ -268,6 +304,7 @@ class Journal(abc.ABC):
         actor: str = "",
         reason: str = "",
         via: str = "worker",
+        run_epoch: int | None = None,
     ) -> UnwindInfo:
         """Insert the unwind if absent; return the stored one (a redelivered coordinator keeps the first)."""
 
@@ -302,15 +339,38 @@ class Journal(abc.ABC):
         """The journal's clock (the database's for PostgreSQL), so leases do not depend on a worker's clock."""
 
     # -- execution guards -----------------------------------------------------------------------------
+    #: Does a free execution guard alone prove that nobody is executing the record? True where the
+    #: guard dies only with its holder (a thread lock in memory, an open-file lock on a SQLite file).
+    #: False where it could vanish with the holder alive (PostgreSQL's advisory lock, with a cut
+    #: connection) or where other processes do not see it: then the record's execute lease must have
+    #: lapsed too (see ``executor_gone``).
+    guard_bound_to_process: bool = True
+
+    def executor_gone(self, record: ToolRecord) -> bool:
+        """Asked under the record's execution guard: can nobody still be executing this call, so that
+        it may be probed with ``recover``, or executed again?
+
+        A ``running`` record whose guard is free was left by a dead process where the guard is bound
+        to its holder's process. Elsewhere (PostgreSQL) the executing process renews a lease on the
+        record while ``execute`` runs, and only an expired lease says it is gone: a lock held on a
+        database connection would vanish with the connection (a cut, a failover, a proxy timeout)
+        while ``execute`` still runs, and a probe then could read "not done" just before the effect
+        lands. A record written before leases existed (no lease) is judged by its guard alone."""
+        if record.status is not RecordStatus.RUNNING or self.guard_bound_to_process:
+            return True
+        expires = record.exec_lease_expires_at
+        return expires is None or expires <= self.now()
+
     @contextmanager
     def execution_guard(self, run_id: str, suffix: str, *, wait: float = 0.0) -> Iterator[bool]:
         """Hold the right to claim, probe or execute one tool record; yields False if a live holder has it.
 
         A ``running`` record alone cannot tell a call still executing in another process from one whose
-        process died. The guard can: it is held while ``execute`` runs and its holder's death releases
-        it at once (a PostgreSQL session advisory lock, an open-file lock next to a SQLite file, a
-        thread lock in memory). So a resumer that gets the guard knows nobody is executing the call.
-        ``wait`` is how long to keep trying while another holder has it."""
+        process died. The guard helps: it is held while ``execute`` runs and its holder's death releases
+        it at once (an open-file lock next to a SQLite file, a thread lock in memory, a session
+        advisory lock on PostgreSQL, which a cut connection releases too). Whether a free guard is
+        enough is ``executor_gone``'s to say. ``wait`` is how long to keep trying while another holder
+        has it."""
         deadline = time.monotonic() + wait
         token = self._try_guard(run_id, suffix)
         while token is None and time.monotonic() < deadline:

@@ -73,6 +73,10 @@ class DialectPolicy(abc.ABC):
     @abc.abstractmethod
     def release_guard(self, token: object) -> None: ...
 
+    @abc.abstractmethod
+    def guard_proves_holder_gone(self, engine: sa.Engine) -> bool:
+        """Whether a free guard alone proves nobody executes the record (``Journal.guard_bound_to_process``)."""
+
     # -- migrations and engines -----------------------------------------------------------------------
     @abc.abstractmethod
     def serialise_migrations(self, conn: sa.Connection) -> None:
@@ -122,6 +126,10 @@ class PostgresPolicy(DialectPolicy):
     def release_guard(self, token: object) -> None:
         assert isinstance(token, execution_guards.PgGuard)
         execution_guards.pg_release(token)
+
+    def guard_proves_holder_gone(self, engine: sa.Engine) -> bool:
+        # A cut connection drops the advisory lock with its holder alive: the execute lease decides.
+        return False
 
     def serialise_migrations(self, conn: sa.Connection) -> None:
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(MIGRATION_LOCK)))
@@ -188,6 +196,10 @@ class SqlitePolicy(DialectPolicy):
     def release_guard(self, token: object) -> None:
         assert isinstance(token, int)
         execution_guards.file_release(token)
+
+    def guard_proves_holder_gone(self, engine: sa.Engine) -> bool:
+        # The open-file lock dies with its holder's process and with nothing else.
+        return self.guards_across_processes(engine)
 
     def serialise_migrations(self, conn: sa.Connection) -> None:
         pass  # BEGIN IMMEDIATE makes migrations take turns already

@@ -1,9 +1,13 @@
 """Execution guards for SQL journals: held while a tool's ``execute`` runs, released when the holder dies.
 
-PostgreSQL: a session advisory lock, on a connection held for the guard's life; the server drops it
-when that connection closes, also when the process is killed. SQLite: an open-file-description byte
-lock on one file next to the database (Linux ``F_OFD_SETLK``); the kernel drops it when the file is
-closed, also by a dying process. Both are keyed by a 63-bit hash of ``(run_id, suffix)``.
+SQLite: an open-file-description byte lock on one file next to the database (Linux ``F_OFD_SETLK``);
+the kernel drops it when the file is closed, also by a dying process, and by nothing else: a free
+guard proves its holder is gone. PostgreSQL: a session advisory lock, on a connection held for the
+guard's life; the server drops it when that connection closes, also when the process is killed, but
+also when the connection alone is cut (``pg_terminate_backend``, a failover, a proxy timeout) while
+its holder still executes. So on PostgreSQL the lock only keeps two live processes apart; whether a
+``running`` record's executor is gone is the record's execute lease's to say (``Journal.executor_gone``).
+Both are keyed by a 63-bit hash of ``(run_id, suffix)``.
 """
 
 from __future__ import annotations

@@ -205,7 +205,14 @@ class MemoryJournal(Journal):
             raise CompensatedRunError(run_id)
 
     def claim_record(
-        self, run_id: str, new: NewRecord, *, gated: bool, durable: bool = False
+        self,
+        run_id: str,
+        new: NewRecord,
+        *,
+        gated: bool,
+        durable: bool = False,
+        owner: str | None = None,
+        ttl: float = 30.0,
     ) -> ToolRecord | None:
         with self._lock:
             self._tombstone_gate(run_id, gated)
@@ -230,6 +237,8 @@ class MemoryJournal(Journal):
                 created_at=now,
                 updated_at=now,
                 shared_id=new.shared_id,
+                exec_owner=owner,
+                exec_lease_expires_at=now + ttl,
             )
             self._records[(run_id, new.suffix)] = record
             self._suffixes.setdefault(run_id, []).append(new.suffix)
@@ -244,28 +253,75 @@ class MemoryJournal(Journal):
         return _out(record)
 
     def reclaim_record(
-        self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool, durable: bool = False
+        self,
+        run_id: str,
+        suffix: str,
+        expected: RecordStatus,
+        *,
+        gated: bool,
+        durable: bool = False,
+        owner: str | None = None,
+        ttl: float = 30.0,
+        attempts: int | None = None,
     ) -> ToolRecord | None:
         with self._lock:
             self._tombstone_gate(run_id, gated)
             current = self._records.get((run_id, suffix))
-            attempts = current.attempts + 1 if current else 1
-            return self._cas(
-                run_id, suffix, expected, status=RecordStatus.RUNNING, attempts=attempts, error=None
-            )
-
-    def complete_record(
-        self, run_id: str, suffix: str, status: RecordStatus, *, output: Any = None, error: str | None = None
-    ) -> ToolRecord | None:
-        with self._lock:
+            if current is not None and attempts is not None and current.attempts != attempts:
+                return None
             return self._cas(
                 run_id,
                 suffix,
-                RecordStatus.RUNNING,
-                status=status,
-                output=_copy(output),
-                error=storable_or_none(error),
+                expected,
+                status=RecordStatus.RUNNING,
+                attempts=current.attempts + 1 if current else 1,
+                error=None,
+                exec_owner=owner,
+                exec_lease_expires_at=self.now() + ttl,
             )
+
+    def complete_record(
+        self,
+        run_id: str,
+        suffix: str,
+        status: RecordStatus,
+        *,
+        output: Any = None,
+        error: str | None = None,
+        owner: str | None = None,
+    ) -> ToolRecord | None:
+        with self._lock:
+            current = self._records.get((run_id, suffix))
+            written = None
+            if owner is None or (current is not None and current.exec_owner == owner):
+                written = self._cas(
+                    run_id,
+                    suffix,
+                    RecordStatus.RUNNING,
+                    status=status,
+                    output=_copy(output),
+                    error=storable_or_none(error),
+                )
+            run = self._runs.get(run_id)
+            if run is not None and run.condemned:  # see Journal.complete_record
+                self._runs[run_id] = replace(
+                    run,
+                    unwind_state=UnwindState.PENDING,
+                    unwind_note=f"{suffix}: settled {status.value} after the tombstone",
+                    unwind_next_at=self.now(),
+                    unwind_attempts=0,
+                    unwind_epoch=run.unwind_epoch + 1,
+                    updated_at=self.now(),
+                )
+            return written
+
+    def renew_execution(self, run_id: str, suffix: str, owner: str, ttl: float) -> bool:
+        with self._lock:
+            current = self._records.get((run_id, suffix))
+            if current is None or current.status is not RecordStatus.RUNNING or current.exec_owner != owner:
+                return False
+            self._records[(run_id, suffix)] = replace(current, exec_lease_expires_at=self.now() + ttl)
+            return True
 
     def resolve_record(
         self, run_id: str, suffix: str, expected: RecordStatus, output: Any
@@ -517,10 +573,11 @@ class MemoryJournal(Journal):
         note: str | None = None,
         next_at: float | None = None,
         count_attempt: bool = False,
+        epoch: int | None = None,
     ) -> None:
         with self._lock:
             run = self._runs.get(run_id)
-            if run is None:
+            if run is None or (epoch is not None and run.unwind_epoch != epoch):
                 return
             self._runs[run_id] = replace(
                 run,
@@ -553,6 +610,7 @@ class MemoryJournal(Journal):
         actor: str = "",
         reason: str = "",
         via: str = "worker",
+        run_epoch: int | None = None,
     ) -> UnwindInfo:
         with self._lock:
             stored = self._unwinds.get(unwind_id)
@@ -566,6 +624,7 @@ class MemoryJournal(Journal):
                     actor=actor,
                     reason=reason,
                     via=via,
+                    run_epoch=run_epoch,
                 )
                 self._unwinds[unwind_id] = stored
             return stored

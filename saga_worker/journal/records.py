@@ -68,6 +68,7 @@ class RunInfo:
     unwind_attempts: int = 0
     unwind_next_at: float | None = None
     unwind_note: str | None = None
+    unwind_epoch: int = 0  # bumped when an outcome lands after the tombstone: the unwind must look again
 
     @property
     def condemned(self) -> bool:
@@ -99,6 +100,8 @@ class ToolRecord:
     updated_at: float = 0.0
     # A mirror's shared execution (``"{tool_name}:{hash16}:{generation}"``); None for any other record.
     shared_id: str | None = None
+    exec_owner: str | None = None  # the token of the process that last claimed it to execute
+    exec_lease_expires_at: float | None = None  # journal clock; renewed while execute runs
 
 
 @dataclass(frozen=True)
@@ -252,6 +255,7 @@ class UnwindInfo:
     actor: str = ""
     reason: str = ""
     via: str = "worker"
+    run_epoch: int | None = None  # the run's unwind epoch when the worklist was read
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,8 @@ runs = sa.Table(
     sa.Column("unwind_note", sa.Text),
     sa.Column("created_at", sa.Double, nullable=False),
     sa.Column("updated_at", sa.Double, nullable=False),
+    # Migration 0005: bumped by an outcome that lands after the tombstone (the unwind must look again).
+    sa.Column("unwind_epoch", sa.Integer, nullable=False, server_default="0"),
 )
 # Migration 0003: the runs listing's keyset indexes (see that migration).
 sa.Index("ix_saga_runs_page", runs.c.updated_at, runs.c.run_id)
@@ -71,6 +73,9 @@ records = sa.Table(
     sa.Column("created_at", sa.Double, nullable=False),
     sa.Column("updated_at", sa.Double, nullable=False),
     sa.Column("shared_id", sa.String(200)),  # migration 0004: a mirror's shared execution
+    # Migration 0005: who executes the call (owner token) and until when, unless it renews (lease).
+    sa.Column("exec_owner", sa.String(100)),
+    sa.Column("exec_lease_expires_at", sa.Double),
 )
 sa.Index("ix_saga_tool_records_order", records.c.run_id, records.c.seq)
 
@@ -105,6 +110,7 @@ unwinds = sa.Table(
     sa.Column("actor", sa.String(200)),
     sa.Column("reason", sa.Text),
     sa.Column("via", sa.String(16)),
+    sa.Column("run_epoch", sa.Integer),  # migration 0005: the run's unwind epoch when it began
 )
 sa.Index("ix_saga_unwinds_run", unwinds.c.run_id)
 

@@ -83,6 +83,7 @@ class SqlJournal(Journal):
         self.dialect = self.engine.dialect.name
         self.policy = policy_for(self.dialect)
         self._connections = driver.Connections(self.engine, self.policy)
+        self.guard_bound_to_process = self.policy.guard_proves_holder_gone(self.engine)
         if migrate_schema is None:
             migrate_schema = self.policy.migrates_on_open
         try:
@@ -166,6 +167,7 @@ class SqlJournal(Journal):
             unwind_attempts=m["unwind_attempts"],
             unwind_next_at=m["unwind_next_at"],
             unwind_note=m["unwind_note"],
+            unwind_epoch=m.get("unwind_epoch") or 0,
         )
 
     @staticmethod
@@ -188,6 +190,8 @@ class SqlJournal(Journal):
             created_at=m["created_at"],
             updated_at=m["updated_at"],
             shared_id=m.get("shared_id"),
+            exec_owner=m.get("exec_owner"),
+            exec_lease_expires_at=m.get("exec_lease_expires_at"),
         )
 
     @staticmethod
@@ -448,9 +452,18 @@ class SqlJournal(Journal):
         raise CompensatedRunError(run_id)
 
     def claim_record(
-        self, run_id: str, new: NewRecord, *, gated: bool, durable: bool = False
+        self,
+        run_id: str,
+        new: NewRecord,
+        *,
+        gated: bool,
+        durable: bool = False,
+        owner: str | None = None,
+        ttl: float = 30.0,
     ) -> ToolRecord | None:
         params = {
+            "holder": owner,
+            "ttl": float(ttl),
             "run": run_id,
             "step_suffix": new.suffix,
             "at_step": new.step,
@@ -467,10 +480,28 @@ class SqlJournal(Journal):
         return self._behind_tombstone_gate(run_id, gated, durable, self._q.record_insert, params)
 
     def reclaim_record(
-        self, run_id: str, suffix: str, expected: RecordStatus, *, gated: bool, durable: bool = False
+        self,
+        run_id: str,
+        suffix: str,
+        expected: RecordStatus,
+        *,
+        gated: bool,
+        durable: bool = False,
+        owner: str | None = None,
+        ttl: float = 30.0,
+        attempts: int | None = None,
     ) -> ToolRecord | None:
-        params = {"run": run_id, "step_suffix": suffix, "expected": expected.value, "now": time.time()}
-        return self._behind_tombstone_gate(run_id, gated, durable, self._q.record_reclaim, params)
+        params = {
+            "run": run_id,
+            "step_suffix": suffix,
+            "expected": expected.value,
+            "holder": owner,
+            "ttl": float(ttl),
+            "seen_attempts": attempts,
+            "now": time.time(),
+        }
+        stmt = self._q.record_reclaim if attempts is None else self._q.record_reclaim_seen
+        return self._behind_tombstone_gate(run_id, gated, durable, stmt, params)
 
     def _behind_tombstone_gate(
         self, run_id: str, gated: bool, durable: bool, stmt: driver.Prepared, params: dict[str, Any]
@@ -489,7 +520,7 @@ class SqlJournal(Journal):
         except _Conflict:
             return None
 
-    def _settle(
+    def _settle_params(
         self,
         run_id: str,
         suffix: str,
@@ -497,8 +528,8 @@ class SqlJournal(Journal):
         status: RecordStatus,
         output: Any,
         error: str | None,
-    ) -> ToolRecord | None:
-        params = {
+    ) -> dict[str, Any]:
+        return {
             "run": run_id,
             "step_suffix": suffix,
             "expected": expected.value,
@@ -507,18 +538,49 @@ class SqlJournal(Journal):
             "new_error": storable_or_none(error),
             "now": time.time(),
         }
-        row = self._write(lambda tx: tx.one(self._q.record_settle, params))
-        return None if row is None else self._record(row)
 
     def complete_record(
-        self, run_id: str, suffix: str, status: RecordStatus, *, output: Any = None, error: str | None = None
+        self,
+        run_id: str,
+        suffix: str,
+        status: RecordStatus,
+        *,
+        output: Any = None,
+        error: str | None = None,
+        owner: str | None = None,
     ) -> ToolRecord | None:
-        return self._settle(run_id, suffix, RecordStatus.RUNNING, status, output, error)
+        q = self._q
+        params = {
+            **self._settle_params(run_id, suffix, RecordStatus.RUNNING, status, output, error),
+            "holder": owner,
+            "note": f"{suffix}: settled {status.value} after the tombstone"[:2000],
+        }
+
+        def work(tx: driver.Tx) -> driver.Row | None:
+            row = tx.one(q.record_settle if owner is None else q.record_settle_owned, params)
+            # After the outcome, never before: an unwind that reads the record after this sees it settled.
+            tx.execute(q.reopen_unwind, params)
+            return row
+
+        row = self._write(work)
+        return None if row is None else self._record(row)
+
+    def renew_execution(self, run_id: str, suffix: str, owner: str, ttl: float) -> bool:
+        params = {
+            "run": run_id,
+            "step_suffix": suffix,
+            "holder": owner,
+            "ttl": float(ttl),
+            "now": time.time(),
+        }
+        return self._write(lambda tx: tx.one(self._q.exec_renew, params)) is not None
 
     def resolve_record(
         self, run_id: str, suffix: str, expected: RecordStatus, output: Any
     ) -> ToolRecord | None:
-        return self._settle(run_id, suffix, expected, RecordStatus.SUCCEEDED, output, None)
+        params = self._settle_params(run_id, suffix, expected, RecordStatus.SUCCEEDED, output, None)
+        row = self._write(lambda tx: tx.one(self._q.record_settle, params))
+        return None if row is None else self._record(row)
 
     def fork(self, source_run_id: str, step: int, new_run_id: str) -> None:
         q = self._q
@@ -758,6 +820,7 @@ class SqlJournal(Journal):
         note: str | None = None,
         next_at: float | None = None,
         count_attempt: bool = False,
+        epoch: int | None = None,
     ) -> None:
         params = {
             "run": run_id,
@@ -765,9 +828,11 @@ class SqlJournal(Journal):
             "note": storable_or_none(note),
             "next_at": next_at,
             "bump": 1 if count_attempt else 0,
+            "epoch": epoch,
             "now": time.time(),
         }
-        self._write(lambda tx: tx.execute(self._q.unwind_state, params))
+        stmt = self._q.unwind_state if epoch is None else self._q.unwind_state_at_epoch
+        self._write(lambda tx: tx.execute(stmt, params))
 
     def hold_sweep(self, run_id: str, grace: float, note: str) -> None:
         params = {"run": run_id, "grace": float(grace), "note": storable_or_none(note), "now": time.time()}
@@ -794,6 +859,7 @@ class SqlJournal(Journal):
             actor=m.get("actor") or "",
             reason=m.get("reason") or "",
             via=m.get("via") or "worker",
+            run_epoch=m.get("run_epoch"),
         )
 
     def record_unwind(
@@ -806,9 +872,11 @@ class SqlJournal(Journal):
         actor: str = "",
         reason: str = "",
         via: str = "worker",
+        run_epoch: int | None = None,
     ) -> UnwindInfo:
         q = self._q
         params = {
+            "epoch": run_epoch,
             "unwind": unwind_id,
             "run": run_id,
             "plan_only": bool(dry_run),

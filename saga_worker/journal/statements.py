@@ -147,15 +147,33 @@ class Statements:
         """The unwind state the sweeper reads, and the runs it re-drives."""
         clock = self.policy.clock()
         p = self._prepare
-        self.unwind_state = p(
+        unwind_values = {
+            "unwind_state": b("state"),
+            "unwind_note": b("note"),
+            "unwind_next_at": b("next_at", type_=sa.Double),
+            "updated_at": NOW,
+            "unwind_attempts": runs.c.unwind_attempts + b("bump", type_=sa.Integer),
+        }
+        self.unwind_state = p(sa.update(runs).where(RUN).values(**unwind_values))
+        # Only if no outcome landed since the unwind read its worklist (see reopen_unwind).
+        self.unwind_state_at_epoch = p(
             sa.update(runs)
-            .where(RUN)
+            .where(RUN, runs.c.unwind_epoch == b("epoch", type_=sa.Integer))
+            .values(**unwind_values)
+        )
+        # An outcome written after the tombstone: the unwind that read this record before it may have
+        # judged it from a guess (uncertain, or a probe that came too early). Look again, with a fresh
+        # retry budget; and no unwind that began before this may now mark the run complete.
+        self.reopen_unwind = p(
+            sa.update(runs)
+            .where(RUN, runs.c.condemned_at.is_not(None))
             .values(
-                unwind_state=b("state"),
+                unwind_state=UnwindState.PENDING.value,
                 unwind_note=b("note"),
-                unwind_next_at=b("next_at", type_=sa.Double),
+                unwind_next_at=clock,
+                unwind_attempts=0,
+                unwind_epoch=runs.c.unwind_epoch + 1,
                 updated_at=NOW,
-                unwind_attempts=runs.c.unwind_attempts + b("bump", type_=sa.Integer),
             )
         )
 
@@ -252,9 +270,11 @@ class Statements:
         )
 
     def _build_records(self) -> None:
-        """Tool records: claimed before execute, then settled by compare-and-set."""
+        """Tool records: claimed before execute (with the execute lease), then settled by compare-and-set."""
         insert = self.policy.insert
+        clock = self.policy.clock()
         p = self._prepare
+        lease = clock + b("ttl", type_=sa.Double)
         record = (records.c.run_id == b("run"), records.c.suffix == b("step_suffix"))
         self.record_get = p(sa.select(records).where(*record))
         self.records_of_run = p(
@@ -277,27 +297,51 @@ class Statements:
                 created_at=NOW,
                 updated_at=NOW,
                 shared_id=b("shared_ref"),
+                exec_owner=b("holder"),
+                exec_lease_expires_at=lease,
             )
             .on_conflict_do_nothing(index_elements=["run_id", "suffix"])
             .returning(*records.c)
         )
         expected = (*record, records.c.status == b("expected"))
-        self.record_reclaim = p(
+        reclaimed = {
+            "status": RecordStatus.RUNNING.value,
+            "attempts": records.c.attempts + 1,
+            "error": None,
+            "updated_at": NOW,
+            "exec_owner": b("holder"),
+            "exec_lease_expires_at": lease,
+        }
+        self.record_reclaim = p(sa.update(records).where(*expected).values(**reclaimed).returning(*records.c))
+        # Compare-and-set on the attempt the caller saw too: of two processes that both judged the
+        # call abandoned, one takes it over.
+        self.record_reclaim_seen = p(
             sa.update(records)
-            .where(*expected)
-            .values(
-                status=RecordStatus.RUNNING.value,
-                attempts=records.c.attempts + 1,
-                error=None,
-                updated_at=NOW,
-            )
+            .where(*expected, records.c.attempts == b("seen_attempts", type_=sa.Integer))
+            .values(**reclaimed)
             .returning(*records.c)
         )
-        self.record_settle = p(
+        settled = {
+            "status": b("new_status"),
+            "output": b("new_output"),
+            "error": b("new_error"),
+            "updated_at": NOW,
+        }
+        self.record_settle = p(sa.update(records).where(*expected).values(**settled).returning(*records.c))
+        # Fenced by the execute lease's owner: a holder whose call was taken over writes nothing.
+        self.record_settle_owned = p(
             sa.update(records)
-            .where(*expected)
-            .values(status=b("new_status"), output=b("new_output"), error=b("new_error"), updated_at=NOW)
+            .where(*expected, records.c.exec_owner == b("holder"))
+            .values(**settled)
             .returning(*records.c)
+        )
+        self.exec_renew = p(
+            sa.update(records)
+            .where(
+                *record, records.c.status == RecordStatus.RUNNING.value, records.c.exec_owner == b("holder")
+            )
+            .values(exec_lease_expires_at=lease)
+            .returning(records.c.exec_owner)
         )
 
         # A step task's record and its claim in one round trip (claim columns prefixed ``claim_``).
@@ -481,6 +525,7 @@ class Statements:
                 actor=b("who"),
                 reason=b("why"),
                 via=b("through"),
+                run_epoch=b("epoch", type_=sa.Integer),
             )
             .on_conflict_do_nothing(index_elements=["unwind_id"])
             .returning(*unwinds.c)
