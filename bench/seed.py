@@ -199,7 +199,7 @@ def check_seed(journal: Journal, engine: sa.Engine) -> None:
     tools = noop_tools()
     record_run(journal, "seedcheck-recorded", 3, tools)
     seed(engine, ["seedcheck-seeded"], 3)
-    skip = {"run_id", "origin_run_id", "created_at", "updated_at"}
+    skip = {"run_id", "origin_run_id", "created_at", "updated_at", "exec_owner", "exec_lease_expires_at"}
     with engine.connect() as conn:
         for table, _ in TABLES[:3]:
             got = []

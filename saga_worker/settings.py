@@ -34,7 +34,9 @@ class SagaSettings(BaseSettings):
     actor: str | None = Field(
         None, description="Who the audit trail names for this process's actions (default: the OS user)."
     )
-    claim_ttl: float = Field(30.0, gt=0, description="Seconds a compensation claim lives without renewal.")
+    claim_ttl: float = Field(
+        30.0, gt=0, description="Seconds a compensation claim or an execute lease lives without renewal."
+    )
     sweep_interval: float = Field(
         5.0, gt=0, description="Seconds between beat sweeps for interrupted unwinds."
     )
