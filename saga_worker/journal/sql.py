@@ -50,7 +50,7 @@ from .records import (
     WorklistView,
     parse_status,
 )
-from .statements import CLAIM_PREFIX, Statements, prefix_count, run_page
+from .statements import CLAIM_PREFIX, RECORD_PREFIX, Statements, prefix_count, run_page
 
 T = TypeVar("T")
 
@@ -909,17 +909,16 @@ class SqlJournal(Journal):
         q = self._q
 
         def work(tx: driver.Tx) -> tuple[UnwindInfo | None, int | None, Any, Any, driver.Row | None]:
-            rows = tx.all(q.unwind_with_latest_entries, {"unwind": unwind_id})
+            # One statement: the unwind, its two latest entries, the step's record and claim.
+            rows = tx.all(q.step_view, {"unwind": unwind_id, "run": run_id, "step_suffix": suffix})
             unwind = self._unwind(rows[0]) if rows else None
             at = unwind.suffixes.index(suffix) if unwind and suffix in unwind.suffixes else None
             entry, before = _step_entries(tx, q, unwind_id, at, rows)
-            return (
-                unwind,
-                at,
-                entry,
-                before,
-                tx.one(q.record_with_claim, {"run": run_id, "step_suffix": suffix}),
-            )
+            both = None
+            if rows and rows[0][RECORD_PREFIX + "run_id"] is not None:
+                both = {k[len(RECORD_PREFIX) :]: v for k, v in rows[0].items() if k.startswith(RECORD_PREFIX)}
+                both.update((k, v) for k, v in rows[0].items() if k.startswith(CLAIM_PREFIX))
+            return unwind, at, entry, before, both
 
         unwind, at, entry_text, previous_text, both = self._fetch(work)
         entry = None if entry_text is None else _load(entry_text, unwind_id, f"unwind entry {at}")

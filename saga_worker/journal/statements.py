@@ -23,6 +23,7 @@ from .schema import audit, claims, decisions, gates, records, runs, shared, unwi
 
 b = sa.bindparam
 CLAIM_PREFIX = "claim_"
+RECORD_PREFIX = "record_"
 # The unwind states the sweeper re-drives; every other known state is settled (or never asked).
 UNSWEPT = frozenset({UnwindState.PENDING, UnwindState.INCOMPLETE})
 
@@ -344,20 +345,6 @@ class Statements:
             .returning(records.c.exec_owner)
         )
 
-        # A step task's record and its claim in one round trip (claim columns prefixed ``claim_``).
-        self.record_with_claim = p(
-            sa.select(records, *[c.label(CLAIM_PREFIX + c.name) for c in claims.c])
-            .select_from(
-                records.outerjoin(
-                    claims,
-                    sa.and_(
-                        claims.c.origin_run_id == records.c.origin_run_id, claims.c.suffix == records.c.suffix
-                    ),
-                )
-            )
-            .where(*record)
-        )
-
     def _build_claims(self) -> None:
         """Compensation claims: the journal's truth about who undoes a step."""
         insert = self.policy.insert
@@ -531,8 +518,8 @@ class Statements:
             .returning(*unwinds.c)
         )
         self.unwind_get = p(sa.select(unwinds).where(unwinds.c.unwind_id == b("unwind")))
-        # The unwind with its two latest entries, in one round trip. Steps run in order, so a step's
-        # own entry and the one before it are almost always among them (see SqlJournal.read_step).
+        # An unwind's two latest entries. Steps run in order, so a step's own entry and the one
+        # before it are almost always among them (see SqlJournal.read_step).
         latest = (
             sa.select(unwind_entries.c.unwind_id, unwind_entries.c.position, unwind_entries.c.entry)
             .where(unwind_entries.c.unwind_id == b("unwind"))
@@ -540,9 +527,27 @@ class Statements:
             .limit(2)
             .subquery("latest")
         )
-        self.unwind_with_latest_entries = p(
-            sa.select(unwinds, latest.c.position.label("entry_position"), latest.c.entry)
-            .select_from(unwinds.outerjoin(latest, latest.c.unwind_id == unwinds.c.unwind_id))
+        # All a step task reads, in one round trip (issue 16): the unwind with its two latest entries
+        # (a row each), each row with the step's tool record (columns prefixed ``record_``) and its
+        # claim (prefixed ``claim_``), both by primary key; no unwind, no rows.
+        step_record = records.outerjoin(
+            claims,
+            sa.and_(claims.c.origin_run_id == records.c.origin_run_id, claims.c.suffix == records.c.suffix),
+        )
+        self.step_view = p(
+            sa.select(
+                unwinds,
+                latest.c.position.label("entry_position"),
+                latest.c.entry,
+                *[c.label(RECORD_PREFIX + c.name) for c in records.c],
+                *[c.label(CLAIM_PREFIX + c.name) for c in claims.c],
+            )
+            .select_from(
+                unwinds.outerjoin(latest, latest.c.unwind_id == unwinds.c.unwind_id).outerjoin(
+                    step_record,
+                    sa.and_(records.c.run_id == b("run"), records.c.suffix == b("step_suffix")),
+                )
+            )
             .where(unwinds.c.unwind_id == b("unwind"))
         )
         self.entry_insert = p(
