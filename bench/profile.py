@@ -123,6 +123,58 @@ def _executor(journal: Any, lock: Any, run_id: str) -> None:
     assert report.complete, report
 
 
+def _round_trips(
+    label: str, drive: Callable[[Any, Any, str], None], backend: Backend, lock: Any, table: Table
+) -> None:
+    """SQL statements, transactions and Redis lock calls per step of 5-step unwinds (counted, not
+    timed: a figure that does not move with the machine's load). On PostgreSQL a statement of work
+    that is not atomic runs in autocommit, one round trip each; an atomic transaction adds BEGIN and
+    COMMIT."""
+    from saga_worker.journal import driver
+
+    assert backend.engine is not None
+    runs = 20
+    ids = [new_id("rt") for _ in range(runs + 2)]
+    seed(backend.engine, ids, STEPS)
+    for run_id in ids[:2]:
+        drive(backend.journal, lock, run_id)
+    counts = {"statements": 0, "transactions": 0}
+    execute, transaction = driver.Tx.execute, driver.transaction
+
+    def counted_execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        counts["statements"] += 1
+        return execute(self, *args, **kwargs)
+
+    def counted_transaction(*args: Any, **kwargs: Any) -> Any:
+        counts["transactions"] += 1
+        return transaction(*args, **kwargs)
+
+    totals: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    timed_lock = Timed(lock, "lock", totals) if lock is not None else None
+    driver.Tx.execute = counted_execute  # type: ignore[method-assign]
+    driver.transaction = counted_transaction  # type: ignore[assignment]
+    try:
+        for run_id in ids[2:]:
+            drive(backend.journal, timed_lock, run_id)
+    finally:
+        driver.Tx.execute = execute  # type: ignore[method-assign]
+        driver.transaction = transaction  # type: ignore[assignment]
+    steps = runs * STEPS
+    lock_calls = sum(calls for _, calls in totals.values())
+    table.add(
+        Row(
+            f"{label}: SQL statements per step",
+            counts["statements"] / steps,
+            "statements/step",
+            note=f"{counts['statements'] / runs:.0f} per 5-step unwind in "
+            f"{counts['transactions'] / runs:.0f} transactions; Redis lock calls "
+            f"{lock_calls / steps:.1f}/step ("
+            + ", ".join(f"{k} {v[1] / steps:.1f}" for k, v in sorted(totals.items()))
+            + ")",
+        )
+    )
+
+
 def run(cfg: Config) -> list[Table]:
     from saga_worker.locks import open_lock
 
@@ -137,6 +189,7 @@ def run(cfg: Config) -> list[Table]:
         with Backend(kind) as backend:
             _profile(f"{kind} compensate_run", _in_process, backend, runs, None, table)
             _profile(f"{kind} executor", _executor, backend, runs, lock, table)
+            _round_trips(f"{kind} executor", _executor, backend, lock, table)
     if cfg.extra.get("pyinstrument"):
         _pyinstrument(runs)
     return [table]
