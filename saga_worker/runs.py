@@ -37,7 +37,6 @@ from .keys import (
     check_call_id,
     check_run_id,
     execute_key,
-    is_json_value,
     json_problem,
     record_suffix,
     shared_key,
@@ -45,7 +44,7 @@ from .keys import (
 from .planning import CallResult, Finish, Planner, RunState, ToolCall
 from .settings import get_settings
 from .storable import check_storable_text, exception_text, storable_text
-from .tools import CallOptions, RecoverResult, Tool, call_hook, check_tools
+from .tools import CallOptions, RecoverRefusal, RecoverResult, Tool, ask_recover, call_hook, check_tools
 
 _MAX_RACE_RETRIES = 5
 # How long a call waits for another process that is executing the same record before giving up.
@@ -527,22 +526,7 @@ class _RunLoop:
         """A failed shared execution, or a running one whose process died (we hold its guard)."""
         if tool.recover is not None:
             opts = CallOptions(action.key, mirror.tool_call_id, self.run_id)
-            try:
-                answer = call_hook(tool.recover, action.input, opts)
-            except Exception as exc:
-                raise SideEffectRetryBlockedError(
-                    self.run_id,
-                    mirror.tool_call_id,
-                    mirror.tool_name,
-                    f"recover raised {exception_text(exc)}",
-                ) from exc
-            if not isinstance(answer, RecoverResult) or (answer.done and not is_json_value(answer.output)):
-                raise SideEffectRetryBlockedError(
-                    self.run_id,
-                    mirror.tool_call_id,
-                    mirror.tool_name,
-                    "recover did not answer a usable RecoverResult",
-                )
+            answer = self._recovered(mirror, ask_recover(tool, action.input, opts))
             if answer.done:
                 settled = self.journal.settle_shared(
                     action.shared_id, action.status, SharedStatus.SUCCEEDED, output=answer.output
@@ -610,35 +594,29 @@ class _RunLoop:
             outcome,
         )
 
+    def _recovered(self, record: ToolRecord, answer: RecoverResult | RecoverRefusal) -> RecoverResult:
+        """``recover``'s answer, if the run can act on it: one that cannot be used, or whose output
+        cannot be journaled, refuses to execute the call again rather than risk a second effect."""
+        if isinstance(answer, RecoverRefusal):
+            raise SideEffectRetryBlockedError(
+                self.run_id, record.tool_call_id, record.tool_name, answer.reason
+            ) from answer.cause
+        problem = json_problem(answer.output) if answer.done else None
+        if problem is not None:
+            raise SideEffectRetryBlockedError(
+                self.run_id,
+                record.tool_call_id,
+                record.tool_name,
+                f"the output recover answered cannot be journaled: {problem}",
+            )
+        return answer
+
     def _recover_or_retry(self, step: int, tool: Tool, record: ToolRecord) -> RunEvent | None:
         """A failed or running record: the side effect may or may not have happened (DESIGN.md §2)."""
         if tool.recover is not None:
             opts = CallOptions(self._execute_key(record), record.tool_call_id, self.run_id)
-            try:
-                answer = call_hook(tool.recover, record.input, opts)
-            except Exception as exc:
-                raise SideEffectRetryBlockedError(
-                    self.run_id,
-                    record.tool_call_id,
-                    record.tool_name,
-                    f"recover raised {exception_text(exc)}",
-                ) from exc
-            if not isinstance(answer, RecoverResult):
-                raise SideEffectRetryBlockedError(
-                    self.run_id,
-                    record.tool_call_id,
-                    record.tool_name,
-                    f"recover answered {type(answer).__name__}, not a RecoverResult",
-                )
+            answer = self._recovered(record, ask_recover(tool, record.input, opts))
             if answer.done:
-                problem = json_problem(answer.output)
-                if problem is not None:
-                    raise SideEffectRetryBlockedError(
-                        self.run_id,
-                        record.tool_call_id,
-                        record.tool_name,
-                        f"the output recover answered cannot be journaled: {problem}",
-                    )
                 resolved = self.journal.resolve_record(
                     self.run_id, record.suffix, record.status, answer.output
                 )

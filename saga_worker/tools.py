@@ -11,6 +11,7 @@ from typing import Any
 
 from .errors import InvalidInputError
 from .keys import IdempotencyMode, check_tool_name
+from .storable import exception_text
 
 
 @dataclass(frozen=True)
@@ -143,6 +144,27 @@ def check_tools(tools: Mapping[str, Tool] | None) -> dict[str, Tool]:
                 f"tools[{name!r}] must be a Tool, got {type(tool).__name__}", tool_name=name
             )
     return dict(tools)
+
+
+@dataclass(frozen=True)
+class RecoverRefusal:
+    """Why a ``recover`` answer cannot be used: it raised (``cause``), or answered anything but a
+    RecoverResult. The run engine refuses to execute again on it, the unwind reads the step uncertain."""
+
+    reason: str
+    cause: BaseException | None = None
+
+
+def ask_recover(tool: Tool, input: Any, opts: CallOptions) -> RecoverResult | RecoverRefusal:
+    """Ask ``tool.recover`` (which it must have) whether an interrupted or failed call took effect."""
+    assert tool.recover is not None
+    try:
+        answer = call_hook(tool.recover, input, opts)
+    except Exception as exc:
+        return RecoverRefusal(f"recover raised {exception_text(exc)}", exc)
+    if not isinstance(answer, RecoverResult):
+        return RecoverRefusal(f"recover answered {type(answer).__name__}, not a RecoverResult")
+    return answer
 
 
 def call_hook(hook: Hook, *args: Any) -> Any:

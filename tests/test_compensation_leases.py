@@ -27,7 +27,7 @@ from saga_worker import (
     run_durable,
     scripted,
 )
-from saga_worker.compensation import engine
+from saga_worker.compensation import attempt
 from saga_worker.compensation.leases import LeaseKeeper
 from saga_worker.journal.records import ClaimStatus, CompensationClaim
 from saga_worker.locks import MemoryStepLock, StepLock
@@ -228,7 +228,7 @@ def test_unwinder_that_lost_its_lease_mid_hook_leaves_the_new_owners_outcome_sta
     journal: Journal, run_id: str, stack: ExitStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The first holder's renewals stall (a frozen VM, a long GC pause): its lease lapses mid-hook.
-    monkeypatch.setattr(engine.keeper, "keep", lambda renew, interval: contextlib.nullcontext())
+    monkeypatch.setattr(attempt.keeper, "keep", lambda renew, interval: contextlib.nullcontext())
     ledger = stack.enter_context(open_ledger(journal.url))
     entered, release = threading.Event(), threading.Event()
     calls: list[str] = []

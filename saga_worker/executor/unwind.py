@@ -8,9 +8,7 @@ redelivered message finds its work done and only passes the continuation on.
 
 from __future__ import annotations
 
-import hashlib
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -18,19 +16,21 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..audit import check_actor, check_reason, check_via, default_actor
+from ..compensation.attempt import StepAttempt, Twins, Unwinding
 from ..compensation.engine import (
     begin_unwind,
     build_report,
-    compensate_step,
     condemn_audit,
     entry_for,
     finish_unwind,
+    missing_record_entry,
+    until_halt,
 )
 from ..compensation.report import HALTING, CompensationEntry, CompensationReport, CompensationStatus
 from ..errors import InvalidInputError, MalformedRecordError
 from ..journal.base import Journal
-from ..journal.records import ClaimStatus, CompensationClaim, StepView, ToolRecord, UnwindInfo
-from ..keys import check_run_id, check_unwind_id, compensate_key
+from ..journal.records import StepView, UnwindInfo
+from ..keys import check_run_id, check_unwind_id
 from ..locks.base import StepLock
 from ..tools import Tool
 
@@ -63,16 +63,8 @@ Next = Step | Finalize
 
 
 def step_owner(unwind_id: str, suffix: str) -> str:
-    """The token of one step of one unwind, the same for every delivery of that step's message: it
-    owns the step's fast-path lock (so a redelivered task re-takes its dead attempt's lock) and
-    prefixes each delivery's own journal owner (so a delivery can tell its twin's claim from a
-    stranger's). The journal claim itself is per delivery: two live copies can never both hold it."""
-    digest = hashlib.sha256(f"{unwind_id}\n{suffix}".encode()).hexdigest()[:16]
-    return f"unwind:{unwind_id[:60]}:{digest}"
-
-
-def _is_twin(claim_owner: str, step: str) -> bool:
-    return claim_owner == step or claim_owner.startswith(step + ":")
+    """The token every delivery of one step's message shares (see ``Twins``)."""
+    return Twins.of(unwind_id, suffix).token
 
 
 def start_unwind(
@@ -227,99 +219,39 @@ def _compensate(
     sleep: Callable[[float], None],
 ) -> CompensationEntry | None:
     record = view.record
-    if record is None:  # records are never deleted: say so honestly rather than crash the worker
-        return CompensationEntry(
-            suffix=suffix,
-            tool_call_id="",
-            tool_name="",
-            status=CompensationStatus.UNCERTAIN,
-            error="the step's tool record is missing from the journal",
-            record_status="missing",
-            idempotency_key=compensate_key(info.run_id, suffix),
-            origin_run_id=info.run_id,
+    if record is None:
+        return missing_record_entry(
+            info.run_id,
+            suffix,
+            CompensationStatus.UNCERTAIN,
+            "the step's tool record is missing from the journal",
         )
-    step = step_owner(info.unwind_id, suffix)
-    if not info.dry_run and _live_twin(journal, record, view.claim, step, claim_ttl, sleep):
-        return None
-    entry = compensate_step(
-        journal,
-        info.run_id,
-        record,
-        tools,
-        dry_run=info.dry_run,
-        claim_ttl=claim_ttl,
-        lock=lock,
-        owner=f"{step}:{uuid.uuid4().hex[:8]}",
-        lock_owner=step,
-        claims={} if view.claim is None else {(record.origin_run_id, record.suffix): view.claim},
-    )
-    if entry.status is CompensationStatus.BUSY:
-        claim = journal.get_claim(record.origin_run_id, record.suffix)
-        if claim is not None and claim.status is ClaimStatus.CLAIMED and _is_twin(claim.owner, step):
-            return None  # another delivery of this very step won the claim: it carries the chain on
-    if entry.status is CompensationStatus.ALREADY_COMPENSATED:
-        claim = journal.get_claim(record.origin_run_id, record.suffix)
-        if claim is not None and _is_twin(claim.owner, step):
-            # Undone by this very unwind (an attempt that died after writing its outcome): it is
-            # this unwind's compensation, not an earlier one's.
-            entry = entry.model_copy(update={"status": CompensationStatus.COMPENSATED})
-    return entry
-
-
-def _live_twin(
-    journal: Journal,
-    record: ToolRecord,
-    first: CompensationClaim | None,
-    step: str,
-    ttl: float,
-    sleep: Callable[[float], None],
-) -> bool:
-    """Is another delivery of this same step alive and holding it right now?
-
-    A live lease held by a delivery of this step (its owner carries the ``step`` token) means either
-    that attempt died mid-hook (a redelivery: wait out its lease, then take the step over) or a
-    duplicate delivery is running it (a visibility timeout shorter than the hook, a re-sent
-    continuation: leave it alone). A live holder renews its lease every ttl/3, so watch the lease for
-    a little over one renewal period. ``first`` is the claim as the step task read it."""
-    if first is None or first.status is not ClaimStatus.CLAIMED or not _is_twin(first.owner, step):
-        return False
-    if first.lease_expires_at <= journal.now():
-        return False
-    waited, interval = 0.0, ttl / 10
-    while waited < ttl * 0.6:
-        sleep(interval)
-        waited += interval
-        now = journal.get_claim(record.origin_run_id, record.suffix)
-        if now is None or now.owner != first.owner:
-            return False
-        if now.status is not ClaimStatus.CLAIMED or now.lease_expires_at > first.lease_expires_at:
-            return True  # renewed or finished by the twin
-        if now.lease_expires_at <= journal.now():
-            return False
-    # Not renewed: that attempt is dead. Its claim is its own, so wait out the lease; the take-over
-    # is then a compare-and-set on the expired lease, which only one redelivery can win.
-    remaining = first.lease_expires_at - journal.now()
-    if remaining > 0:
-        sleep(remaining + ttl / 20)
-    return False
+    unwinding = Unwinding(journal, info.run_id, tools, claim_ttl, info.dry_run, lock)
+    claims = {} if view.claim is None else {(record.origin_run_id, record.suffix): view.claim}
+    return StepAttempt(
+        unwinding, record, claims=claims, twins=Twins.of(info.unwind_id, suffix, sleep)
+    ).verdict()
 
 
 def finalize_unwind(journal: Journal, run_id: str, unwind_id: str) -> CompensationReport:
     """The report from the journal: stored entries up to the halt, ``not-attempted`` after it."""
     info = _unwind(journal, run_id, unwind_id)
     stored = journal.list_unwind_entries(unwind_id)
-    entries: list[CompensationEntry] = []
-    stopped = False
-    for position, suffix in enumerate(info.suffixes):
-        data = None if stopped else stored.get(position)
-        if data is not None:
-            entry = stored_entry(info, position, data)
-            stopped = entry.status in HALTING
-        else:
-            stopped = True  # the chain never got here: nothing was probed
-            entry = _not_attempted(journal, run_id, suffix)
-        entries.append(entry)
-    report = build_report(journal, run_id, entries, dry_run=info.dry_run)
+
+    def outcome(position: int) -> CompensationEntry | None:
+        data = stored.get(position)  # None: the chain never got here, and nothing was probed
+        return None if data is None else stored_entry(info, position, data)
+
+    def not_attempted(position: int) -> CompensationEntry:
+        suffix = info.suffixes[position]
+        record = journal.get_record(run_id, suffix)
+        if record is None:
+            return missing_record_entry(run_id, suffix, CompensationStatus.NOT_ATTEMPTED)
+        return entry_for(record, CompensationStatus.NOT_ATTEMPTED)
+
+    entries = until_halt(range(len(info.suffixes)), outcome, not_attempted)
+    run = journal.get_run(run_id) if info.dry_run else None  # a dry run's report says if it was condemned
+    report = build_report(journal, run_id, entries, dry_run=info.dry_run, run=run)
     finish_unwind(
         journal,
         report,
@@ -330,18 +262,3 @@ def finalize_unwind(journal: Journal, run_id: str, unwind_id: str) -> Compensati
         epoch=info.run_epoch,
     )
     return report
-
-
-def _not_attempted(journal: Journal, run_id: str, suffix: str) -> CompensationEntry:
-    record = journal.get_record(run_id, suffix)
-    if record is None:
-        return CompensationEntry(
-            suffix=suffix,
-            tool_call_id="",
-            tool_name="",
-            status=CompensationStatus.NOT_ATTEMPTED,
-            record_status="missing",
-            idempotency_key=compensate_key(run_id, suffix),
-            origin_run_id=run_id,
-        )
-    return entry_for(record, CompensationStatus.NOT_ATTEMPTED)

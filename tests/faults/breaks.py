@@ -93,14 +93,14 @@ def _no_tombstone_check(setter: Setter) -> None:
 
 def _unstable_key(setter: Setter) -> None:
     """The compensation key changes on every attempt, so the provider cannot deduplicate a retry."""
-    from saga_worker.compensation import engine
+    from saga_worker.compensation import attempt
 
-    stable = engine.compensate_key
+    stable = attempt.compensate_key
 
     def fresh(origin: str, suffix: str) -> str:
         return f"{stable(origin, suffix)}-{uuid.uuid4().hex[:8]}"
 
-    setter(engine, "compensate_key", fresh)
+    setter(attempt, "compensate_key", fresh)
 
 
 def _no_reject_on_worker_lost(setter: Setter) -> None:

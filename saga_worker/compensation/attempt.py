@@ -1,0 +1,379 @@
+"""One attempt at undoing one step: every per-step rule of DESIGN.md §3 (rule 3, the first that applies
+decides) and the verdict the report shows, in one place.
+
+The in-process engine and the Celery executor both ask ``StepAttempt(...).verdict()``. The executor's
+step tasks pass ``Twins``: the deliveries of one step message (a redelivery, a duplicate) share a
+token, so an attempt can tell a claim of its own step from a stranger's. That decides three things
+here too: a live twin holding the step makes this delivery stand down (``None``), a busy claim held
+by a twin is that twin's to finish, and a step a twin already undid is this unwind's compensation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .. import faults, metrics
+from ..journal.base import Journal
+from ..journal.records import ClaimStatus, CompensationClaim, GateDecision, RecordStatus, ToolRecord
+from ..keys import compensate_key, execute_key
+from ..locks.base import StepLock
+from ..storable import exception_text
+from ..tools import CallOptions, RecoverRefusal, RecoverResult, Tool, ask_recover, call_hook
+from .leases import keeper
+from .report import CompensationEntry, CompensationStatus
+
+log = logging.getLogger(__name__)
+S = CompensationStatus
+_HOST = socket.gethostname()[:40]
+_OWNER_NONCE = uuid.uuid4().hex[:6]  # with the pid, tells this process from an earlier one of the same pid
+_owner_counter = itertools.count(1)
+
+
+def new_owner(tag: str = "") -> str:
+    """An owner token, unique per attempt, that also tells a person where the holder ran.
+
+    A counter rather than a fresh uuid per attempt: this is on every step's path."""
+    return f"{_HOST}:{os.getpid()}:{tag or f'{_OWNER_NONCE}{next(_owner_counter)}'}"[:100]
+
+
+def entry_for(
+    record: ToolRecord,
+    status: CompensationStatus,
+    error: str | None = None,
+    attempts: int = 0,
+    *,
+    needs_approval: bool = False,
+) -> CompensationEntry:
+    return CompensationEntry(
+        needs_approval=needs_approval,
+        suffix=record.suffix,
+        tool_call_id=record.tool_call_id,
+        tool_name=record.tool_name,
+        status=status,
+        error=error,
+        record_status=record.status.value,
+        origin_run_id=record.origin_run_id,
+        attempts=attempts,
+        idempotency_key=compensate_key(record.origin_run_id, record.suffix),
+    )
+
+
+def missing_record_entry(
+    run_id: str, suffix: str, status: CompensationStatus, error: str | None = None
+) -> CompensationEntry:
+    """The entry of a worklist step whose tool record is not in the journal (records are never
+    deleted: say so honestly rather than crash the worker)."""
+    return CompensationEntry(
+        suffix=suffix,
+        tool_call_id="",
+        tool_name="",
+        status=status,
+        error=error,
+        record_status="missing",
+        idempotency_key=compensate_key(run_id, suffix),
+        origin_run_id=run_id,
+    )
+
+
+@dataclass(frozen=True)
+class Unwinding:
+    """What every step of one unwind shares."""
+
+    journal: Journal
+    run_id: str
+    tools: Mapping[str, Tool]
+    ttl: float
+    dry_run: bool = False
+    lock: StepLock | None = None
+
+
+@dataclass(frozen=True)
+class Twins:
+    """The deliveries of one step of one distributed unwind, the same ``token`` for every delivery of
+    that step's message: it owns the step's fast-path lock (so a redelivered task re-takes its dead
+    attempt's lock) and prefixes each delivery's own journal owner (so a delivery can tell its
+    twin's claim from a stranger's). The journal claim itself is per delivery: two live copies can
+    never both hold it."""
+
+    token: str
+    sleep: Callable[[float], None] = time.sleep
+
+    @classmethod
+    def of(cls, unwind_id: str, suffix: str, sleep: Callable[[float], None] = time.sleep) -> Twins:
+        digest = hashlib.sha256(f"{unwind_id}\n{suffix}".encode()).hexdigest()[:16]
+        return cls(f"unwind:{unwind_id[:60]}:{digest}", sleep)
+
+    def owns(self, claim_owner: str) -> bool:
+        return claim_owner == self.token or claim_owner.startswith(self.token + ":")
+
+    def new_owner(self) -> str:
+        return f"{self.token}:{uuid.uuid4().hex[:8]}"
+
+    def live_holder(
+        self, journal: Journal, record: ToolRecord, first: CompensationClaim | None, ttl: float
+    ) -> bool:
+        """Is another delivery of this same step alive and holding it right now?
+
+        A live lease held by a delivery of this step means either that attempt died mid-hook (a
+        redelivery: wait out its lease, then take the step over) or a duplicate delivery is running
+        it (a visibility timeout shorter than the hook, a re-sent continuation: leave it alone). A
+        live holder renews its lease every ttl/3, so watch the lease for a little over one renewal
+        period. ``first`` is the claim as the step task read it."""
+        if first is None or first.status is not ClaimStatus.CLAIMED or not self.owns(first.owner):
+            return False
+        if first.lease_expires_at <= journal.now():
+            return False
+        waited, interval = 0.0, ttl / 10
+        while waited < ttl * 0.6:
+            self.sleep(interval)
+            waited += interval
+            now = journal.get_claim(record.origin_run_id, record.suffix)
+            if now is None or now.owner != first.owner:
+                return False
+            if now.status is not ClaimStatus.CLAIMED or now.lease_expires_at > first.lease_expires_at:
+                return True  # renewed or finished by the twin
+            if now.lease_expires_at <= journal.now():
+                return False
+        # Not renewed: that attempt is dead. Its claim is its own, so wait out the lease; the take-over
+        # is then a compare-and-set on the expired lease, which only one redelivery can win.
+        remaining = first.lease_expires_at - journal.now()
+        if remaining > 0:
+            self.sleep(remaining + ttl / 20)
+        return False
+
+
+def recover_options(record: ToolRecord, run_id: str) -> CallOptions:
+    """What ``recover`` is asked with: the call's own execute key (the provider knows it by that)."""
+    key = execute_key(record.origin_run_id, record.mode, record.tool_name, record.tool_call_id, record.input)
+    return CallOptions(key, record.tool_call_id, run_id)
+
+
+def _lock_op(op: Callable[..., Any], *args: Any) -> Any:
+    """A lock operation that cannot fail the unwind: with Redis down, the journal claim alone decides
+    (it is the truth anyway), so an unreachable lock reads as taken-by-us, not as busy."""
+    try:
+        return op(*args)
+    except Exception:
+        log.warning("step lock unavailable; relying on the journal claim alone", exc_info=True)
+        return True
+
+
+class StepAttempt:
+    """One attempt at one step of an unwind; ``verdict()`` applies the rules once.
+
+    ``claims``, when given, holds the step's claim as read with the whole worklist at once."""
+
+    def __init__(
+        self,
+        unwinding: Unwinding,
+        record: ToolRecord,
+        *,
+        claims: Mapping[tuple[str, str], CompensationClaim] | None = None,
+        twins: Twins | None = None,
+    ) -> None:
+        self.u = unwinding
+        self.record = record
+        self.claims = claims
+        self.twins = twins
+        self.owner = ""  # the journal claim's owner, made when the step gets that far
+        self.lock_owner = ""
+        self.key = compensate_key(record.origin_run_id, record.suffix)
+        self.attempts = 0  # of the step's claim, as this attempt found it
+
+    def verdict(self) -> CompensationEntry | None:
+        """The step's entry; None when a live twin delivery holds the step (it carries the chain on,
+        and this delivery must end without writing anything)."""
+        twins, u = self.twins, self.u
+        if twins is not None and not u.dry_run:
+            first = None if self.claims is None else self.claims.get(self._where)
+            if twins.live_holder(u.journal, self.record, first, u.ttl):
+                return None
+        entry = self._decide()
+        if not u.dry_run:
+            metrics.STEPS.labels(entry.status.value).inc()
+        return entry if twins is None else self._as_twins_see_it(entry, twins)
+
+    @property
+    def _where(self) -> tuple[str, str]:
+        return (self.record.origin_run_id, self.record.suffix)
+
+    def _entry(
+        self, status: CompensationStatus, error: str | None = None, *, needs_approval: bool = False
+    ) -> CompensationEntry:
+        return entry_for(self.record, status, error, self.attempts, needs_approval=needs_approval)
+
+    def _as_twins_see_it(self, entry: CompensationEntry, twins: Twins) -> CompensationEntry | None:
+        if entry.status is S.BUSY:
+            claim = self.u.journal.get_claim(*self._where)
+            if claim is not None and claim.status is ClaimStatus.CLAIMED and twins.owns(claim.owner):
+                return None  # another delivery of this very step won the claim: it carries the chain on
+        if entry.status is S.ALREADY_COMPENSATED:
+            claim = self.u.journal.get_claim(*self._where)
+            if claim is not None and twins.owns(claim.owner):
+                # Undone by this very unwind (an attempt that died after writing its outcome): it is
+                # this unwind's compensation, not an earlier one's.
+                return entry.model_copy(update={"status": S.COMPENSATED})
+        return entry
+
+    def _decide(self) -> CompensationEntry:
+        # 1. Done before (by this run or a fork sharing the effect): no probe, no hook lookup.
+        claim = self._claim_as_known()
+        if claim is not None and claim.status is ClaimStatus.COMPENSATED:
+            return entry_for(self.record, S.ALREADY_COMPENSATED, attempts=claim.attempts)
+        self.attempts = claim.attempts if claim is not None else 0
+        # 2. What happened: an interrupted or failed call may or may not have had its effect.
+        tool = self.u.tools.get(self.record.tool_name)
+        happened = self._what_happened(tool)
+        if isinstance(happened, CompensationEntry):
+            return happened
+        # 3. Nothing to call.
+        if tool is None or tool.compensate is None:
+            return self._entry(S.SKIPPED_NO_HOOK)
+        # 3b. A person must approve this compensation (a dry run shows the gate).
+        gated = tool.compensation_needs_approval(self.record.input, happened.output)
+        if gated:
+            decided = self._gate_verdict()
+            if decided is not None:
+                return decided
+        # 4. A plan only: nothing written, nothing called, never stops.
+        if self.u.dry_run:
+            return self._entry(S.WOULD_COMPENSATE, needs_approval=gated)
+        # 5./6. Claim, then call the hook under a lease kept alive while it runs.
+        entry = self._claim_and_undo(tool, happened.output, claim)
+        return entry.model_copy(update={"needs_approval": True}) if gated else entry
+
+    def _claim_as_known(self) -> CompensationClaim | None:
+        # A claim read with the worklist may be stale, which is harmless for a succeeded record: the
+        # claim's compare-and-set is the truth. A record that would be probed reads it afresh.
+        if self.claims is not None and self.record.status is RecordStatus.SUCCEEDED:
+            return self.claims.get(self._where)
+        return self.u.journal.get_claim(*self._where)
+
+    def _what_happened(self, tool: Tool | None) -> RecoverResult | CompensationEntry:
+        """A succeeded call's output, a recovered one's, or the entry that settles the step here."""
+        record = self.record
+        if record.status is RecordStatus.SUCCEEDED:
+            return RecoverResult(done=True, output=record.output)
+        if tool is None or tool.recover is None:
+            why = (
+                f"tool {record.tool_name!r} is not in tools"
+                if tool is None
+                else "the tool has no recover hook"
+            )
+            return self._entry(
+                S.UNCERTAIN,
+                f"call is {record.status.value} and {why}: cannot tell whether its side effect happened",
+            )
+        if record.status is not RecordStatus.RUNNING:
+            return self._probe(tool)
+        # A running record may be a call still executing in a live process (its run was live when
+        # condemned), not a crash: a probe now could read "not done" just before its effect lands and
+        # the step would be lost. The record's execution guard and its execute lease tell the two
+        # apart; when the call settles, its outcome reopens this unwind (Journal.complete_record).
+        journal = self.u.journal
+        with journal.execution_guard(record.run_id, record.suffix) as free:
+            if free:
+                self.record = journal.get_record(record.run_id, record.suffix) or record
+            if not free or not journal.executor_gone(self.record):
+                return self._entry(
+                    S.UNCERTAIN,
+                    "call is executing right now in another process"
+                    + ("" if not free else " (its execute lease is live)")
+                    + "; the unwind looks again once it settles",
+                )
+            if self.record.status is RecordStatus.SUCCEEDED:
+                return RecoverResult(done=True, output=self.record.output)
+            return self._probe(tool)
+
+    def _probe(self, tool: Tool) -> RecoverResult | CompensationEntry:
+        """Ask ``recover`` whether the call took effect: its answer, or the entry it decides."""
+        answer = ask_recover(tool, self.record.input, recover_options(self.record, self.u.run_id))
+        if isinstance(answer, RecoverRefusal):
+            return self._entry(S.UNCERTAIN, answer.reason)
+        if not answer.done:
+            return self._entry(S.SKIPPED_NOT_EXECUTED)
+        return answer
+
+    def _gate_verdict(self) -> CompensationEntry | None:
+        """A denial skips the step, no decision yet halts here (read afresh: a decision may have come
+        since the worklist was read); None when it is approved, or for a dry run's plan."""
+        gate = self.u.journal.get_gates([self._where]).get(self._where)
+        if gate is not None and gate.decision is GateDecision.DENIED:
+            why = f"compensation denied by {gate.actor}" + (f": {gate.reason}" if gate.reason else "")
+            return self._entry(S.SKIPPED_DENIED, why, needs_approval=True)
+        if gate is None and not self.u.dry_run:
+            return self._entry(
+                S.AWAITING_APPROVAL,
+                f"waits for approve_compensation(run {self.u.run_id!r}, step {self.record.suffix!r})",
+                needs_approval=True,
+            )
+        return None
+
+    def _claim_and_undo(self, tool: Tool, output: Any, before: CompensationClaim | None) -> CompensationEntry:
+        u, record, key = self.u, self.record, self.key
+        self.owner = self.twins.new_owner() if self.twins is not None else new_owner()
+        self.lock_owner = self.twins.token if self.twins is not None else self.owner
+        if u.lock is not None and not _lock_op(u.lock.acquire, key, self.lock_owner, u.ttl):
+            return self._entry(S.BUSY, "another unwinder holds this step's lock")
+        try:
+            attempt = u.journal.claim_compensation(
+                *self._where, via_run_id=u.run_id, owner=self.owner, ttl=u.ttl, idempotency_key=key
+            )
+            held = attempt.claim
+            if not attempt.acquired:
+                if held is not None and held.status is ClaimStatus.COMPENSATED:
+                    return entry_for(record, S.ALREADY_COMPENSATED, attempts=held.attempts)
+                holder = held.owner if held is not None else "?"
+                attempts = held.attempts if held is not None else self.attempts
+                return entry_for(record, S.BUSY, f"step is being compensated by {holder}", attempts)
+            assert held is not None
+            if before is not None and before.status is ClaimStatus.CLAIMED and before.owner != self.owner:
+                metrics.CLAIM_TAKEOVERS.inc()  # a holder whose lease ran out: this attempt re-drives its step
+            faults.point("after_claim", key)
+            self.attempts = held.attempts
+            return self._run_hook(tool, output)
+        finally:
+            if u.lock is not None:
+                _lock_op(u.lock.release, key, self.lock_owner)
+
+    def _renew(self) -> bool:
+        u = self.u
+        if u.lock is not None:
+            _lock_op(u.lock.extend, self.key, self.lock_owner, u.ttl)
+        return u.journal.renew_claim(*self._where, self.owner, u.ttl)
+
+    def _run_hook(self, tool: Tool, output: Any) -> CompensationEntry:
+        assert tool.compensate is not None
+        u, record, key = self.u, self.record, self.key
+        opts = CallOptions(key, record.tool_call_id, u.run_id)
+        with keeper.keep(self._renew, u.ttl / 3):
+            started = time.perf_counter()
+            try:
+                faults.point("before_hook", key)
+                call_hook(tool.compensate, record.input, output, opts)
+                metrics.HOOK_SECONDS.labels(record.tool_name, "returned").observe(
+                    time.perf_counter() - started
+                )
+                faults.point("after_hook", key)
+            except Exception as exc:
+                metrics.HOOK_SECONDS.labels(record.tool_name, "raised").observe(time.perf_counter() - started)
+                error = exception_text(exc)  # storable: the claim must be released, whatever the text
+                u.journal.finish_claim(*self._where, self.owner, ClaimStatus.FAILED, error)
+                return self._entry(S.FAILED, error)
+        if not u.journal.finish_claim(*self._where, self.owner, ClaimStatus.COMPENSATED):
+            # Our lease lapsed and another unwinder took the step: its outcome stands, ours is not written.
+            faults.point("after_outcome", key)
+            return self._entry(
+                S.COMPENSATED, "lease expired before the outcome was written; another unwinder owns the step"
+            )
+        faults.point("after_outcome", key)
+        return self._entry(S.COMPENSATED)
