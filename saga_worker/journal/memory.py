@@ -508,39 +508,31 @@ class MemoryJournal(Journal):
             current = self._claims.get(key)
             if current is not None:
                 _claim_out(current)  # an unknown status fails closed, as SQL's compare-and-set does
+            taken: dict[str, Any] = {
+                "status": ClaimStatus.CLAIMED,
+                "owner": owner,
+                "lease_expires_at": now + ttl,
+                "via_run_id": via_run_id,
+                "error": None,
+                "started_at": now,
+                "finished_at": None,
+            }
             if current is None:
                 claim = CompensationClaim(
                     origin_run_id=origin_run_id,
                     suffix=suffix,
-                    status=ClaimStatus.CLAIMED,
-                    owner=owner,
-                    lease_expires_at=now + ttl,
                     attempts=1,
                     idempotency_key=idempotency_key,
-                    via_run_id=via_run_id,
-                    error=None,
-                    started_at=now,
-                    finished_at=None,
+                    **taken,
                 )
-                self._claims[key] = claim
-                return ClaimAttempt(True, claim)
-            takeable = current.status is ClaimStatus.FAILED or (
-                current.status is ClaimStatus.CLAIMED
-                and (current.lease_expires_at < now or current.owner == owner)
-            )
-            if not takeable:
-                return ClaimAttempt(False, current)
-            claim = replace(
-                current,
-                status=ClaimStatus.CLAIMED,
-                owner=owner,
-                lease_expires_at=now + ttl,
-                attempts=current.attempts + 1,
-                via_run_id=via_run_id,
-                error=None,
-                started_at=now,
-                finished_at=None,
-            )
+            else:
+                takeable = current.status is ClaimStatus.FAILED or (
+                    current.status is ClaimStatus.CLAIMED
+                    and (current.lease_expires_at < now or current.owner == owner)
+                )
+                if not takeable:
+                    return ClaimAttempt(False, current)
+                claim = replace(current, attempts=current.attempts + 1, **taken)
             self._claims[key] = claim
             return ClaimAttempt(True, claim)
 

@@ -60,11 +60,13 @@ class Statements:
         self._build_forks()
         self._build_decisions()
         self._build_records()
+        self._build_record_transitions()
         self._build_claims()
         self._build_compensation_gates()
         self._build_audit()
         self._build_shared()
         self._build_unwinds()
+        self._build_step_view()
 
     def _prepare(self, statement: sa.ClauseElement) -> Prepared:
         return Prepared(statement, self.dialect)
@@ -304,6 +306,12 @@ class Statements:
             .on_conflict_do_nothing(index_elements=["run_id", "suffix"])
             .returning(*records.c)
         )
+
+    def _build_record_transitions(self) -> None:
+        """A tool record's compare-and-set transitions and its execute lease's renewal."""
+        p = self._prepare
+        lease = self.policy.clock() + b("ttl", type_=sa.Double)
+        record = (records.c.run_id == b("run"), records.c.suffix == b("step_suffix"))
         expected = (*record, records.c.status == b("expected"))
         reclaimed = {
             "status": RecordStatus.RUNNING.value,
@@ -518,6 +526,32 @@ class Statements:
             .returning(*unwinds.c)
         )
         self.unwind_get = p(sa.select(unwinds).where(unwinds.c.unwind_id == b("unwind")))
+        self.entry_insert = p(
+            insert(unwind_entries)
+            .values(unwind_id=b("unwind"), position=b("at"), entry=b("new_entry"), created_at=NOW)
+            .on_conflict_do_nothing(index_elements=["unwind_id", "position"])
+            .returning(unwind_entries.c.entry)
+        )
+        self.entry_get = p(
+            sa.select(unwind_entries.c.entry).where(
+                unwind_entries.c.unwind_id == b("unwind"), unwind_entries.c.position == b("at")
+            )
+        )
+        self.entries_of_unwind = p(
+            sa.select(unwind_entries.c.position, unwind_entries.c.entry)
+            .where(unwind_entries.c.unwind_id == b("unwind"))
+            .order_by(unwind_entries.c.position)
+        )
+        self.unwinds_of_run = p(
+            sa.select(unwinds)
+            .where(unwinds.c.run_id == b("run"))
+            .order_by(unwinds.c.created_at.desc(), unwinds.c.unwind_id.desc())
+            .limit(MAX_ROWS)
+        )
+
+    def _build_step_view(self) -> None:
+        """All a step task reads, in one statement."""
+        p = self._prepare
         # An unwind's two latest entries. Steps run in order, so a step's own entry and the one
         # before it are almost always among them (see SqlJournal.read_step).
         latest = (
@@ -549,28 +583,6 @@ class Statements:
                 )
             )
             .where(unwinds.c.unwind_id == b("unwind"))
-        )
-        self.entry_insert = p(
-            insert(unwind_entries)
-            .values(unwind_id=b("unwind"), position=b("at"), entry=b("new_entry"), created_at=NOW)
-            .on_conflict_do_nothing(index_elements=["unwind_id", "position"])
-            .returning(unwind_entries.c.entry)
-        )
-        self.entry_get = p(
-            sa.select(unwind_entries.c.entry).where(
-                unwind_entries.c.unwind_id == b("unwind"), unwind_entries.c.position == b("at")
-            )
-        )
-        self.entries_of_unwind = p(
-            sa.select(unwind_entries.c.position, unwind_entries.c.entry)
-            .where(unwind_entries.c.unwind_id == b("unwind"))
-            .order_by(unwind_entries.c.position)
-        )
-        self.unwinds_of_run = p(
-            sa.select(unwinds)
-            .where(unwinds.c.run_id == b("run"))
-            .order_by(unwinds.c.created_at.desc(), unwinds.c.unwind_id.desc())
-            .limit(MAX_ROWS)
         )
 
 
