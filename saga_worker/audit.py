@@ -7,6 +7,7 @@ trail can never claim an action that did not happen. Dry runs write nothing, so 
 
 from __future__ import annotations
 
+import functools
 import getpass
 from dataclasses import asdict
 from typing import Any
@@ -22,8 +23,12 @@ from .storable import check_storable_text
 def default_actor() -> str:
     """The actor named when a caller names none: ``SAGA_ACTOR``, else the OS user."""
     configured = get_settings().actor
-    if configured:
-        return configured
+    return configured or _os_user()
+
+
+@functools.cache
+def _os_user() -> str:
+    """The process's user name, looked up once (a passwd lookup per unwind was a tenth of a plan)."""
     try:
         return getpass.getuser()
     except Exception:  # no user name in this environment (a container without a passwd entry)
