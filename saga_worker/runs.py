@@ -363,62 +363,72 @@ class _RunLoop:
                     raise SideEffectRetryBlockedError(
                         self.run_id, call_id, tool_name, "another process is executing it right now"
                     )
-                record = self.journal.get_record(self.run_id, suffix)
-                if tool.idempotency == "cross-run" and (
-                    record is None or record.status is RecordStatus.MIRRORED
-                ):
-                    return self._cross(step, tool, suffix, call_id, tool_name, input, record)
-                if record is None:
-                    if tool.call_needs_approval(input):
-                        # Suspended, not executed: no key is used until a person approves it.
-                        new = NewRecord(
-                            suffix,
-                            step,
-                            call_id,
-                            tool_name,
-                            tool.idempotency,
-                            input,
-                            self.run_id,
-                            status=RecordStatus.SUSPENDED,
-                        )
-                        suspended = self.journal.claim_record(self.run_id, new, gated=True)
-                        if suspended is not None:
-                            return self._event(step, suspended, "suspended")
-                        continue
-                    new = NewRecord(suffix, step, call_id, tool_name, tool.idempotency, input, self.run_id)
-                    claimed = self.journal.claim_record(
-                        self.run_id,
-                        new,
-                        gated=tool.side_effect,
-                        durable=_must_be_durable(tool),
-                        owner=new_owner(),
-                        ttl=self.ttl,
-                    )
-                    if claimed is not None:
-                        return self._execute(step, tool, claimed)
-                    continue  # another writer claimed it first: handle its record
-                if record.status is RecordStatus.APPROVED:
-                    # A person approved it: the normal claim (gated), then the normal key, once.
-                    approved = self.journal.reclaim_record(
-                        self.run_id,
-                        record.suffix,
-                        RecordStatus.APPROVED,
-                        gated=tool.side_effect,
-                        owner=new_owner(),
-                        ttl=self.ttl,
-                    )
-                    if approved is not None:
-                        return self._execute(step, tool, approved)
-                    continue
-                record = self._await_executor(record)
-                if record is None:
-                    continue
-                event = self._settled_event(step, record) or self._recover_or_retry(step, tool, record)
+                event = self._settle_guarded(step, tool, suffix, call_id, tool_name, input)
                 if event is not None:
                     return event
         raise SideEffectRetryBlockedError(
             self.run_id, call_id, tool_name, "its record kept changing under concurrent writers"
         )
+
+    def _settle_guarded(
+        self, step: int, tool: Tool, suffix: str, call_id: str, tool_name: str, input: Any
+    ) -> RunEvent | None:
+        """One attempt at settling the call while its execution guard is held; ``None`` when a
+        concurrent writer changed the record first and the caller should look at it again."""
+        record = self.journal.get_record(self.run_id, suffix)
+        if tool.idempotency == "cross-run" and (record is None or record.status is RecordStatus.MIRRORED):
+            return self._cross(step, tool, suffix, call_id, tool_name, input, record)
+        if record is None:
+            return self._claim_new(step, tool, suffix, call_id, tool_name, input)
+        if record.status is RecordStatus.APPROVED:
+            return self._execute_approved(step, tool, record)
+        awaited = self._await_executor(record)
+        if awaited is None:
+            return None
+        return self._settled_event(step, awaited) or self._recover_or_retry(step, tool, awaited)
+
+    def _claim_new(
+        self, step: int, tool: Tool, suffix: str, call_id: str, tool_name: str, input: Any
+    ) -> RunEvent | None:
+        """Claim a call nobody has recorded yet and execute it (or suspend it for approval);
+        ``None`` when another writer claimed it first: the caller handles its record."""
+        if tool.call_needs_approval(input):
+            # Suspended, not executed: no key is used until a person approves it.
+            new = NewRecord(
+                suffix,
+                step,
+                call_id,
+                tool_name,
+                tool.idempotency,
+                input,
+                self.run_id,
+                status=RecordStatus.SUSPENDED,
+            )
+            suspended = self.journal.claim_record(self.run_id, new, gated=True)
+            return None if suspended is None else self._event(step, suspended, "suspended")
+        new = NewRecord(suffix, step, call_id, tool_name, tool.idempotency, input, self.run_id)
+        claimed = self.journal.claim_record(
+            self.run_id,
+            new,
+            gated=tool.side_effect,
+            durable=_must_be_durable(tool),
+            owner=new_owner(),
+            ttl=self.ttl,
+        )
+        return None if claimed is None else self._execute(step, tool, claimed)
+
+    def _execute_approved(self, step: int, tool: Tool, record: ToolRecord) -> RunEvent | None:
+        """A person approved it: the normal claim (gated), then the normal key, once; ``None`` when
+        another writer took the approved record first."""
+        approved = self.journal.reclaim_record(
+            self.run_id,
+            record.suffix,
+            RecordStatus.APPROVED,
+            gated=tool.side_effect,
+            owner=new_owner(),
+            ttl=self.ttl,
+        )
+        return None if approved is None else self._execute(step, tool, approved)
 
     def _await_executor(self, record: ToolRecord) -> ToolRecord | None:
         """Wait while another process may still be executing ``record`` (its execute lease is live:
