@@ -95,45 +95,10 @@ class AgentJournal:
 
         An exception from ``execute`` is re-raised as it was (the framework's own control flow, such
         as a retry request, keeps working), after the record says ``failed``."""
-        check_tool_name(tool_name)
-        try:
-            canonical_json(input)
-        except InvalidInputError as exc:
-            raise InvalidInputError(
-                f"run {self.run_id!r}: arguments of tool {tool_name!r} are not JSON: {exc}",
-                run_id=self.run_id,
-                tool_name=tool_name,
-            ) from exc
+        self._check_arguments(tool_name, input)
         call_id = self.call_id(tool_name, input, position)
         box: dict[str, Any] = {}
-
-        def run_it(_input: Any, opts: CallOptions) -> Any:
-            token = _CURRENT_CALL.set(opts)
-            try:
-                live = execute()
-            except BaseException as exc:  # re-raised to the framework below, once the record is written
-                box["error"] = exc
-                raise
-            finally:
-                _CURRENT_CALL.reset(token)
-            box["live"] = live
-            try:
-                return json_of(live)
-            except Exception as exc:
-                raise TypeError(
-                    f"tool {tool_name!r} returned a {type(live).__name__} that cannot be journaled as JSON: {exc}"
-                ) from exc
-
-        spec = self.tools.get(tool_name, _NO_HOOKS)
-        tool = Tool(
-            run_it,
-            spec.compensate,
-            spec.recover,
-            idempotency=spec.idempotency,
-            side_effect=spec.side_effect,
-            idempotent=spec.idempotent,
-            description=spec.description,
-        )
+        tool = self._framework_tool(tool_name, _boxed_execute(tool_name, execute, json_of, box))
         failed: ToolFailedError | None = None
         # finish=False: an agent run's end is not one call's; the adapter says when the run is over.
         with saga(
@@ -149,6 +114,31 @@ class AgentJournal:
                 raise error
             raise failed
         return Outcome(output, "live" in box, box.get("live"))
+
+    def _check_arguments(self, tool_name: str, input: Any) -> None:
+        """Refuse a bad tool name, or arguments that cannot be journaled, before anything is written."""
+        check_tool_name(tool_name)
+        try:
+            canonical_json(input)
+        except InvalidInputError as exc:
+            raise InvalidInputError(
+                f"run {self.run_id!r}: arguments of tool {tool_name!r} are not JSON: {exc}",
+                run_id=self.run_id,
+                tool_name=tool_name,
+            ) from exc
+
+    def _framework_tool(self, tool_name: str, execute: Callable[[Any, CallOptions], Any]) -> Tool:
+        """The caller's saga side of ``tool_name`` (its hooks), executed by the framework's ``execute``."""
+        spec = self.tools.get(tool_name, _NO_HOOKS)
+        return Tool(
+            execute,
+            spec.compensate,
+            spec.recover,
+            idempotency=spec.idempotency,
+            side_effect=spec.side_effect,
+            idempotent=spec.idempotent,
+            description=spec.description,
+        )
 
     async def acall(
         self,
@@ -180,6 +170,33 @@ class AgentJournal:
 
     async def afinish(self) -> None:
         await asyncio.to_thread(self.finish)
+
+
+def _boxed_execute(
+    tool_name: str, execute: Callable[[], Any], json_of: JsonOf, box: dict[str, Any]
+) -> Callable[[Any, CallOptions], Any]:
+    """A ``Tool.execute`` hook around the framework's ``execute()``: it journals the JSON of the
+    result, and leaves in ``box`` the framework's own return value (``"live"``) or the exception
+    it raised (``"error"``), so ``call`` can hand either back to the framework as it was."""
+
+    def run_it(_input: Any, opts: CallOptions) -> Any:
+        token = _CURRENT_CALL.set(opts)
+        try:
+            live = execute()
+        except BaseException as exc:  # re-raised to the framework by ``call``, once the record is written
+            box["error"] = exc
+            raise
+        finally:
+            _CURRENT_CALL.reset(token)
+        box["live"] = live
+        try:
+            return json_of(live)
+        except Exception as exc:
+            raise TypeError(
+                f"tool {tool_name!r} returned a {type(live).__name__} that cannot be journaled as JSON: {exc}"
+            ) from exc
+
+    return run_it
 
 
 async def _awaited(execute: Callable[[], Awaitable[Any]]) -> Any:

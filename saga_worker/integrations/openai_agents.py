@@ -111,44 +111,64 @@ def _takes_context(fn: Callable[..., Any]) -> bool:
     return isinstance(origin, type) and issubclass(origin, RunContextWrapper)
 
 
+def _prepare_call(ctx: ToolContext[Any]) -> tuple[_SdkRun, Any, int]:
+    """The run a tool call belongs to, its JSON arguments and its position among the run's calls;
+    a clear error when the tool runs outside :class:`SagaRunner` or its arguments are not JSON."""
+    run = _RUN.get()
+    if run is None:
+        raise InvalidInputError(
+            f"tool {ctx.tool_name!r} is journaled by saga-worker: run its agent with SagaRunner(...).run()"
+        )
+    try:
+        input = json.loads(ctx.tool_arguments or "{}")
+    except ValueError as exc:
+        raise InvalidInputError(f"tool {ctx.tool_name!r}: arguments are not JSON: {exc}") from exc
+    return run, input, position_of(ctx.tool_call_id, run.calls)
+
+
+def _bound_call(
+    fn: Callable[..., Any],
+    takes_context: bool,
+    ctx: ToolContext[Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> Callable[[], Any]:
+    """The user's function with its arguments bound (the context only if it asked for one)."""
+    if takes_context:
+        return functools.partial(fn, ctx, *args, **kwargs)
+    return functools.partial(fn, *args, **kwargs)
+
+
+def _refused(run: _SdkRun, exc: SagaError) -> SagaError:
+    run.refusal = run.refusal or exc  # the SDK would hand it to the model as text: the runner raises it
+    return exc
+
+
+def _ask_for_context(wrapper: Callable[..., Any], fn: Callable[..., Any]) -> None:
+    """Give ``wrapper`` a leading ``ctx: ToolContext`` parameter ahead of ``fn``'s own.
+
+    The SDK hands a ToolContext only to a function whose first parameter asks for one."""
+    signature = inspect.signature(fn)
+    ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=ToolContext)
+    wrapper.__signature__ = signature.replace(parameters=[ctx_param, *signature.parameters.values()])  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {"ctx": ToolContext, **getattr(fn, "__annotations__", {})}
+
+
 def saga_tool(fn: F) -> F:
     """Journal a function tool's calls. Put it under ``@function_tool`` (which then sees the same
     parameters); the tool must run under :class:`SagaRunner`, which knows the run id."""
     takes_context = _takes_context(fn)
-    is_async = inspect.iscoroutinefunction(fn)
 
-    def prepare(
-        ctx: ToolContext[Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[_SdkRun, Any, int]:
-        run = _RUN.get()
-        if run is None:
-            raise InvalidInputError(
-                f"tool {ctx.tool_name!r} is journaled by saga-worker: run its agent with SagaRunner(...).run()"
-            )
-        try:
-            input = json.loads(ctx.tool_arguments or "{}")
-        except ValueError as exc:
-            raise InvalidInputError(f"tool {ctx.tool_name!r}: arguments are not JSON: {exc}") from exc
-        return run, input, position_of(ctx.tool_call_id, run.calls)
-
-    def refused(run: _SdkRun, exc: SagaError) -> SagaError:
-        run.refusal = run.refusal or exc  # the SDK would hand it to the model as text: the runner raises it
-        return exc
-
-    if is_async:
+    if inspect.iscoroutinefunction(fn):
 
         @functools.wraps(fn)
         async def journaled_async(ctx: ToolContext[Any], *args: Any, **kwargs: Any) -> Any:
-            run, input, position = prepare(ctx, args, kwargs)
-            call = (
-                functools.partial(fn, ctx, *args, **kwargs)
-                if takes_context
-                else functools.partial(fn, *args, **kwargs)
-            )
+            run, input, position = _prepare_call(ctx)
+            call = _bound_call(fn, takes_context, ctx, args, kwargs)
             try:
                 outcome = await run.journal.acall(ctx.tool_name, input, position, call, to_jsonable_python)
             except SagaError as exc:
-                raise refused(run, exc) from None
+                raise _refused(run, exc) from None
             return outcome.live if outcome.executed else outcome.output
 
         wrapper: Callable[..., Any] = journaled_async
@@ -156,26 +176,18 @@ def saga_tool(fn: F) -> F:
 
         @functools.wraps(fn)
         def journaled(ctx: ToolContext[Any], *args: Any, **kwargs: Any) -> Any:
-            run, input, position = prepare(ctx, args, kwargs)
-            call = (
-                functools.partial(fn, ctx, *args, **kwargs)
-                if takes_context
-                else functools.partial(fn, *args, **kwargs)
-            )
+            run, input, position = _prepare_call(ctx)
+            call = _bound_call(fn, takes_context, ctx, args, kwargs)
             try:
                 outcome = run.journal.call(ctx.tool_name, input, position, call, to_jsonable_python)
             except SagaError as exc:
-                raise refused(run, exc) from None
+                raise _refused(run, exc) from None
             return outcome.live if outcome.executed else outcome.output
 
         wrapper = journaled
 
     if not takes_context:
-        # The SDK hands a ToolContext only to a function whose first parameter asks for one.
-        signature = inspect.signature(fn)
-        ctx_param = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=ToolContext)
-        wrapper.__signature__ = signature.replace(parameters=[ctx_param, *signature.parameters.values()])  # type: ignore[attr-defined]
-        wrapper.__annotations__ = {"ctx": ToolContext, **getattr(fn, "__annotations__", {})}
+        _ask_for_context(wrapper, fn)
     return cast(F, wrapper)
 
 
