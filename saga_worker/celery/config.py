@@ -52,43 +52,64 @@ def celery_config(settings: SagaSettings | None = None) -> dict[str, Any]:
         "task_track_started": False,
         "worker_send_task_events": False,
         "task_send_sent_event": False,
-        "beat_schedule": {
-            SWEEP_ENTRY: {
-                "task": SWEEP_TASK,
-                "schedule": s.sweep_interval,
-                # A sweep that waited longer than two intervals is stale: the next one supersedes it.
-                "options": {"expires": max(2 * s.sweep_interval, 1.0)},
-            },
-        },
+        "beat_schedule": _beat_schedule(s),
         "beat_max_loop_interval": min(1.0, s.sweep_interval),  # also how fast an embedded beat stops
     }
+    conf.update(_broker_options(broker, s))
+    conf.update(_result_backend_options(s.resolved_result_backend()))
+    conf.update(_beat_store(s))
+    return conf
+
+
+def _beat_schedule(s: SagaSettings) -> dict[str, Any]:
+    return {
+        SWEEP_ENTRY: {
+            "task": SWEEP_TASK,
+            "schedule": s.sweep_interval,
+            # A sweep that waited longer than two intervals is stale: the next one supersedes it.
+            "options": {"expires": max(2 * s.sweep_interval, 1.0)},
+        },
+    }
+
+
+def _broker_options(broker: str, s: SagaSettings) -> dict[str, Any]:
+    """The transport options the broker's kind needs (none for others)."""
     if is_redis(broker):
-        conf["broker_transport_options"] = {
-            "visibility_timeout": s.visibility_timeout,
-            "unacked_restore_interval": max(1, min(10, int(s.visibility_timeout / 10))),
-            "unacked_restore_throttle": 1,
+        return {
+            "broker_transport_options": {
+                "visibility_timeout": s.visibility_timeout,
+                "unacked_restore_interval": max(1, min(10, int(s.visibility_timeout / 10))),
+                "unacked_restore_throttle": 1,
+            }
         }
-    elif broker.startswith("sqla+"):
+    if broker.startswith("sqla+"):
         # Passed to create_engine: a busy timeout, since several processes share the SQLite file.
-        conf["broker_transport_options"] = {"connect_args": {"timeout": 30}}
-    if s.resolved_result_backend().startswith("db+"):
-        conf["database_engine_options"] = (
-            {"connect_args": {"timeout": 30}}
-            if "sqlite" in s.resolved_result_backend()
-            else {"pool_pre_ping": True}
-        )
-    if s.redis_url:
+        return {"broker_transport_options": {"connect_args": {"timeout": 30}}}
+    return {}
+
+
+def _result_backend_options(backend: str) -> dict[str, Any]:
+    """Engine options for a database result backend (none for others)."""
+    if not backend.startswith("db+"):
+        return {}
+    options = {"connect_args": {"timeout": 30}} if "sqlite" in backend else {"pool_pre_ping": True}
+    return {"database_engine_options": options}
+
+
+def _beat_store(s: SagaSettings) -> dict[str, Any]:
+    """Where beat keeps its schedule: RedBeat in Redis when there is one, else a file in ``home``."""
+    if not s.redis_url:
+        return {"beat_schedule_filename": str((s.home / "beat-schedule").resolve())}
+    return {
         # One scheduler however many beat processes run: RedBeat holds a lock in Redis.
-        conf["beat_scheduler"] = "saga_worker.celery.beat:ResilientRedBeatScheduler"
+        "beat_scheduler": "saga_worker.celery.beat:ResilientRedBeatScheduler",
         # The conf is what a worker shows Flower (and `celery inspect conf`), and Celery censors only
         # the settings it knows: the conf holds the URL redacted, the scheduler connects with the real
         # one, kept out of the conf (beat.remember_redis_url).
-        conf["redbeat_redis_url"] = redact_url(s.redis_url)
-        conf["redbeat_key_prefix"] = f"saga:redbeat:{s.queue}"
-        conf["redbeat_lock_timeout"] = max(30, int(5 * s.sweep_interval))
-    else:
-        conf["beat_schedule_filename"] = str((s.home / "beat-schedule").resolve())
-    return conf
+        "redbeat_redis_url": redact_url(s.redis_url),
+        "redbeat_key_prefix": f"saga:redbeat:{s.queue}",
+        "redbeat_lock_timeout": max(30, int(5 * s.sweep_interval)),
+    }
 
 
 def _prepare(s: SagaSettings) -> None:

@@ -194,10 +194,7 @@ def transaction(
             policy.begin(driver, write=write, autocommit=autocommit, durable=durable)
             tx = Tx(driver.cursor())
             result = work(tx)
-            if autocommit:
-                driver.autocommit = False
-            else:
-                driver.commit()
+            _commit(driver, autocommit)
             policy.after(driver, durable=durable)
             connections.give_back(raw)
             return result
@@ -206,20 +203,31 @@ def transaction(
             if gone:
                 connections.discard(raw, exc)
             else:
-                _rollback(driver, autocommit)
-                policy.after(driver, durable=durable)
-                connections.give_back(raw)
+                _abandon(connections, raw, driver, autocommit=autocommit, durable=durable)
             if gone and attempt == 1 and (tx is None or tx.statements_run == 0):
                 continue  # nothing reached the database: the same work on a fresh connection
             raise sa.exc.DBAPIError.instance(
                 None, None, exc, dbapi_error, connection_invalidated=gone
             ) from exc
         except BaseException:
-            _rollback(driver, autocommit)
-            policy.after(driver, durable=durable)
-            connections.give_back(raw)
+            _abandon(connections, raw, driver, autocommit=autocommit, durable=durable)
             raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _commit(driver: Any, autocommit: bool) -> None:
+    """End the transaction, leaving the connection out of autocommit as the pool expects it."""
+    if autocommit:
+        driver.autocommit = False  # each statement committed itself
+    else:
+        driver.commit()
+
+
+def _abandon(connections: Connections, raw: Any, driver: Any, *, autocommit: bool, durable: bool) -> None:
+    """Roll back a failed transaction on a live connection and give the connection back."""
+    _rollback(driver, autocommit)
+    connections.policy.after(driver, durable=durable)
+    connections.give_back(raw)
 
 
 def _rollback(driver: Any, autocommit: bool) -> None:
