@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 
 from saga_worker import CompensatedRunError, Journal, RunExistsError, UnknownRunError, open_journal
-from saga_worker.journal.records import NewRecord, RecordStatus, RunStatus, UnwindState
+from saga_worker.journal.records import (
+    AuditAction,
+    AuditVia,
+    NewAudit,
+    NewRecord,
+    RecordStatus,
+    RunStatus,
+    UnwindState,
+)
 
 
 def new(suffix: str = "call-1", step: int = 1, run_id: str = "r") -> NewRecord:
@@ -308,3 +316,23 @@ def test_an_outcome_written_after_the_tombstone_reopens_the_unwind_and_stops_an_
     journal.set_unwind_state(run_id, UnwindState.COMPLETE, epoch=seen + 1)
     done = journal.get_run(run_id)
     assert done is not None and done.unwind_state is UnwindState.COMPLETE
+
+
+def test_an_unwind_state_written_with_its_audit_row_keeps_the_row_once_and_even_when_the_state_is_not(
+    journal: Journal, run_id: str
+) -> None:
+    journal.start_run(run_id, "")
+    journal.condemn(run_id)
+    run = journal.get_run(run_id)
+    assert run is not None
+    row = NewAudit(run_id, AuditAction.UNWOUND, "ops", AuditVia.WORKER, "done", event_key=f"unwound:{run_id}")
+    journal.set_unwind_state(
+        run_id, UnwindState.COMPLETE, epoch=run.unwind_epoch + 1, audit=row
+    )  # stale epoch
+    after = journal.get_run(run_id)
+    assert after is not None and after.unwind_state is UnwindState.PENDING  # the state write was skipped
+    assert [a.action for a in journal.read_audit(run_id)] == [AuditAction.UNWOUND]  # the row was not
+    journal.set_unwind_state(run_id, UnwindState.COMPLETE, epoch=run.unwind_epoch, audit=row)  # redelivered
+    done = journal.get_run(run_id)
+    assert done is not None and done.unwind_state is UnwindState.COMPLETE
+    assert [(a.action, a.reason) for a in journal.read_audit(run_id)] == [(AuditAction.UNWOUND, "done")]

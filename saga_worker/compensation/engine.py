@@ -102,22 +102,22 @@ def finish_unwind(
     metrics.UNWINDS_FINISHED.labels(
         "complete" if report.complete else f"halted-{halt}" if halt else "incomplete"
     ).inc()
-    journal.append_audit(
-        NewAudit(
-            report.run_id,
-            AuditAction.UNWOUND,
-            actor or default_actor(),
-            via,
-            reason,
-            detail={"counts": report.counts(), "complete": report.complete, "unwind_id": unwind_id},
-            event_key=None if unwind_id is None else f"unwound:{unwind_id}",
-        )
+    # The "unwound" row goes in the same transaction as the state it explains (one commit, not two).
+    audit = NewAudit(
+        report.run_id,
+        AuditAction.UNWOUND,
+        actor or default_actor(),
+        via,
+        reason,
+        detail={"counts": report.counts(), "complete": report.complete, "unwind_id": unwind_id},
+        event_key=None if unwind_id is None else f"unwound:{unwind_id}",
     )
     if report.complete:
-        journal.set_unwind_state(report.run_id, UnwindState.COMPLETE, epoch=epoch)
+        journal.set_unwind_state(report.run_id, UnwindState.COMPLETE, epoch=epoch, audit=audit)
         return
     run = journal.get_run(report.run_id)
     if run is not None and run.unwind_state is UnwindState.ATTENTION:
+        journal.append_audit(audit)  # the state stays as a person left it; the trail still says so
         return
     pending = [
         e
@@ -131,12 +131,14 @@ def finish_unwind(
     )
     waiting = report.awaiting_approval
     if not waiting:
-        journal.set_unwind_state(report.run_id, UnwindState.INCOMPLETE, note=note, next_at=next_at)
+        journal.set_unwind_state(
+            report.run_id, UnwindState.INCOMPLETE, note=note, next_at=next_at, audit=audit
+        )
         return
     # Halted at a gate: the sweeper leaves the run alone until a person decides (the decision makes it
     # due). A decision that landed while this unwind ran would find the run not yet awaiting and wake
     # nothing, so look at the gate once more after saying so.
-    journal.set_unwind_state(report.run_id, UnwindState.AWAITING, note=note, next_at=None)
+    journal.set_unwind_state(report.run_id, UnwindState.AWAITING, note=note, next_at=None, audit=audit)
     keys = [(e.origin_run_id, e.suffix) for e in waiting]
     if journal.get_gates(keys):
         journal.set_unwind_state(report.run_id, UnwindState.PENDING, note=note, next_at=journal.now())

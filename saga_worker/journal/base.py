@@ -276,8 +276,13 @@ class Journal(abc.ABC):
         next_at: float | None = None,
         count_attempt: bool = False,
         epoch: int | None = None,
+        audit: NewAudit | None = None,
     ) -> None:
-        """With ``epoch``, only if the run's unwind epoch is still that (no outcome landed since)."""
+        """With ``epoch``, only if the run's unwind epoch is still that (no outcome landed since).
+
+        ``audit`` is appended in the same transaction (insert-if-absent on its ``event_key``, as
+        ``append_audit``), and also when the state write is skipped (an unknown run, a moved epoch):
+        the trail records the unwind either way, in one commit instead of two."""
 
     def hold_sweep(self, run_id: str, grace: float, note: str) -> None:
         """Mark the unwind pending and not due for ``grace`` seconds (journal clock), keeping a later

@@ -566,8 +566,11 @@ class MemoryJournal(Journal):
         next_at: float | None = None,
         count_attempt: bool = False,
         epoch: int | None = None,
+        audit: NewAudit | None = None,
     ) -> None:
         with self._lock:
+            if audit is not None:
+                self._append(audit)
             run = self._runs.get(run_id)
             if run is None or (epoch is not None and run.unwind_epoch != epoch):
                 return

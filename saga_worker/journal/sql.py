@@ -821,6 +821,7 @@ class SqlJournal(Journal):
         next_at: float | None = None,
         count_attempt: bool = False,
         epoch: int | None = None,
+        audit: NewAudit | None = None,
     ) -> None:
         params = {
             "run": run_id,
@@ -832,7 +833,16 @@ class SqlJournal(Journal):
             "now": time.time(),
         }
         stmt = self._q.unwind_state if epoch is None else self._q.unwind_state_at_epoch
-        self._write(lambda tx: tx.execute(stmt, params))
+        if audit is None:
+            self._write(lambda tx: tx.execute(stmt, params))
+            return
+        audit_params = self._audit_params(audit)
+
+        def write(tx: driver.Tx) -> None:
+            tx.one(self._q.audit_insert, audit_params)
+            tx.execute(stmt, params)
+
+        self._write(write, atomic=True)
 
     def hold_sweep(self, run_id: str, grace: float, note: str) -> None:
         params = {"run": run_id, "grace": float(grace), "note": storable_or_none(note), "now": time.time()}
