@@ -336,3 +336,31 @@ def test_an_unwind_state_written_with_its_audit_row_keeps_the_row_once_and_even_
     done = journal.get_run(run_id)
     assert done is not None and done.unwind_state is UnwindState.COMPLETE
     assert [(a.action, a.reason) for a in journal.read_audit(run_id)] == [(AuditAction.UNWOUND, "done")]
+
+
+def test_recording_an_unwind_with_a_hold_keeps_the_sweeper_off_the_run_unless_it_is_a_dry_run(
+    journal: Journal, run_id: str
+) -> None:
+    journal.start_run(run_id, "")
+    journal.condemn(run_id)  # due at once for the sweeper
+    later = journal.now() + 1
+    assert [r.run_id for r in journal.runs_to_sweep(later)] == [run_id]
+    plan = journal.record_unwind(
+        "u-plan", run_id, dry_run=True, suffixes=["s1"], hold_grace=600, hold_note="plan"
+    )
+    assert plan.dry_run and [r.run_id for r in journal.runs_to_sweep(later)] == [
+        run_id
+    ]  # a plan holds nothing
+    info = journal.record_unwind(
+        "u-1", run_id, dry_run=False, suffixes=["s1"], hold_grace=600, hold_note="mine"
+    )
+    assert info.run_id == run_id and journal.runs_to_sweep(later) == []
+    run = journal.get_run(run_id)
+    assert run is not None and run.unwind_state is UnwindState.PENDING and run.unwind_note == "mine"
+    other = f"{run_id}-other"
+    journal.condemn(other)
+    taken = journal.record_unwind(
+        "u-1", other, dry_run=False, suffixes=[], hold_grace=600, hold_note="not mine"
+    )
+    assert taken.run_id == run_id  # the id is another run's unwind: the coordinator refuses it, nothing held
+    assert [r.run_id for r in journal.runs_to_sweep(later)] == [other]

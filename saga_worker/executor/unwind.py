@@ -97,12 +97,14 @@ def start_unwind(
         reason=why,
         via=through.value,
         run_epoch=epoch,
+        # A fresh unwind owns its run for a while: condemn made it due at once for the sweeper. The
+        # journal holds the sweep in the same transaction, unless the stored unwind is a dry run or
+        # another run's.
+        hold_grace=SWEEP_GRACE_TTLS * claim_ttl,
+        hold_note=f"unwind {unwind_id} in progress",
     )
     if info.run_id != run_id:
         raise InvalidInputError(f"unwind {unwind_id!r} belongs to run {info.run_id!r}, not {run_id!r}")
-    if not info.dry_run:
-        # A fresh unwind owns its run for a while: condemn made it due at once for the sweeper.
-        journal.hold_sweep(run_id, SWEEP_GRACE_TTLS * claim_ttl, f"unwind {unwind_id} in progress")
     return _next(info, 0)
 
 

@@ -310,8 +310,13 @@ class Journal(abc.ABC):
         reason: str = "",
         via: str = "worker",
         run_epoch: int | None = None,
+        hold_grace: float | None = None,
+        hold_note: str = "",
     ) -> UnwindInfo:
-        """Insert the unwind if absent; return the stored one (a redelivered coordinator keeps the first)."""
+        """Insert the unwind if absent; return the stored one (a redelivered coordinator keeps the first).
+
+        With ``hold_grace``, and if the stored unwind is this run's and not a dry run, also
+        ``hold_sweep(run_id, hold_grace, hold_note)`` in the same transaction (one commit, not two)."""
 
     @abc.abstractmethod
     def get_unwind(self, unwind_id: str) -> UnwindInfo | None: ...

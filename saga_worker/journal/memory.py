@@ -606,6 +606,8 @@ class MemoryJournal(Journal):
         reason: str = "",
         via: str = "worker",
         run_epoch: int | None = None,
+        hold_grace: float | None = None,
+        hold_note: str = "",
     ) -> UnwindInfo:
         with self._lock:
             stored = self._unwinds.get(unwind_id)
@@ -622,6 +624,8 @@ class MemoryJournal(Journal):
                     run_epoch=run_epoch,
                 )
                 self._unwinds[unwind_id] = stored
+            if hold_grace is not None and stored.run_id == run_id and not stored.dry_run:
+                self.hold_sweep(run_id, hold_grace, hold_note)
             return stored
 
     def get_unwind(self, unwind_id: str) -> UnwindInfo | None:

@@ -883,6 +883,8 @@ class SqlJournal(Journal):
         reason: str = "",
         via: str = "worker",
         run_epoch: int | None = None,
+        hold_grace: float | None = None,
+        hold_note: str = "",
     ) -> UnwindInfo:
         q = self._q
         params = {
@@ -896,7 +898,24 @@ class SqlJournal(Journal):
             "through": via,
             "now": time.time(),
         }
-        row = self._write(lambda tx: tx.one(q.unwind_insert, params) or tx.one(q.unwind_get, params))
+        if hold_grace is None:
+            row = self._write(lambda tx: tx.one(q.unwind_insert, params) or tx.one(q.unwind_get, params))
+            assert row is not None
+            return self._unwind(row)
+        hold = {
+            "run": run_id,
+            "grace": float(hold_grace),
+            "note": storable_or_none(hold_note),
+            "now": time.time(),
+        }
+
+        def record_and_hold(tx: driver.Tx) -> driver.Row | None:
+            stored = tx.one(q.unwind_insert, params) or tx.one(q.unwind_get, params)
+            if stored is not None and stored["run_id"] == run_id and not stored["dry_run"]:
+                tx.execute(q.hold_sweep, hold)
+            return stored
+
+        row = self._write(record_and_hold, atomic=True)
         assert row is not None
         return self._unwind(row)
 
