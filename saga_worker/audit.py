@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import InvalidInputError
 from .journal.base import Journal
-from .journal.records import AuditAction, AuditRecord, AuditVia
+from .journal.records import AuditRecord, AuditVia
 from .keys import check_run_id
 from .settings import get_settings
 from .storable import check_storable_text
@@ -68,14 +68,6 @@ def audit_dict(row: AuditRecord) -> dict[str, Any]:
     data["action"] = row.action.value
     data["via"] = row.via.value
     return data
-
-
-def condemned_by(rows: list[AuditRecord]) -> tuple[str | None, str | None]:
-    """Who wrote the tombstone and why, from a trail (None, None if it does not say)."""
-    for row in rows:
-        if row.action is AuditAction.CONDEMNED:
-            return row.actor, row.reason or None
-    return None, None
 
 
 __all__ = ["audit_dict", "default_actor", "read_audit"]

@@ -98,6 +98,26 @@ def test_a_dry_run_writes_no_audit_row_and_a_second_tombstone_no_second_condemne
     ]
 
 
+def test_the_report_names_the_tombstones_author_whoever_unwinds_or_plans_later(
+    journal: Journal, run_id: str
+) -> None:
+    run_durable(
+        run_id, journal=journal, tools={"ship": TOOLS["ship"]}, planner=scripted(ToolCall("ship", {}))
+    )
+    first = compensate_run(run_id, journal=journal, tools=TOOLS, actor="ops", reason="")
+    assert (first.condemned_by, first.reason) == ("ops", None)
+    again = compensate_run(run_id, journal=journal, tools=TOOLS, actor="eve", reason="why not")
+    plan = compensate_run(run_id, journal=journal, tools=TOOLS, dry_run=True, actor="zed")
+    assert (again.condemned_by, again.reason) == (plan.condemned_by, plan.reason) == ("ops", None)
+    journal.condemn("quiet-" + run_id)  # a tombstone whose trail does not say who wrote it
+    quiet = compensate_run("quiet-" + run_id, journal=journal, actor="eve", reason="late")
+    assert (quiet.condemned, quiet.condemned_by, quiet.reason) == (True, None, None)
+    never = compensate_run("never-" + run_id, journal=journal, actor="eve", reason="unknown id")
+    assert (never.condemned_by, never.reason) == ("eve", "unknown id")
+    live = compensate_run("live-" + run_id, journal=journal, dry_run=True, actor="eve")
+    assert (live.condemned, live.condemned_by, live.reason) == (False, None, None)
+
+
 def test_without_an_actor_the_setting_or_the_os_user_is_named(
     journal: Journal, run_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from saga_worker import Journal
 from saga_worker.compensation.engine import UNWOUND
-from saga_worker.journal.records import ClaimStatus, NewRecord, RecordStatus
+from saga_worker.journal.records import AuditAction, AuditVia, ClaimStatus, NewAudit, NewRecord, RecordStatus
 
 
 def _record(journal: Journal, run_id: str, suffix: str, step: int, status: RecordStatus) -> None:
@@ -70,6 +70,23 @@ def test_read_worklist_of_a_fork_carries_the_claims_of_the_effects_it_shares(
 def test_read_worklist_of_an_unknown_run_is_empty(journal: Journal) -> None:
     view = journal.read_worklist("nobody-here", UNWOUND)
     assert view.run is None and view.records == [] and view.claims == {}
+    assert view.condemner == (None, None)
+
+
+def test_read_worklist_names_who_wrote_the_tombstone_as_the_trail_says(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "p")
+    assert journal.read_worklist(run_id, UNWOUND).condemner == (None, None)  # not condemned
+    journal.append_audit(NewAudit(run_id, AuditAction.APPROVED, "alice", AuditVia.CLI, "ok", target="c"))
+    journal.condemn(run_id, audit=NewAudit(run_id, AuditAction.CONDEMNED, "ops", AuditVia.CLI, "cancelled"))
+    journal.condemn(run_id, audit=NewAudit(run_id, AuditAction.CONDEMNED, "eve", AuditVia.CLI, "again"))
+    journal.append_audit(NewAudit(run_id, AuditAction.UNWOUND, "eve", AuditVia.CLI, "again"))
+    assert journal.read_worklist(run_id, UNWOUND).condemner == ("ops", "cancelled")  # the first, only
+    # A tombstone written without a row (an empty reason reads as None, as in the report), and one
+    # whose trail does not say.
+    journal.condemn("r-quiet", audit=NewAudit("r-quiet", AuditAction.CONDEMNED, "bot", AuditVia.LIBRARY))
+    assert journal.read_worklist("r-quiet", UNWOUND).condemner == ("bot", None)
+    journal.condemn("r-silent")
+    assert journal.read_worklist("r-silent", UNWOUND).condemner == (None, None)
 
 
 def test_read_step_is_the_unwind_the_steps_entry_record_and_claim(journal: Journal, run_id: str) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
 from .. import metrics
-from ..audit import check_actor, check_reason, check_via, condemned_by, default_actor
+from ..audit import check_actor, check_reason, check_via, default_actor
 from ..errors import MalformedRecordError, SagaError
 from ..journal.base import Journal
 from ..journal.records import (
@@ -26,6 +26,7 @@ from ..journal.records import (
     ToolRecord,
     UnwindState,
     WorklistView,
+    condemned_by,
 )
 from ..keys import check_dry_run, check_run_id
 from ..locks.base import StepLock
@@ -54,7 +55,7 @@ def begin_unwind(
     journal: Journal, run_id: str, *, dry_run: bool, audit: NewAudit | None = None
 ) -> WorklistView:
     """Write the tombstone (unless a dry run), then read the run, the steps to undo (in execution
-    order) and their claims, in one read.
+    order), their claims and who condemned the run, in one read.
 
     The tombstone comes first so that no new side effect can start once the worklist is read. A
     malformed run or record row fails here, before any hook runs, not after them. So does a
@@ -178,7 +179,7 @@ def compensate_run(
         lock=lock,
         claims=view.claims,
     )
-    report = build_report(journal, run_id, entries, dry_run=dry_run, run=view.run)
+    report = build_report(journal, run_id, entries, dry_run=dry_run, run=view.run, condemner=view.condemner)
     epoch = None if view.run is None else view.run.unwind_epoch
     finish_unwind(journal, report, actor=who, reason=why, via=through, epoch=epoch)
     return report
@@ -238,12 +239,19 @@ def build_report(
     *,
     dry_run: bool,
     run: RunInfo | None,
+    condemner: tuple[str | None, str | None] | None = None,
 ) -> CompensationReport:
     """The report of an unwind whose entries are known. A real unwind wrote the tombstone itself, and a
     tombstone is never lifted: its run is condemned. A dry run's ``run`` (as read before it) is
-    condemned if it already was."""
+    condemned if it already was. ``condemner`` is who condemned it as read with the worklist after the
+    tombstone (``WorklistView.condemner``); without it, the trail is read here."""
     condemned = not dry_run or (run is not None and run.condemned)
-    by, because = condemned_by(journal.read_audit(run_id)) if condemned else (None, None)
+    if not condemned:
+        by, because = None, None
+    elif condemner is not None:
+        by, because = condemner
+    else:
+        by, because = condemned_by(journal.read_audit(run_id))
     return CompensationReport(
         run_id=run_id,
         dry_run=dry_run,

@@ -32,6 +32,7 @@ from .records import (
     UnwindInfo,
     UnwindState,
     WorklistView,
+    condemned_by,
 )
 
 _GUARDS_LOCK = threading.Lock()
@@ -95,10 +96,13 @@ class Journal(abc.ABC):
         """In execution order (sequence number)."""
 
     def read_worklist(self, run_id: str, statuses: Sequence[RecordStatus]) -> WorklistView:
-        """The run, its records of ``statuses`` and their claims, read together (see ``WorklistView``)."""
+        """The run, its records of ``statuses``, their claims and who condemned the run, read together
+        (see ``WorklistView``)."""
         run = self.get_run(run_id)
         found = self.list_records(run_id, statuses)
-        return WorklistView(run, found, self.get_claims([(r.origin_run_id, r.suffix) for r in found]))
+        claims = self.get_claims([(r.origin_run_id, r.suffix) for r in found])
+        who = condemned_by(self.read_audit(run_id)) if run is not None and run.condemned else (None, None)
+        return WorklistView(run, found, claims, who)
 
     @abc.abstractmethod
     def claim_record(

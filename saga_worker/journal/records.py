@@ -240,6 +240,14 @@ class AuditRecord:
     detail: dict[str, Any]
 
 
+def condemned_by(rows: list[AuditRecord]) -> tuple[str | None, str | None]:
+    """Who wrote the tombstone and why, from a trail (None, None if it does not say)."""
+    for row in rows:
+        if row.action is AuditAction.CONDEMNED:
+            return row.actor, row.reason or None
+    return None, None
+
+
 @dataclass(frozen=True)
 class UnwindInfo:
     """One distributed unwind of a run (the Celery executor): its worklist, fixed when it began.
@@ -266,6 +274,10 @@ class WorklistView:
     run: RunInfo | None
     records: list[ToolRecord]
     claims: dict[tuple[str, str], CompensationClaim]
+    # Who wrote the tombstone and why, as the trail's first ``condemned`` row says (None, None if the
+    # run is not condemned or its trail does not say): the report's ``condemned_by`` and ``reason``.
+    # That row is written with the tombstone, so it cannot change once the tombstone is read.
+    condemner: tuple[str | None, str | None] = (None, None)
 
 
 @dataclass(frozen=True)

@@ -425,7 +425,7 @@ class SqlJournal(Journal):
         q = self._q
 
         def work(tx: driver.Tx) -> tuple[driver.Row | None, list[driver.Row], list[driver.Row]]:
-            run = tx.one(q.run_get, {"run": run_id})
+            run = tx.one(q.run_with_condemner, {"run": run_id})
             rows = tx.all(q.records_of_run, {"run": run_id})
             origins = sorted({r["origin_run_id"] for r in rows})
             return run, rows, [c for o in origins for c in tx.all(q.claims_of_origin, {"origin": o})]
@@ -434,9 +434,11 @@ class SqlJournal(Journal):
         found = self._records(rows, statuses)
         wanted = {(r.origin_run_id, r.suffix) for r in found}
         owned = [c for c in map(self._claim, claim_rows) if (c.origin_run_id, c.suffix) in wanted]
-        return WorklistView(
-            None if run is None else self._run(run), found, {(c.origin_run_id, c.suffix): c for c in owned}
-        )
+        claims = {(c.origin_run_id, c.suffix): c for c in owned}
+        if run is None:
+            return WorklistView(None, found, claims)
+        who = (run["condemner_actor"], run["condemner_reason"] or None)
+        return WorklistView(self._run(run), found, claims, who)
 
     def _tombstone_gate(self, tx: driver.Tx, run_id: str, gated: bool) -> int:
         """Lock the run's row and take the next sequence number, refusing a condemned run if ``gated``.

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from .dialects import policy_for
 from .driver import Prepared
-from .records import ClaimStatus, RecordStatus, RunStatus, SharedStatus, UnwindState
+from .records import AuditAction, ClaimStatus, RecordStatus, RunStatus, SharedStatus, UnwindState
 from .schema import audit, claims, decisions, gates, records, runs, shared, unwind_entries, unwinds
 
 b = sa.bindparam
@@ -458,6 +458,25 @@ class Statements:
             .returning(audit.c.id)
         )
         self.audit_of_run = p(sa.select(audit).where(audit.c.run_id == b("run")).order_by(audit.c.id))
+        # The run with who condemned it (the first ``condemned`` row's actor and reason), in the one
+        # statement an unwind reads its run with: an index seek on ix_saga_audit_run each, no round trip.
+        def of_first_condemned(column: sa.Column[str]) -> sa.ScalarSelect[str]:
+            return (
+                sa.select(column)
+                .where(audit.c.run_id == runs.c.run_id, audit.c.action == AuditAction.CONDEMNED.value)
+                .order_by(audit.c.id)
+                .limit(1)
+                .correlate(runs)
+                .scalar_subquery()
+            )
+
+        self.run_with_condemner = p(
+            sa.select(
+                runs,
+                of_first_condemned(audit.c.actor).label("condemner_actor"),
+                of_first_condemned(audit.c.reason).label("condemner_reason"),
+            ).where(RUN)
+        )
 
     def _build_shared(self) -> None:
         """Cross-run shared executions: one execution for identical calls within a window."""
