@@ -364,3 +364,27 @@ def test_recording_an_unwind_with_a_hold_keeps_the_sweeper_off_the_run_unless_it
     )
     assert taken.run_id == run_id  # the id is another run's unwind: the coordinator refuses it, nothing held
     assert [r.run_id for r in journal.runs_to_sweep(later)] == [other]
+
+
+@pytest.mark.parametrize("known", [True, False], ids=["known-run", "run-never-seen"])
+def test_racing_tombstones_with_audit_rows_leave_one_condemned_row_from_the_writer(
+    journal: Journal, run_id: str, known: bool
+) -> None:
+    if known:
+        journal.start_run(run_id, "")
+
+    def condemn(i: int) -> float:
+        return journal.condemn(
+            run_id, audit=NewAudit(run_id, AuditAction.CONDEMNED, f"actor-{i}", AuditVia.CLI, f"why {i}")
+        )
+
+    stamps = race(6, condemn)
+    run = journal.get_run(run_id)
+    assert run is not None and set(stamps) == {run.condemned_at}
+    rows = [r for r in journal.read_audit(run_id) if r.action is AuditAction.CONDEMNED]
+    assert len(rows) == 1 and rows[0].actor.startswith("actor-")
+    assert rows[0].reason == "why " + rows[0].actor.removeprefix("actor-")
+    assert journal.read_worklist(run_id, [RecordStatus.SUCCEEDED]).condemner == (
+        rows[0].actor,
+        rows[0].reason,
+    )

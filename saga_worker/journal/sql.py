@@ -367,24 +367,35 @@ class SqlJournal(Journal):
 
     def condemn(self, run_id: str, *, audit: NewAudit | None = None) -> float:
         q = self._q
+        params = {"run": run_id, "now": time.time()}
+        if audit is not None:
+            params.update(self._audit_params(audit))
+        # The audit row rides in the tombstone's own statement where the dialect allows (written by
+        # the statement that wrote the tombstone, from its RETURNING); else it follows in one transaction.
+        one_statement = audit is not None and q.condemn_stamp_audited is not None
+        stamp, insert = (
+            (q.condemn_stamp_audited, q.condemn_insert_audited)
+            if one_statement
+            else (q.condemn_stamp, q.condemn_insert)
+        )
 
         def work(tx: driver.Tx) -> float | None:
-            params = {"run": run_id, "now": time.time()}
             # Three tries: on PostgreSQL a run started concurrently is invisible to the UPDATE, then makes
             # the INSERT a no-op once it commits; the next UPDATE (a fresh snapshot) sees it and stamps it.
             # Each statement is atomic alone (the UPDATE waits out a claim's row lock, then re-checks),
             # so they need no transaction around them, unless an audit row must commit with the stamp.
             for _ in range(3):
-                for stmt in (q.condemn_stamp, q.condemn_insert, q.condemned_at):
+                for stmt in (stamp, insert, q.condemned_at):
+                    assert stmt is not None
                     row = tx.one(stmt, params)
                     if row is not None and row["condemned_at"] is not None:
-                        if audit is not None and stmt is not q.condemned_at:  # this call wrote it
-                            tx.one(q.audit_insert, self._audit_params(audit))
+                        if audit is not None and not one_statement and stmt is not q.condemned_at:
+                            tx.one(q.audit_insert, params)  # this call wrote it
                         return float(row["condemned_at"])
             return None
 
         # durable before any hook runs (Journal.condemn); atomic when the audit row commits with it
-        stamped = self._write(work, atomic=audit is not None, durable=True)
+        stamped = self._write(work, atomic=audit is not None and not one_statement, durable=True)
         if stamped is None:
             raise JournalError(
                 f"run {run_id!r}: could not write its tombstone (its row kept changing)", run_id=run_id
@@ -834,15 +845,21 @@ class SqlJournal(Journal):
             "epoch": epoch,
             "now": time.time(),
         }
-        stmt = self._q.unwind_state if epoch is None else self._q.unwind_state_at_epoch
+        q = self._q
+        stmt = q.unwind_state if epoch is None else q.unwind_state_at_epoch
         if audit is None:
             self._write(lambda tx: tx.execute(stmt, params))
             return
-        audit_params = self._audit_params(audit)
+        both = {**self._audit_params(audit), **params}
+        # One statement where the dialect allows (the row in the state's WITH clause), else one transaction.
+        one = q.unwind_state_audited if epoch is None else q.unwind_state_at_epoch_audited
+        if one is not None:
+            self._write(lambda tx: tx.execute(one, both))
+            return
 
         def write(tx: driver.Tx) -> None:
-            tx.one(self._q.audit_insert, audit_params)
-            tx.execute(stmt, params)
+            tx.one(q.audit_insert, both)
+            tx.execute(stmt, both)
 
         self._write(write, atomic=True)
 

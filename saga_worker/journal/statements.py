@@ -14,6 +14,8 @@ clocks cannot shorten a lease; on SQLite (one machine) they read ``now`` too.
 
 from __future__ import annotations
 
+from typing import Any
+
 import sqlalchemy as sa
 
 from .dialects import policy_for
@@ -32,6 +34,16 @@ UNSWEPT = frozenset({UnwindState.PENDING, UnwindState.INCOMPLETE})
 NOW = b("now", type_=sa.Double)
 MAX_ROWS = b("max_rows", type_=sa.Integer)
 RUN = runs.c.run_id == b("run")
+# An audit row's values but its run and time (see SqlJournal._audit_params).
+AUDIT_VALUES: dict[str, sa.BindParameter[Any]] = {
+    "action": b("what", type_=sa.String),
+    "actor": b("who", type_=sa.String),
+    "via": b("through", type_=sa.String),
+    "reason": b("why", type_=sa.String),
+    "target": b("which", type_=sa.String),
+    "detail": b("details", type_=sa.Text),
+    "event_key": b("event", type_=sa.String),
+}
 NEW_RUN = {
     "run_id": b("run"),
     "status": RunStatus.RUNNING.value,
@@ -64,6 +76,7 @@ class Statements:
         self._build_claims()
         self._build_compensation_gates()
         self._build_audit()
+        self._build_audited_writes()
         self._build_shared()
         self._build_unwinds()
         self._build_step_view()
@@ -93,34 +106,10 @@ class Statements:
 
     def _build_tombstone_and_its_gate(self) -> None:
         """The tombstone, and the tombstone gate every tool call passes (see SqlJournal._tombstone_gate)."""
-        insert = self.policy.insert
         clock = self.policy.clock()
         p = self._prepare
-        tombstone = {
-            "condemned_at": clock,
-            "updated_at": clock,
-            "unwind_state": UnwindState.PENDING.value,
-            "unwind_next_at": clock,
-        }
-        self.condemn_stamp = p(
-            sa.update(runs)
-            .where(RUN, runs.c.condemned_at.is_(None))
-            .values(**tombstone)
-            .returning(runs.c.condemned_at)
-        )
-        self.condemn_insert = p(
-            insert(runs)
-            .values(
-                run_id=b("run"),
-                status=RunStatus.UNKNOWN.value,
-                prompt="",
-                text="",
-                created_at=clock,
-                **tombstone,
-            )
-            .on_conflict_do_nothing(index_elements=["run_id"])
-            .returning(runs.c.condemned_at)
-        )
+        self.condemn_stamp = p(self._condemn_stamp().returning(runs.c.condemned_at))
+        self.condemn_insert = p(self._condemn_insert().returning(runs.c.condemned_at))
         self.condemned_at = p(sa.select(runs.c.condemned_at).where(RUN))
         # The tombstone gate: lock the run's row and take the next sequence number (SqlJournal._tombstone_gate).
         bump_seq = {"next_seq": runs.c.next_seq + 1}
@@ -146,24 +135,50 @@ class Statements:
             .values(unwind_state=UnwindState.PENDING.value, unwind_next_at=clock, updated_at=NOW)
         )
 
+    def _condemn_stamp(self) -> sa.Update:
+        """The tombstone on a known run, if it has none yet (RETURNING is the caller's)."""
+        return sa.update(runs).where(RUN, runs.c.condemned_at.is_(None)).values(**self._tombstone())
+
+    def _condemn_insert(self) -> Any:
+        """The tombstone as a new row, for a run never seen (insert-if-absent; RETURNING is the caller's)."""
+        new_run = {"run_id": b("run"), "status": RunStatus.UNKNOWN.value, "prompt": "", "text": ""}
+        return (
+            self.policy.insert(runs)
+            .values(**new_run, created_at=self.policy.clock(), **self._tombstone())
+            .on_conflict_do_nothing(index_elements=["run_id"])
+        )
+
+    def _tombstone(self) -> dict[str, Any]:
+        clock = self.policy.clock()
+        return {
+            "condemned_at": clock,
+            "updated_at": clock,
+            "unwind_state": UnwindState.PENDING.value,
+            "unwind_next_at": clock,
+        }
+
+    def _unwind_state(self, *, at_epoch: bool) -> sa.Update:
+        """The unwind state; ``at_epoch``: only if no outcome landed since the unwind read its worklist
+        (see reopen_unwind)."""
+        where = [RUN, runs.c.unwind_epoch == b("epoch", type_=sa.Integer)] if at_epoch else [RUN]
+        return (
+            sa.update(runs)
+            .where(*where)
+            .values(
+                unwind_state=b("state"),
+                unwind_note=b("note"),
+                unwind_next_at=b("next_at", type_=sa.Double),
+                updated_at=NOW,
+                unwind_attempts=runs.c.unwind_attempts + b("bump", type_=sa.Integer),
+            )
+        )
+
     def _build_sweeps(self) -> None:
         """The unwind state the sweeper reads, and the runs it re-drives."""
         clock = self.policy.clock()
         p = self._prepare
-        unwind_values = {
-            "unwind_state": b("state"),
-            "unwind_note": b("note"),
-            "unwind_next_at": b("next_at", type_=sa.Double),
-            "updated_at": NOW,
-            "unwind_attempts": runs.c.unwind_attempts + b("bump", type_=sa.Integer),
-        }
-        self.unwind_state = p(sa.update(runs).where(RUN).values(**unwind_values))
-        # Only if no outcome landed since the unwind read its worklist (see reopen_unwind).
-        self.unwind_state_at_epoch = p(
-            sa.update(runs)
-            .where(RUN, runs.c.unwind_epoch == b("epoch", type_=sa.Integer))
-            .values(**unwind_values)
-        )
+        self.unwind_state = p(self._unwind_state(at_epoch=False))
+        self.unwind_state_at_epoch = p(self._unwind_state(at_epoch=True))
         # An outcome written after the tombstone: the unwind that read this record before it may have
         # judged it from a guess (uncertain, or a probe that came too early). Look again, with a fresh
         # retry budget; and no unwind that began before this may now mark the run complete.
@@ -443,21 +458,12 @@ class Statements:
         p = self._prepare
         self.audit_insert = p(
             insert(audit)
-            .values(
-                run_id=b("run"),
-                at=clock,
-                action=b("what"),
-                actor=b("who"),
-                via=b("through"),
-                reason=b("why"),
-                target=b("which"),
-                detail=b("details"),
-                event_key=b("event"),
-            )
+            .values(run_id=b("run"), at=clock, **AUDIT_VALUES)
             .on_conflict_do_nothing(index_elements=["event_key"])
             .returning(audit.c.id)
         )
         self.audit_of_run = p(sa.select(audit).where(audit.c.run_id == b("run")).order_by(audit.c.id))
+
         # The run with who condemned it (the first ``condemned`` row's actor and reason), in the one
         # statement an unwind reads its run with: an index seek on ix_saga_audit_run each, no round trip.
         def of_first_condemned(column: sa.Column[str]) -> sa.ScalarSelect[str]:
@@ -476,6 +482,38 @@ class Statements:
                 of_first_condemned(audit.c.actor).label("condemner_actor"),
                 of_first_condemned(audit.c.reason).label("condemner_reason"),
             ).where(RUN)
+        )
+
+    def _build_audited_writes(self) -> None:
+        """A write and its audit row as one statement (``writes_with_audit_in_one_statement``: the row
+        rides in the write's WITH clause); None where the dialect has no such statement, and the two
+        are written in one transaction instead."""
+        self.condemn_stamp_audited: Prepared | None = None
+        self.condemn_insert_audited: Prepared | None = None
+        self.unwind_state_audited: Prepared | None = None
+        self.unwind_state_at_epoch_audited: Prepared | None = None
+        if not self.policy.writes_with_audit_in_one_statement:
+            return
+        p = self._prepare
+        # The tombstone's row only from the statement that wrote the tombstone: inserted from its RETURNING.
+        for name, tombstone in (("stamp", self._condemn_stamp()), ("insert", self._condemn_insert())):
+            written = tombstone.returning(runs.c.run_id, runs.c.condemned_at).cte(f"tombstone_{name}")
+            logged = self._audit_from(sa.select(written.c.run_id)).cte("logged")
+            setattr(self, f"condemn_{name}_audited", p(sa.select(written.c.condemned_at).add_cte(logged)))
+        # The unwind's row is written whether or not the state is (an unknown run, a moved epoch).
+        for name, at_epoch in (("unwind_state_audited", False), ("unwind_state_at_epoch_audited", True)):
+            logged = self._audit_from(sa.select(b("run", type_=sa.String))).cte("logged")
+            setattr(self, name, p(self._unwind_state(at_epoch=at_epoch).add_cte(logged)))
+
+    def _audit_from(self, run_ids: sa.Select[Any]) -> Any:
+        """An audit row per run id ``run_ids`` yields (insert-if-absent on its event key)."""
+        values = [self.policy.clock(), *(v.self_group() for v in AUDIT_VALUES.values())]
+        source = run_ids.add_columns(*values)
+        columns = ["run_id", "at", *AUDIT_VALUES]
+        return (
+            self.policy.insert(audit)
+            .from_select(columns, source)
+            .on_conflict_do_nothing(index_elements=["event_key"])
         )
 
     def _build_shared(self) -> None:
