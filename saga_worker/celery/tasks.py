@@ -31,6 +31,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from .. import executor, faults, metrics
 from ..redact import redact_exception, redact_logging
 from ..settings import get_settings
+from .transport import reuse_redis_clients
 
 COMPENSATE_RUN = "saga.compensate_run"
 COMPENSATE_STEP = "saga.compensate_step"
@@ -68,7 +69,13 @@ def _child_exited(pid: int | None = None, **_: Any) -> None:
     metrics.process_exited(pid if pid is not None else os.getpid())
 
 
+def _reuse_broker_clients(**_: Any) -> None:
+    # Before the consumer connects: kombu's Redis channel would build a client per command.
+    reuse_redis_clients()
+
+
 worker_init.connect(_serve_metrics)
+worker_init.connect(_reuse_broker_clients)
 worker_process_shutdown.connect(_child_exited)
 
 
