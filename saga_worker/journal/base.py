@@ -27,6 +27,7 @@ from .records import (
     RunStatus,
     SharedAction,
     SharedStatus,
+    StepFinish,
     StepView,
     ToolRecord,
     UnwindInfo,
@@ -332,6 +333,29 @@ class Journal(abc.ABC):
     @abc.abstractmethod
     def record_unwind_entry(self, unwind_id: str, position: int, entry: dict[str, Any]) -> dict[str, Any]:
         """Insert the entry of step ``position`` (0-based) if absent; return the stored one (first wins)."""
+
+    @abc.abstractmethod
+    def finish_step(
+        self,
+        origin_run_id: str,
+        suffix: str,
+        owner: str,
+        status: ClaimStatus,
+        error: str | None = None,
+        *,
+        unwind_id: str,
+        position: int,
+        won: dict[str, Any],
+        lost: dict[str, Any],
+    ) -> StepFinish:
+        """``finish_claim`` and ``record_unwind_entry`` in one transaction, for a step of a distributed
+        unwind: the outcome written only while still the owner, then the entry of step ``position``
+        inserted if absent: ``won`` if the outcome was written, else ``lost``. Returns whether the
+        outcome was written and the stored entry (first wins, as ``record_unwind_entry``).
+
+        Why together: the entry depends on whether the outcome's compare-and-set won, and written
+        apart a crash between them leaves an outcome whose entry a redelivery must rebuild; together
+        they also cost one commit instead of two."""
 
     @abc.abstractmethod
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:

@@ -27,6 +27,7 @@ from .records import (
     RunStatus,
     SharedAction,
     SharedStatus,
+    StepFinish,
     ToolRecord,
     UnwindInfo,
     UnwindState,
@@ -643,6 +644,26 @@ class MemoryJournal(Journal):
             if position not in entries:
                 entries[position] = _copy(entry)
             return _copy(entries[position])  # type: ignore[no-any-return]
+
+    def finish_step(
+        self,
+        origin_run_id: str,
+        suffix: str,
+        owner: str,
+        status: ClaimStatus,
+        error: str | None = None,
+        *,
+        unwind_id: str,
+        position: int,
+        won: dict[str, Any],
+        lost: dict[str, Any],
+    ) -> StepFinish:
+        won, lost = _copy(won), _copy(lost)  # an entry that cannot be stored fails before any write
+        with self._lock:  # reentrant: the two writes are one step for every other thread
+            written = self.finish_claim(origin_run_id, suffix, owner, status, error)
+            entries = self._unwind_entries.setdefault(unwind_id, {})
+            entries.setdefault(position, won if written else lost)
+            return StepFinish(written, _copy(entries[position]))
 
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
         with self._lock:

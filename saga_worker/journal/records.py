@@ -130,6 +130,16 @@ class ClaimAttempt:
 
 
 @dataclass(frozen=True)
+class StepFinish:
+    """What ``Journal.finish_step`` did: whether the claim's outcome was ``written`` (this caller still
+    owned the claim), and the unwind ``entry`` stored for the step, which is an earlier delivery's
+    when one was there first."""
+
+    written: bool
+    entry: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class NewRecord:
     """What a tool call writes at its first claim."""
 

@@ -43,6 +43,7 @@ from .records import (
     RunStatus,
     SharedAction,
     SharedStatus,
+    StepFinish,
     StepView,
     ToolRecord,
     UnwindInfo,
@@ -952,6 +953,53 @@ class SqlJournal(Journal):
         row = self._write(lambda tx: tx.one(q.entry_insert, params) or tx.one(q.entry_get, params))
         assert row is not None
         return _load(row["entry"], unwind_id, f"unwind entry {position}")  # type: ignore[no-any-return]
+
+    def finish_step(
+        self,
+        origin_run_id: str,
+        suffix: str,
+        owner: str,
+        status: ClaimStatus,
+        error: str | None = None,
+        *,
+        unwind_id: str,
+        position: int,
+        won: dict[str, Any],
+        lost: dict[str, Any],
+    ) -> StepFinish:
+        q = self._q
+        params = {
+            "origin": origin_run_id,
+            "step_suffix": suffix,
+            "holder": owner,
+            "new_status": status.value,
+            "new_error": storable_or_none(error),
+            "unwind": unwind_id,
+            "at": position,
+            "won_entry": _dump(won),
+            "lost_entry": _dump(lost),
+            "now": time.time(),
+        }
+        one_statement = q.step_finish
+
+        def work(tx: driver.Tx) -> tuple[bool, str]:
+            if one_statement is not None:  # one round trip, committed alone (autocommit)
+                row = tx.one(one_statement, params)
+                assert row is not None
+                written, entry = bool(row["written"]), row["entry"]
+            else:
+                written = tx.one(q.claim_finish, params) is not None
+                new = {**params, "new_entry": params["won_entry" if written else "lost_entry"]}
+                stored = tx.one(q.entry_insert, new)
+                entry = None if stored is None else stored["entry"]
+            if entry is None:  # an entry was there first: it stands
+                stored = tx.one(q.entry_get, params)
+                assert stored is not None
+                entry = stored["entry"]
+            return written, entry
+
+        written, text = self._write(work, atomic=one_statement is None)
+        return StepFinish(written, _load(text, unwind_id, f"unwind entry {position}"))
 
     def read_step(self, unwind_id: str, run_id: str, suffix: str) -> StepView:
         q = self._q

@@ -80,6 +80,7 @@ class Statements:
         self._build_shared()
         self._build_unwinds()
         self._build_step_view()
+        self._build_step_finish()
 
     def _prepare(self, statement: sa.ClauseElement) -> Prepared:
         return Prepared(statement, self.dialect)
@@ -640,6 +641,46 @@ class Statements:
                 )
             )
             .where(unwinds.c.unwind_id == b("unwind"))
+        )
+
+    def _build_step_finish(self) -> None:
+        """A step's outcome and its unwind entry in one statement, where the dialect allows it.
+
+        The claim's compare-and-set and the entry's insert-if-absent, the entry chosen by whether the
+        update matched (``won_entry`` or ``lost_entry``), committed together in one round trip; the
+        row says whether the outcome was ``written`` and gives the ``entry`` inserted, NULL when an
+        entry was there first (read it then: a sibling sub-statement's snapshot may not show it)."""
+        self.step_finish: Prepared | None = None
+        if not self.policy.writes_with_audit_in_one_statement:  # any second write in a WITH, in truth
+            return
+        insert = self.policy.insert
+        mine = (
+            claims.c.origin_run_id == b("origin"),
+            claims.c.suffix == b("step_suffix"),
+            claims.c.owner == b("holder"),
+            claims.c.status == ClaimStatus.CLAIMED.value,
+        )
+        finished = (
+            sa.update(claims)
+            .where(*mine)
+            .values(status=b("new_status"), error=b("new_error"), finished_at=self.policy.clock())
+            .returning(claims.c.owner)
+            .cte("finished")
+        )
+        written = sa.exists(sa.select(finished.c.owner))
+        chosen = sa.case((written, b("won_entry", type_=sa.Text)), else_=b("lost_entry", type_=sa.Text))
+        inserted = (
+            insert(unwind_entries)
+            .from_select(
+                ["unwind_id", "position", "entry", "created_at"],
+                sa.select(b("unwind", type_=sa.String), b("at", type_=sa.Integer), chosen, NOW),
+            )
+            .on_conflict_do_nothing(index_elements=["unwind_id", "position"])
+            .returning(unwind_entries.c.entry)
+            .cte("inserted")
+        )
+        self.step_finish = self._prepare(
+            sa.select(written.label("written"), sa.select(inserted.c.entry).scalar_subquery().label("entry"))
         )
 
 
