@@ -36,6 +36,7 @@ S = CompensationStatus
 _HOST = socket.gethostname()[:40]
 _OWNER_NONCE = uuid.uuid4().hex[:6]  # with the pid, tells this process from an earlier one of the same pid
 _owner_counter = itertools.count(1)
+LEASE_LOST = "lease expired before the outcome was written; another unwinder owns the step"
 
 
 def new_owner(tag: str = "") -> str:
@@ -102,15 +103,28 @@ class Twins:
     that step's message: it owns the step's fast-path lock (so a redelivered task re-takes its dead
     attempt's lock) and prefixes each delivery's own journal owner (so a delivery can tell its
     twin's claim from a stranger's). The journal claim itself is per delivery: two live copies can
-    never both hold it."""
+    never both hold it.
+
+    ``entry_at`` is where the step's unwind entry goes, ``(unwind_id, position)``: an attempt that
+    writes the claim's outcome writes the entry with it (``Journal.finish_step``, one commit) and
+    keeps the stored one in ``StepAttempt.stored``."""
 
     token: str
     sleep: Callable[[float], None] = time.sleep
+    entry_at: tuple[str, int] | None = None
 
     @classmethod
-    def of(cls, unwind_id: str, suffix: str, sleep: Callable[[float], None] = time.sleep) -> Twins:
+    def of(
+        cls,
+        unwind_id: str,
+        suffix: str,
+        sleep: Callable[[float], None] = time.sleep,
+        *,
+        position: int | None = None,
+    ) -> Twins:
         digest = hashlib.sha256(f"{unwind_id}\n{suffix}".encode()).hexdigest()[:16]
-        return cls(f"unwind:{unwind_id[:60]}:{digest}", sleep)
+        entry_at = None if position is None else (unwind_id, position)
+        return cls(f"unwind:{unwind_id[:60]}:{digest}", sleep, entry_at)
 
     def owns(self, claim_owner: str) -> bool:
         return claim_owner == self.token or claim_owner.startswith(self.token + ":")
@@ -188,6 +202,10 @@ class StepAttempt:
         self.lock_owner = ""
         self.key = compensate_key(record.origin_run_id, record.suffix)
         self.attempts = 0  # of the step's claim, as this attempt found it
+        self.gated = False  # a person must approve this compensation (every entry says so, once known)
+        # The unwind entry stored with the claim's outcome (``Twins.entry_at``), an earlier delivery's
+        # if one was there first; None when this attempt wrote no outcome, or has nowhere to store one.
+        self.stored: dict[str, Any] | None = None
 
     def verdict(self) -> CompensationEntry | None:
         """The step's entry; None when a live twin delivery holds the step (it carries the chain on,
@@ -209,7 +227,8 @@ class StepAttempt:
     def _entry(
         self, status: CompensationStatus, error: str | None = None, *, needs_approval: bool = False
     ) -> CompensationEntry:
-        return entry_for(self.record, status, error, self.attempts, needs_approval=needs_approval)
+        gated = needs_approval or self.gated
+        return entry_for(self.record, status, error, self.attempts, needs_approval=gated)
 
     def _as_twins_see_it(self, entry: CompensationEntry, twins: Twins) -> CompensationEntry | None:
         if entry.status is S.BUSY:
@@ -239,7 +258,7 @@ class StepAttempt:
         if tool is None or tool.compensate is None:
             return self._entry(S.SKIPPED_NO_HOOK)
         # 3b. A person must approve this compensation (a dry run shows the gate).
-        gated = tool.compensation_needs_approval(self.record.input, happened.output)
+        self.gated = gated = tool.compensation_needs_approval(self.record.input, happened.output)
         if gated:
             decided = self._gate_verdict()
             if decided is not None:
@@ -367,13 +386,37 @@ class StepAttempt:
             except Exception as exc:
                 metrics.HOOK_SECONDS.labels(record.tool_name, "raised").observe(time.perf_counter() - started)
                 error = exception_text(exc)  # storable: the claim must be released, whatever the text
-                u.journal.finish_claim(*self._where, self.owner, ClaimStatus.FAILED, error)
-                return self._entry(S.FAILED, error)
-        if not u.journal.finish_claim(*self._where, self.owner, ClaimStatus.COMPENSATED):
+                failed = self._entry(S.FAILED, error)
+                self._finish(ClaimStatus.FAILED, failed, error)  # failed whether or not it is written
+                return failed
+        done = self._entry(S.COMPENSATED)
+        if not self._finish(ClaimStatus.COMPENSATED, done, late=LEASE_LOST):
             # Our lease lapsed and another unwinder took the step: its outcome stands, ours is not written.
             faults.point("after_outcome", key)
-            return self._entry(
-                S.COMPENSATED, "lease expired before the outcome was written; another unwinder owns the step"
-            )
+            return done.model_copy(update={"error": LEASE_LOST})
         faults.point("after_outcome", key)
-        return self._entry(S.COMPENSATED)
+        return done
+
+    def _finish(
+        self, status: ClaimStatus, entry: CompensationEntry, error: str | None = None, *, late: str = ""
+    ) -> bool:
+        """Write the claim's outcome while still its owner; whether it was written.
+
+        For a step of a distributed unwind, its unwind entry too, in the same commit: ``entry`` if the
+        outcome was written, else ``entry`` with ``late`` as its error (when given)."""
+        journal, at = self.u.journal, None if self.twins is None else self.twins.entry_at
+        if at is None:
+            return journal.finish_claim(*self._where, self.owner, status, error)
+        won = entry.model_dump(mode="json")
+        finish = journal.finish_step(
+            *self._where,
+            self.owner,
+            status,
+            error,
+            unwind_id=at[0],
+            position=at[1],
+            won=won,
+            lost={**won, "error": late} if late else won,
+        )
+        self.stored = finish.entry
+        return finish.written

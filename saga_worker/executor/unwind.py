@@ -1,8 +1,9 @@
 """One unwind as a chain of continuations (DESIGN.md §4), on top of the engine's rules (§3).
 
 The coordinator writes the tombstone and records the worklist; each step task applies
-``compensate_step`` to one step and stores its entry keyed ``(unwind_id, position)``; the finalize
-task assembles the report from those entries. Every write is insert-if-absent, so a duplicated or
+``compensate_step`` to one step and stores its entry keyed ``(unwind_id, position)`` (with the
+claim's outcome, in one commit, when it wrote one); the finalize task assembles the report from
+those entries. Every write is insert-if-absent, so a duplicated or
 redelivered message finds its work done and only passes the continuation on.
 """
 
@@ -154,10 +155,11 @@ def run_step(
     stored = view.entry
     if stored is None:
         _check_in_order(info, view, suffix, position)
-        entry = _compensate(journal, tools, info, view, suffix, claim_ttl=claim_ttl, lock=lock, sleep=sleep)
-        if entry is None:
+        stored = _compensate(
+            journal, tools, info, view, position, claim_ttl=claim_ttl, lock=lock, sleep=sleep
+        )
+        if stored is None:
             return None
-        stored = journal.record_unwind_entry(unwind_id, position, entry.model_dump(mode="json"))
     if stored_entry(info, position, stored).status in HALTING:
         return Finalize(run_id, unwind_id)
     return _next(info, position + 1)
@@ -214,25 +216,36 @@ def _compensate(
     tools: Mapping[str, Tool],
     info: UnwindInfo,
     view: StepView,
-    suffix: str,
+    position: int,
     *,
     claim_ttl: float,
     lock: StepLock | None,
     sleep: Callable[[float], None],
-) -> CompensationEntry | None:
-    record = view.record
+) -> dict[str, Any] | None:
+    """The step's verdict, stored: the entry the journal holds for it once this returns (an earlier
+    delivery's, if one was there first). None when a live twin delivery holds the step.
+
+    An attempt that writes the claim's outcome stores the entry in the same commit (``Twins.entry_at``);
+    every other verdict (nothing to undo, busy, uncertain, ...) is stored here."""
+    record, suffix = view.record, info.suffixes[position]
     if record is None:
-        return missing_record_entry(
+        entry: CompensationEntry | None = missing_record_entry(
             info.run_id,
             suffix,
             CompensationStatus.UNCERTAIN,
             "the step's tool record is missing from the journal",
         )
-    unwinding = Unwinding(journal, info.run_id, tools, claim_ttl, info.dry_run, lock)
-    claims = {} if view.claim is None else {(record.origin_run_id, record.suffix): view.claim}
-    return StepAttempt(
-        unwinding, record, claims=claims, twins=Twins.of(info.unwind_id, suffix, sleep)
-    ).verdict()
+    else:
+        unwinding = Unwinding(journal, info.run_id, tools, claim_ttl, info.dry_run, lock)
+        claims = {} if view.claim is None else {(record.origin_run_id, record.suffix): view.claim}
+        twins = Twins.of(info.unwind_id, suffix, sleep, position=position)
+        attempt = StepAttempt(unwinding, record, claims=claims, twins=twins)
+        entry = attempt.verdict()
+        if attempt.stored is not None:
+            return attempt.stored
+    if entry is None:
+        return None
+    return journal.record_unwind_entry(info.unwind_id, position, entry.model_dump(mode="json"))
 
 
 def finalize_unwind(journal: Journal, run_id: str, unwind_id: str) -> CompensationReport:

@@ -16,7 +16,9 @@ from saga_worker import (
     MemoryJournal,
     Tool,
     ToolCall,
+    approve_compensation,
     compensate_run,
+    faults,
     run_durable,
 )
 from saga_worker import executor as ex
@@ -255,6 +257,49 @@ def test_step_whose_attempt_died_after_writing_its_outcome_reports_compensated_n
     ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL)
     assert journal.list_unwind_entries("u")[0]["status"] == "compensated"
     assert provider.calls == []
+
+
+class Killed(BaseException):
+    """The worker process dying at a fault point (not an Exception: nothing may catch it)."""
+
+
+def test_a_step_killed_right_after_its_outcome_has_its_entry_stored_with_it_and_is_passed_on_once(
+    run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal, provider = MemoryJournal(), Provider()
+    order(journal, provider, run_id)
+    ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
+
+    def point(name: str, key: str = "") -> None:
+        if name == "after_outcome":
+            raise Killed(name)
+
+    with monkeypatch.context() as armed:
+        armed.setattr(faults, "point", point)
+        with pytest.raises(Killed):
+            ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL)
+    stored = journal.list_unwind_entries("u")
+    assert list(stored) == [0] and (stored[0]["status"], stored[0]["error"]) == ("compensated", None)
+
+    redelivered = ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL)
+    assert redelivered == Step(run_id, "u", "call-2", False, 1, 3)
+    assert provider.calls == [compensate_key(run_id, "call-3")]
+    assert journal.list_unwind_entries("u") == stored
+
+
+def test_an_approved_gated_step_undone_by_the_chain_reports_what_the_library_reports(run_id: str) -> None:
+    journal, provider = MemoryJournal(), Provider()
+    tools = provider.tools()
+    tools["notify"] = Tool(
+        tools["notify"].execute, tools["notify"].compensate, compensate_needs_approval=True
+    )
+    for run in (run_id, run_id + "-twin"):
+        order(journal, provider, run)
+        approve_compensation(journal, run, "call-3", actor="carol")
+    library = compensate_run(run_id + "-twin", journal=journal, tools=tools)
+    chained = drive(journal, tools, run_id, "unwind-1")
+    assert chained.model_dump(mode="json") == same_but_run(library, run_id + "-twin", run_id)
+    assert [(e.status.value, e.needs_approval) for e in chained.entries][0] == ("compensated", True)
 
 
 def test_coordinator_gives_a_fresh_unwind_a_grace_before_the_sweeper_may_redrive_it(run_id: str) -> None:
