@@ -33,7 +33,7 @@ T = TypeVar("T")
 class Prepared:
     """One statement, compiled for one dialect; ``bind(params)`` gives the driver's parameters."""
 
-    __slots__ = ("sql", "_names", "_positional", "_defaults")
+    __slots__ = ("sql", "_names", "_positional", "_defaults", "_columns")
 
     def __init__(self, statement: sa.ClauseElement, dialect: sa.Dialect) -> None:
         compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
@@ -47,6 +47,17 @@ class Prepared:
         self._positional = bool(compiled.positional)
         names = compiled.positiontup if compiled.positional else sorted(set(compiled.bind_names.values()))
         self._names: tuple[str, ...] = tuple(names or ())
+        self._columns: tuple[str, ...] | None = None
+
+    def columns(self, cursor: Any) -> tuple[str, ...]:
+        """The names of the columns the statement returns, read from the driver once.
+
+        Why once: a statement's columns are fixed by its text, and psycopg builds a ``Column`` object
+        per column each time ``cursor.description`` is read (a step's wide read has dozens)."""
+        columns = self._columns
+        if columns is None:
+            columns = self._columns = tuple(d[0] for d in cursor.description)
+        return columns
 
     def bind(self, params: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
         """The driver's parameters: positional (SQLite) or by name (psycopg), just the ones used."""
@@ -79,7 +90,7 @@ class Tx:
         row = cursor.fetchone()
         if row is None:
             return None
-        names = [d[0] for d in cursor.description]
+        names = stmt.columns(cursor)
         cursor.fetchall()  # drain, so the driver can reuse the cursor
         return dict(zip(names, row, strict=True))
 
@@ -88,7 +99,7 @@ class Tx:
         rows = cursor.fetchall()
         if not rows:
             return []
-        names = [d[0] for d in cursor.description]
+        names = stmt.columns(cursor)
         return [dict(zip(names, row, strict=True)) for row in rows]
 
 
