@@ -36,9 +36,9 @@ class DialectPolicy(abc.ABC):
     # The planner cannot tell an id prefix most runs share from a rare one: SqlJournal asks the index.
     counts_common_prefixes: ClassVar[bool]
     # A statement may carry a second write in its WITH clause (PostgreSQL's data-modifying CTEs): a
-    # write and its audit row are then one statement, atomic alone, in one round trip with no
-    # BEGIN/COMMIT. Otherwise they are two statements in one transaction.
-    writes_with_audit_in_one_statement: ClassVar[bool]
+    # write and its audit row, or a step's outcome and its unwind entry, are then one statement,
+    # atomic alone, in one round trip with no BEGIN/COMMIT. Otherwise two statements, one transaction.
+    writes_in_with_clause: ClassVar[bool]
 
     @abc.abstractmethod
     def insert(self, table: sa.Table) -> Any:
@@ -100,7 +100,7 @@ class PostgresPolicy(DialectPolicy):
     migrates_on_open = False  # production runs `saga-worker db upgrade` once, before the workers
     clock_is_the_servers = True
     counts_common_prefixes = False  # its statistics tell the planner
-    writes_with_audit_in_one_statement = True  # a transaction would cost BEGIN and COMMIT round trips
+    writes_in_with_clause = True  # a transaction would cost BEGIN and COMMIT round trips
 
     def insert(self, table: sa.Table) -> Any:
         return postgresql.insert(table)
@@ -164,7 +164,7 @@ class SqlitePolicy(DialectPolicy):
     migrates_on_open = True  # the embedded default needs no `saga-worker db upgrade`
     clock_is_the_servers = False  # one machine: its clock, bound as ``now``
     counts_common_prefixes = True
-    writes_with_audit_in_one_statement = False  # no INSERT in a WITH; a transaction is no round trip here
+    writes_in_with_clause = False  # no INSERT in a WITH; a transaction is no round trip here
 
     def insert(self, table: sa.Table) -> Any:
         return sqlite.insert(table)

@@ -486,14 +486,14 @@ class Statements:
         )
 
     def _build_audited_writes(self) -> None:
-        """A write and its audit row as one statement (``writes_with_audit_in_one_statement``: the row
-        rides in the write's WITH clause); None where the dialect has no such statement, and the two
+        """A write and its audit row as one statement (``writes_in_with_clause``: the row rides
+        in the write's WITH clause); None where the dialect has no such statement, and the two
         are written in one transaction instead."""
         self.condemn_stamp_audited: Prepared | None = None
         self.condemn_insert_audited: Prepared | None = None
         self.unwind_state_audited: Prepared | None = None
         self.unwind_state_at_epoch_audited: Prepared | None = None
-        if not self.policy.writes_with_audit_in_one_statement:
+        if not self.policy.writes_in_with_clause:
             return
         p = self._prepare
         # The tombstone's row only from the statement that wrote the tombstone: inserted from its RETURNING.
@@ -651,7 +651,7 @@ class Statements:
         row says whether the outcome was ``written`` and gives the ``entry`` inserted, NULL when an
         entry was there first (read it then: a sibling sub-statement's snapshot may not show it)."""
         self.step_finish: Prepared | None = None
-        if not self.policy.writes_with_audit_in_one_statement:  # any second write in a WITH, in truth
+        if not self.policy.writes_in_with_clause:
             return
         insert = self.policy.insert
         mine = (
