@@ -11,6 +11,7 @@ from saga_worker import (
     AuditAction,
     AuditVia,
     CallOptions,
+    InvalidInputError,
     Journal,
     Tool,
     ToolCall,
@@ -25,6 +26,7 @@ from saga_worker import (
 )
 from saga_worker.audit import audit_dict, default_actor
 from saga_worker.executor import sweep
+from saga_worker.journal.records import NewAudit, UnwindState
 from saga_worker.settings import SagaSettings
 
 
@@ -152,3 +154,24 @@ def test_the_sweeper_leaves_a_run_at_a_gate_alone_and_resumes_it_once_approved(
     assert sweep(journal, enqueue=redrive, settings=settings, now=journal.now() + 1).redriven == [run_id]
     last = read_audit(journal, run_id)[-1]
     assert last.via is AuditVia.SWEEPER and last.detail["complete"] is True
+
+
+def test_a_condemned_row_cannot_be_forged_before_the_tombstone_and_the_report_names_its_author(
+    journal: Journal, run_id: str
+) -> None:
+    assert run_durable(
+        run_id, journal=journal, tools=TOOLS, planner=scripted(ToolCall("ship", {}))
+    ).status == ("finished")
+    forged = NewAudit(run_id, AuditAction.CONDEMNED, "mallory", AuditVia.LIBRARY, "I did it")
+    with pytest.raises(InvalidInputError, match="only with the tombstone"):
+        journal.append_audit(forged)
+    with pytest.raises(InvalidInputError, match="only with the tombstone"):
+        journal.set_unwind_state(run_id, UnwindState.PENDING, audit=forged)
+    assert journal.read_audit(run_id) == []
+    assert not journal.get_run(run_id).condemned  # type: ignore[union-attr]
+    report = compensate_run(run_id, journal=journal, tools=TOOLS, actor="ops", reason="cancelled")
+    assert (report.condemned_by, report.reason) == ("ops", "cancelled")
+    assert [(r.action, r.actor) for r in read_audit(journal, run_id)] == [
+        (AuditAction.CONDEMNED, "ops"),
+        (AuditAction.UNWOUND, "ops"),
+    ]

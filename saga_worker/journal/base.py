@@ -13,7 +13,9 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from ..errors import InvalidInputError
 from .records import (
+    AuditAction,
     AuditRecord,
     ClaimAttempt,
     ClaimStatus,
@@ -37,6 +39,19 @@ from .records import (
 )
 
 _GUARDS_LOCK = threading.Lock()
+
+
+def check_not_condemned_row(entry: NewAudit | None) -> None:
+    """Refuse a ``condemned`` audit row anywhere but in ``Journal.condemn``.
+
+    The trail's first ``condemned`` row is who condemned the run (``condemned_by``, the report's
+    ``condemned_by``): written apart from the tombstone, before it, it would name whoever wrote it."""
+    if entry is not None and entry.action is AuditAction.CONDEMNED:
+        raise InvalidInputError(
+            f"run {entry.run_id!r}: a 'condemned' audit row is written only with the tombstone itself "
+            "(Journal.condemn); nothing was written",
+            run_id=entry.run_id,
+        )
 
 
 class Journal(abc.ABC):
@@ -202,7 +217,10 @@ class Journal(abc.ABC):
     # -- the audit trail -------------------------------------------------------------------------------
     @abc.abstractmethod
     def append_audit(self, entry: NewAudit) -> bool:
-        """Append a row (insert-if-absent on ``event_key`` when set); False if that event was there."""
+        """Append a row (insert-if-absent on ``event_key`` when set); False if that event was there.
+
+        Raises InvalidInputError, writing nothing, for a ``condemned`` row: that row is written only
+        by ``condemn``, in the tombstone's own transaction (``check_not_condemned_row``)."""
 
     @abc.abstractmethod
     def read_audit(self, run_id: str) -> list[AuditRecord]:
@@ -285,8 +303,8 @@ class Journal(abc.ABC):
     ) -> None:
         """With ``epoch``, only if the run's unwind epoch is still that (no outcome landed since).
 
-        ``audit`` is appended in the same transaction (insert-if-absent on its ``event_key``, as
-        ``append_audit``), and also when the state write is skipped (an unknown run, a moved epoch):
+        ``audit`` is appended in the same transaction (insert-if-absent on its ``event_key``, and
+        never a ``condemned`` row, as ``append_audit``), and also when the state write is skipped (an unknown run, a moved epoch):
         the trail records the unwind either way, in one commit instead of two."""
 
     def hold_sweep(self, run_id: str, grace: float, note: str) -> None:

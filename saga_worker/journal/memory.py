@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import CompensatedRunError, RunExistsError, UnknownRunError
 from ..keys import canonical_json
 from ..storable import storable_or_none
-from .base import Journal
+from .base import Journal, check_not_condemned_row
 from .records import (
     AuditRecord,
     ClaimAttempt,
@@ -363,6 +363,7 @@ class MemoryJournal(Journal):
     def decide_call(
         self, run_id: str, suffix: str, decision: RecordStatus, *, error: str | None, audit: NewAudit
     ) -> ToolRecord | None:
+        check_not_condemned_row(audit)
         with self._lock:
             self._tombstone_gate(run_id, True)
             decided = self._cas(run_id, suffix, RecordStatus.SUSPENDED, status=decision, error=error)
@@ -371,6 +372,7 @@ class MemoryJournal(Journal):
             return decided
 
     def decide_compensation(self, gate: CompensationGate, audit: NewAudit) -> tuple[CompensationGate, bool]:
+        check_not_condemned_row(audit)
         with self._lock:
             key = (gate.origin_run_id, gate.suffix)
             stored = self._gates.get(key)
@@ -414,6 +416,7 @@ class MemoryJournal(Journal):
         return True
 
     def append_audit(self, entry: NewAudit) -> bool:
+        check_not_condemned_row(entry)
         with self._lock:
             return self._append(entry)
 
@@ -569,6 +572,7 @@ class MemoryJournal(Journal):
         epoch: int | None = None,
         audit: NewAudit | None = None,
     ) -> None:
+        check_not_condemned_row(audit)
         with self._lock:
             if audit is not None:
                 self._append(audit)

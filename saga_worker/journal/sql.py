@@ -24,7 +24,7 @@ from ..keys import canonical_json
 from ..redact import redact_url
 from ..storable import storable_or_none
 from . import driver, migrate
-from .base import Journal
+from .base import Journal, check_not_condemned_row
 from .dialects import POLICIES, policy_for
 from .records import (
     AuditAction,
@@ -623,6 +623,7 @@ class SqlJournal(Journal):
     def decide_call(
         self, run_id: str, suffix: str, decision: RecordStatus, *, error: str | None, audit: NewAudit
     ) -> ToolRecord | None:
+        check_not_condemned_row(audit)
         q = self._q
         params = {
             "run": run_id,
@@ -652,6 +653,7 @@ class SqlJournal(Journal):
             return None
 
     def decide_compensation(self, gate: CompensationGate, audit: NewAudit) -> tuple[CompensationGate, bool]:
+        check_not_condemned_row(audit)
         q = self._q
         params = {
             "origin": gate.origin_run_id,
@@ -693,6 +695,7 @@ class SqlJournal(Journal):
 
     # -- the audit trail --------------------------------------------------------------------------
     def append_audit(self, entry: NewAudit) -> bool:
+        check_not_condemned_row(entry)
         params = self._audit_params(entry)
         return self._write(lambda tx: tx.one(self._q.audit_insert, params)) is not None
 
@@ -837,6 +840,7 @@ class SqlJournal(Journal):
         epoch: int | None = None,
         audit: NewAudit | None = None,
     ) -> None:
+        check_not_condemned_row(audit)
         params = {
             "run": run_id,
             "state": state.value,
