@@ -88,6 +88,27 @@ def set_unwind_state(journal: Journal, run_id: str, value: str) -> None:
         _sql(journal, runs, runs.c.run_id == run_id, unwind_state=value)
 
 
+def set_run_status(journal: Journal, run_id: str, value: str) -> None:
+    if isinstance(journal, MemoryJournal):
+        journal._runs[run_id] = replace(journal._runs[run_id], status=value)  # type: ignore[arg-type]
+    else:
+        assert isinstance(journal, SqlJournal)
+        _sql(journal, runs, runs.c.run_id == run_id, status=value)
+
+
+def flagged_state(journal: Journal, run_id: str) -> tuple[str, str | None]:
+    """The run's unwind state and note as stored (the run itself cannot be read: that is the point)."""
+    if isinstance(journal, MemoryJournal):
+        run = journal._runs[run_id]
+        return str(getattr(run.unwind_state, "value", run.unwind_state)), run.unwind_note
+    assert isinstance(journal, SqlJournal)
+    with journal.engine.connect() as conn:
+        row = conn.execute(
+            sa.select(runs.c.unwind_state, runs.c.unwind_note).where(runs.c.run_id == run_id)
+        ).one()
+    return row.unwind_state, row.unwind_note
+
+
 def set_entry_status(journal: Journal, unwind_id: str, position: int, value: str) -> None:
     entry = dict(journal.list_unwind_entries(unwind_id)[position], status=value)
     if isinstance(journal, MemoryJournal):
@@ -179,11 +200,44 @@ def test_a_run_with_an_unknown_unwind_state_is_not_silently_left_out_of_the_swee
         lambda: journal.runs_to_sweep(journal.now() + 10),
         lambda: journal.list_runs(),
         lambda: journal.get_run(run_id),
-        lambda: ex.sweep(journal, enqueue=lambda r: None, now=journal.now() + 10),
     ):
         with pytest.raises(MalformedRecordError) as info:
             read()
         names(info, run_id, "'Pending'")
+    # The sweeper does not leave it out either: it flags it for a person (see the next test).
+    assert ex.sweep(journal, enqueue=lambda r: None, now=journal.now() + 10).flagged == [run_id]
+
+
+@pytest.mark.parametrize("column", ["unwind_state", "status"])
+def test_one_unreadable_run_is_flagged_for_a_person_and_the_sweep_redrives_every_healthy_one(
+    journal: Journal, run_id: str, column: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    provider = Provider()
+    healthy = [f"{run_id}-a", f"{run_id}-c"]
+    bad = f"{run_id}-b"
+    for rid in (healthy[0], bad, healthy[1]):
+        order(journal, provider, rid)
+        journal.condemn(rid)  # condemned, unwind pending and due: what a worker that died leaves
+    if column == "unwind_state":
+        set_unwind_state(journal, bad, "Pending")
+    else:
+        set_run_status(journal, bad, "exploded")
+    value = "'Pending'" if column == "unwind_state" else "'exploded'"
+
+    enqueued: list[str] = []
+    with caplog.at_level("ERROR", logger="saga_worker"):
+        outcome = ex.sweep(journal, enqueue=enqueued.append, now=journal.now() + 10)
+    assert sorted(enqueued) == sorted(outcome.redriven) == sorted(healthy)
+    assert outcome.flagged == [bad]
+    logged = [r.getMessage() for r in caplog.records if bad in r.getMessage()]
+    assert logged and value in logged[0], caplog.text
+    flagged = flagged_state(journal, bad)
+    assert flagged[0] == UnwindState.ATTENTION.value, flagged
+    assert bad in (flagged[1] or "") and value in (flagged[1] or ""), flagged
+    # Flagged, it waits for a person: the next sweeps neither raise on it nor re-drive it.
+    again: list[str] = []
+    assert ex.sweep(journal, enqueue=again.append, now=journal.now() + 1e6).flagged == []
+    assert bad not in again
 
 
 @pytest.mark.parametrize("bad", ["FAILED", "halted", "done"])

@@ -4,18 +4,24 @@ A run is due when it is condemned and its unwind is ``pending`` (begun, never fi
 died, a message was lost) or ``incomplete`` (halted on a failed or busy step, or left an uncertain
 one). Each re-drive is a fresh ``compensate_run``; the engine's claims make a re-drive of a run that
 a live unwinder holds harmless (it reads busy and is retried later). After ``sweep_max_attempts``
-re-drives the run is flagged ``attention``: a person must look, it is not retried forever.
+re-drives the run is flagged ``attention``: a person must look, it is not retried forever. So is a
+due run whose row cannot be read (a status this code does not know): it is logged and flagged,
+naming the bad value, and the sweep goes on with the others.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from .. import metrics
+from ..errors import MalformedRecordError
 from ..journal.base import Journal
 from ..journal.records import UnwindState
 from ..settings import SagaSettings, get_settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -44,7 +50,8 @@ def sweep(
     s = settings if settings is not None else get_settings()
     now = journal.now() if now is None else now
     outcome = SweepOutcome()
-    for run in journal.runs_to_sweep(now, limit=limit):
+    unreadable: list[MalformedRecordError] = []
+    for run in journal.runs_to_sweep(now, limit=limit, unreadable=unreadable):
         if run.unwind_attempts >= s.sweep_max_attempts:
             why = run.unwind_note or "unwind never completed"
             journal.set_unwind_state(
@@ -64,4 +71,17 @@ def sweep(
         enqueue(run.run_id)
         outcome.redriven.append(run.run_id)
         metrics.SWEEPER_REDRIVES.inc()
+    for error in unreadable:
+        _flag_unreadable(journal, error)
+        outcome.flagged.append(error.detail["run_id"])
+        metrics.SWEEPER_FLAGGED.inc()
     return outcome
+
+
+def _flag_unreadable(journal: Journal, error: MalformedRecordError) -> None:
+    """A due run this code cannot read cannot be re-driven (the unwind would fail closed on it every
+    time): flag it for a person, naming what is wrong, instead of stopping every other re-drive."""
+    run_id = error.detail["run_id"]
+    log.error("saga sweeper: run %r cannot be read and is flagged for a person: %s", run_id, error)
+    note = f"flagged by the sweeper, the run cannot be read: {error}"
+    journal.set_unwind_state(run_id, UnwindState.ATTENTION, next_at=None, note=note[:2000])

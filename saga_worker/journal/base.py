@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, MalformedRecordError
 from .records import (
     AuditAction,
     AuditRecord,
@@ -317,8 +317,16 @@ class Journal(abc.ABC):
         self.set_unwind_state(run_id, UnwindState.PENDING, note=note, next_at=due)
 
     @abc.abstractmethod
-    def runs_to_sweep(self, now: float, *, limit: int = 100) -> list[RunInfo]:
-        """Condemned runs whose unwind is pending or incomplete and due (``unwind_next_at <= now``)."""
+    def runs_to_sweep(
+        self, now: float, *, limit: int = 100, unreadable: list[MalformedRecordError] | None = None
+    ) -> list[RunInfo]:
+        """Condemned runs whose unwind is pending or incomplete and due (``unwind_next_at <= now``),
+        and those whose unwind state this code does not know (they are read, never left out).
+
+        A due run whose row cannot be read fails the read closed (MalformedRecordError naming the
+        run and the bad value). With ``unreadable``, each such error is appended there instead and
+        the readable runs are returned: one bad row must not stop every other run's re-drive (the
+        sweeper flags it for a person)."""
 
     # -- distributed unwinds (the Celery executor's bookkeeping, saga_worker.executor) ---------------
     @abc.abstractmethod

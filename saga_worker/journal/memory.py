@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..errors import CompensatedRunError, RunExistsError, UnknownRunError
+from ..errors import CompensatedRunError, MalformedRecordError, RunExistsError, UnknownRunError
 from ..keys import canonical_json
 from ..storable import storable_or_none
 from .base import Journal, check_not_condemned_row
@@ -33,6 +33,9 @@ from .records import (
     UnwindState,
     parse_status,
 )
+
+# The unwind states the sweeper leaves alone (every other one, unknown ones included, is read).
+_SETTLED = frozenset(s for s in UnwindState if s not in (UnwindState.PENDING, UnwindState.INCOMPLETE))
 
 
 def _copy(value: Any) -> Any:
@@ -588,16 +591,25 @@ class MemoryJournal(Journal):
                 updated_at=self.now(),
             )
 
-    def runs_to_sweep(self, now: float, *, limit: int = 100) -> list[RunInfo]:
+    def runs_to_sweep(
+        self, now: float, *, limit: int = 100, unreadable: list[MalformedRecordError] | None = None
+    ) -> list[RunInfo]:
         with self._lock:
-            due = [
+            # Every state but the settled ones, as SQL selects: an unknown one is read (and fails closed).
+            rows = [
                 r
-                for r in map(_run_out, self._runs.values())
-                if r.condemned
-                and r.unwind_state in (UnwindState.PENDING, UnwindState.INCOMPLETE)
-                and (r.unwind_next_at or 0.0) <= now
+                for r in self._runs.values()
+                if r.condemned and r.unwind_state not in _SETTLED and (r.unwind_next_at or 0.0) <= now
             ]
-        return sorted(due, key=lambda r: r.unwind_next_at or 0.0)[:limit]
+        due: list[RunInfo] = []
+        for row in sorted(rows, key=lambda r: r.unwind_next_at or 0.0)[:limit]:
+            try:
+                due.append(_run_out(row))
+            except MalformedRecordError as exc:
+                if unreadable is None:
+                    raise
+                unreadable.append(exc)
+        return due
 
     # -- distributed unwinds ----------------------------------------------------------------------
     def record_unwind(

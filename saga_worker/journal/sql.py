@@ -872,9 +872,19 @@ class SqlJournal(Journal):
         params = {"run": run_id, "grace": float(grace), "note": storable_or_none(note), "now": time.time()}
         self._write(lambda tx: tx.execute(self._q.hold_sweep, params))
 
-    def runs_to_sweep(self, now: float, *, limit: int = 100) -> list[RunInfo]:
+    def runs_to_sweep(
+        self, now: float, *, limit: int = 100, unreadable: list[MalformedRecordError] | None = None
+    ) -> list[RunInfo]:
         params = {"due_by": float(now), "max_rows": int(limit)}
-        return [self._run(r) for r in self._fetch(lambda tx: tx.all(self._q.runs_due, params))]
+        due: list[RunInfo] = []
+        for row in self._fetch(lambda tx: tx.all(self._q.runs_due, params)):
+            try:
+                due.append(self._run(row))
+            except MalformedRecordError as exc:
+                if unreadable is None:
+                    raise
+                unreadable.append(exc)
+        return due
 
     # -- distributed unwinds ----------------------------------------------------------------------
     @staticmethod
