@@ -49,6 +49,7 @@ class ActionRefusedError(SagaError):
 
     def __init__(self, run_id: str, action: str, why: str) -> None:
         super().__init__(f"cannot {action} run {run_id!r}: {why}", run_id=run_id, action=action)
+        self._rebuilds_from(run_id, action, why)
 
 
 def celery_enqueue() -> Enqueue:

@@ -1,7 +1,10 @@
 """Every error saga-worker raises descends from :class:`SagaError`.
 
 Subclasses carry the ids involved in ``detail`` and build their message from them, so a log line
-names exactly which run, tool or step was wrong.
+names exactly which run, tool or step was wrong. A subclass whose constructor takes ids rather than
+the message keeps those ids as its ``args`` (``_rebuilds_from``): pickle and Celery's result backend
+rebuild an exception as ``type(exc)(*exc.args)``, which must give the same error back, not one whose
+message wraps the first one's.
 """
 
 from __future__ import annotations
@@ -16,6 +19,15 @@ class SagaError(Exception):
         super().__init__(message)
         self.detail: dict[str, Any] = detail
 
+    def _rebuilds_from(self, *args: Any) -> None:
+        """Keep the message as ``message`` and make ``args`` the constructor's own arguments."""
+        self.message = str(self.args[0])
+        self.args = args
+
+    def __str__(self) -> str:
+        message = self.__dict__.get("message")
+        return message if isinstance(message, str) else super().__str__()
+
 
 class CompensatedRunError(SagaError):
     """The run is condemned (its unwind has been asked for): it can never move forward again."""
@@ -24,6 +36,7 @@ class CompensatedRunError(SagaError):
         super().__init__(
             f"run {run_id!r} is condemned (compensation was requested); it cannot run again", run_id=run_id
         )
+        self._rebuilds_from(run_id)
 
 
 class SideEffectRetryBlockedError(SagaError):
@@ -37,6 +50,7 @@ class SideEffectRetryBlockedError(SagaError):
             tool_call_id=tool_call_id,
             tool_name=tool_name,
         )
+        self._rebuilds_from(run_id, tool_call_id, tool_name, reason)
 
 
 class UnknownToolError(SagaError):
@@ -48,6 +62,7 @@ class UnknownToolError(SagaError):
             run_id=run_id,
             tool_name=tool_name,
         )
+        self._rebuilds_from(run_id, tool_name, known)
 
 
 class InvalidInputError(SagaError, ValueError):
@@ -59,6 +74,7 @@ class RunExistsError(SagaError):
 
     def __init__(self, run_id: str) -> None:
         super().__init__(f"run {run_id!r} already exists", run_id=run_id)
+        self._rebuilds_from(run_id)
 
 
 class UnknownRunError(SagaError, LookupError):
@@ -66,6 +82,7 @@ class UnknownRunError(SagaError, LookupError):
 
     def __init__(self, run_id: str) -> None:
         super().__init__(f"run {run_id!r} is not in the journal", run_id=run_id)
+        self._rebuilds_from(run_id)
 
 
 class JournalError(SagaError):
@@ -79,6 +96,7 @@ class MalformedRecordError(SagaError):
         super().__init__(
             f"run {run_id!r}: malformed journal record {what}: {reason}", run_id=run_id, what=what
         )
+        self._rebuilds_from(run_id, what, reason)
 
 
 class ToolFailedError(SagaError):
@@ -92,6 +110,7 @@ class ToolFailedError(SagaError):
             tool_name=tool_name,
             error=error,
         )
+        self._rebuilds_from(run_id, tool_call_id, tool_name, error)
         self.run_id, self.tool_call_id, self.tool_name, self.error = run_id, tool_call_id, tool_name, error
 
 
@@ -112,6 +131,7 @@ class ReplayMismatchError(InvalidInputError):
             journaled_tool=journaled[0],
             asked_tool=asked[0],
         )
+        self._rebuilds_from(run_id, tool_call_id, journaled, asked, hint)
 
 
 class ApprovalError(SagaError):
@@ -121,3 +141,4 @@ class ApprovalError(SagaError):
         super().__init__(
             f"run {run_id!r}: cannot decide on {target!r}: {reason}", run_id=run_id, target=target
         )
+        self._rebuilds_from(run_id, target, reason)

@@ -63,6 +63,9 @@ def redact_exception(exc: BaseException) -> BaseException:
         seen.add(id(current))
         try:
             current.args = tuple(redact_value(a) for a in current.args)
+            message = current.__dict__.get("message")
+            if isinstance(message, str):  # a SagaError rebuilt from its ids keeps its text here
+                current.message = redact_text(message)  # type: ignore[attr-defined]
             detail = getattr(current, "detail", None)
             if isinstance(detail, dict):
                 current.detail = redact_value(detail)  # type: ignore[attr-defined]

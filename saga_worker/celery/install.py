@@ -4,7 +4,8 @@ exists (DESIGN.md §7).
 The host app keeps its broker, its result backend and its own tasks' settings. What the saga tasks
 rely on is set on them alone: JSON messages (sent as JSON, and a non-JSON message refused by the
 worker), acknowledged late and handed back when the worker is lost, on their own queue
-(``SAGA_QUEUE``, routed by a ``saga.*`` task route so a message sent by name lands there too).
+(``SAGA_QUEUE``, routed by a ``saga.*`` task route, which also carries the JSON serializer, so a message
+sent by name lands there as JSON too).
 ``SAGA_BROKER_URL`` / ``SAGA_RESULT_BACKEND``, when set, say otherwise for the whole app: Celery has
 one broker per app.
 """
@@ -49,7 +50,9 @@ def _check_accepts_json(app: Celery) -> None:
 
 
 def _route(app: Celery, queue: str) -> None:
-    ours = {SAGA_ROUTE: {"queue": queue}}
+    # The serializer too: send_task("saga.compensate_run", ...) from an app whose task_serializer is
+    # pickle would otherwise go out as pickle, which every saga task refuses.
+    ours = {SAGA_ROUTE: {"queue": queue, "serializer": "json"}}
     routes = app.conf.task_routes
     if routes is None:
         app.conf.task_routes = (ours,)

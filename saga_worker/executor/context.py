@@ -27,8 +27,10 @@ def load_tools(spec: str) -> dict[str, Tool]:
         raise InvalidInputError(f"SAGA_TOOLS must look like 'package.module:attribute', got {spec!r}")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise InvalidInputError(f"SAGA_TOOLS={spec!r}: cannot import {module_name!r}: {exc}") from exc
+    except Exception as exc:  # noqa: BLE001 - any failure of the import is the setting's to name
+        raise InvalidInputError(
+            f"SAGA_TOOLS={spec!r}: cannot import {module_name!r}: {type(exc).__name__}: {exc}"
+        ) from exc
     value: Any = module
     for part in attribute.split("."):
         try:
@@ -38,12 +40,22 @@ def load_tools(spec: str) -> dict[str, Tool]:
                 f"SAGA_TOOLS={spec!r}: {module_name!r} has no attribute {attribute!r}"
             ) from exc
     if callable(value) and not isinstance(value, Mapping):
-        value = value()
+        # Every error from here on names the setting: a worker's log must say what to fix.
+        try:
+            value = value()
+        except Exception as exc:  # noqa: BLE001 - user code, called with no arguments
+            raise InvalidInputError(
+                f"SAGA_TOOLS={spec!r}: calling {attribute} with no arguments (to get the mapping of "
+                f"tools) raised {type(exc).__name__}: {exc}"
+            ) from exc
     if not isinstance(value, Mapping):
         raise InvalidInputError(
             f"SAGA_TOOLS={spec!r} is a {type(value).__name__}, not a mapping of name to Tool"
         )
-    return check_tools(value)
+    try:
+        return check_tools(value)
+    except InvalidInputError as exc:
+        raise InvalidInputError(f"SAGA_TOOLS={spec!r}: {exc}", **exc.detail) from exc
 
 
 class WorkerContext:

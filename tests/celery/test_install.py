@@ -3,6 +3,7 @@ The same app with real workers is in tests/integration/test_celery_host_app.py."
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -96,3 +97,13 @@ def test_install_refuses_an_app_that_accepts_no_json_and_what_is_not_an_app() ->
         install(pickle_only, settings=settings())
     with pytest.raises(InvalidInputError, match="Celery app"):
         install(object())  # type: ignore[arg-type]
+
+
+def test_a_saga_task_sent_by_name_from_a_pickle_app_goes_out_as_json_on_the_saga_queue(host: Celery) -> None:
+    install(host, settings=settings(), beat=False)
+    host.send_task("saga.compensate_run", args=["order-7"])  # the host's task_serializer is pickle
+    with host.connection_for_write() as conn:
+        message = conn.default_channel.basic_get("saga-q")  # raw: nothing decoded here
+    assert message is not None
+    assert message.content_type == "application/json"
+    assert json.loads(message.body)[0] == ["order-7"]

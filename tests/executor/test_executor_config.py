@@ -86,3 +86,26 @@ def test_embedded_default_polls_its_sqlite_broker_every_50_ms_without_passing_it
     assert "polling_interval" not in app.conf.broker_transport_options
     assert "beat_scheduler" not in celery_config(settings)
     assert (tmp_path / "home").is_dir()
+
+
+@pytest.mark.parametrize(
+    "spec, says",
+    [
+        (
+            "json:dumps",
+            "calling dumps with no arguments .* raised TypeError",
+        ),  # a callable that is not a factory
+        (f"{__name__}:bad_tools", "tools\\['bad'\\] must be a Tool"),  # a mapping of something else
+        (f"{__name__}:broken_factory", "raised RuntimeError: no tools here"),
+    ],
+)
+def test_every_error_of_a_bad_tools_setting_names_the_setting(spec: str, says: str) -> None:
+    with pytest.raises(InvalidInputError, match=f"^SAGA_TOOLS={spec!r}: .*{says}"):
+        load_tools(spec)
+
+
+bad_tools = {"bad": "not a tool"}
+
+
+def broken_factory() -> dict[str, object]:
+    raise RuntimeError("no tools here")
