@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: screenshots install demo test test-fast lint typecheck bench soak clean services browser
+.PHONY: screenshots install demo test test-fast lint typecheck docs bench soak clean services browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,7 @@ test: $(STAMP) browser
 	$(BIN)/ruff check saga_worker tasks config tests bench examples
 	$(BIN)/ruff format --check saga_worker tasks config tests bench examples
 	$(BIN)/mypy
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 	$(BIN)/python -m pytest
 
 test-fast: $(STAMP)
@@ -41,6 +42,11 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# The documentation site (docs/, mkdocs.yml) into site/: strict, so a broken link, a missing page or
+# an API reference that does not resolve fails the build. `make test` runs it too.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # make bench BENCH_ARGS=--quick (or --only floors,inprocess, --rss-unwinds 10000; see bench/README.md)
 bench: $(STAMP)
@@ -58,4 +64,4 @@ services:
 	bash .ci/services
 
 clean:
-	rm -rf $(VENV) .saga *.egg-info .pytest_cache .mypy_cache
+	rm -rf $(VENV) .saga *.egg-info .pytest_cache .mypy_cache build dist site
