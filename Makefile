@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: screenshots install demo test test-fast lint typecheck docs bench soak clean services browser
+.PHONY: screenshots install demo test test-fast lint typecheck docs dist bench soak clean services browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,6 +42,12 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# The release: sdist and wheel into dist/, checked (metadata, README rendering) by twine.
+dist: $(STAMP)
+	rm -rf dist build
+	$(BIN)/python -m build --outdir dist .
+	$(BIN)/twine check --strict dist/*
 
 # The documentation site (docs/, mkdocs.yml) into site/: strict, so a broken link, a missing page or
 # an API reference that does not resolve fails the build. `make test` runs it too.
