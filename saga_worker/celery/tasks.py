@@ -124,6 +124,8 @@ task_received.connect(_mark_events)
 
 
 def _continue(task: Task, nxt: executor.Next) -> Any:
+    if task.request.is_eager:
+        return _continue_here(nxt)
     if isinstance(nxt, executor.Step):
         step = task.app.tasks[COMPENSATE_STEP]
         sig = step.si(nxt.run_id, nxt.unwind_id, nxt.suffix, nxt.dry_run)
@@ -138,6 +140,28 @@ def _continue(task: Task, nxt: executor.Next) -> Any:
         return None
     # The end (or a halt): assemble the report here, from the journal, rather than in a task of its
     # own: one message fewer per unwind. A redelivery assembles the same report again.
+    return _report(nxt.run_id, nxt.unwind_id)
+
+
+def _continue_here(nxt: executor.Next) -> Any:
+    """Eager (``task_always_eager``, ``.apply()``): the rest of the unwind in this call, step after step,
+    and the report as this task's result. ``replace()`` would apply the next step eagerly and call
+    ``.get()`` on it inside this task, which Celery refuses ("Never call result.get() within a task"),
+    so the caller got FAILURE for an unwind that had completed."""
+    ctx = executor.current()
+    while isinstance(nxt, executor.Step):
+        step = executor.run_step(
+            ctx.journal,
+            ctx.tools,
+            nxt.run_id,
+            nxt.unwind_id,
+            nxt.suffix,
+            claim_ttl=ctx.settings.claim_ttl,
+            lock=ctx.lock,
+        )
+        if step is None:  # another delivery of this step holds it: report what the journal says now
+            break
+        nxt = step
     return _report(nxt.run_id, nxt.unwind_id)
 
 
