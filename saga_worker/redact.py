@@ -54,6 +54,25 @@ def redact_value(value: Any) -> Any:
     return value
 
 
+SECRET_KEYS = ("password", "passwd", "secret", "token", "authorization", "api_key", "apikey", "cookie")
+
+
+def _secret_key(key: object, names: tuple[str, ...]) -> bool:
+    folded = str(key).lower().replace("-", "_")
+    return any(name in folded for name in names)
+
+
+def redact_secrets(value: Any, names: tuple[str, ...] = SECRET_KEYS) -> Any:
+    """``value`` (a tool's input or output) with the value of every key whose name holds one of
+    ``names`` (case-insensitive: ``Access_Token``, ``db_password``, ``X-Api-Key``) replaced by ``***``,
+    through dicts and lists; then every string in it as ``redact_text`` leaves it."""
+    if isinstance(value, dict):
+        return {k: MASK if _secret_key(k, names) else redact_secrets(v, names) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(redact_secrets(v, names) for v in value)
+    return redact_value(value)
+
+
 def redact_exception(exc: BaseException) -> BaseException:
     """Redact, in place, the text arguments of ``exc`` and of every exception in its chain (its cause
     and context), so its message, its traceback and what Celery stores of it hold no password."""

@@ -60,10 +60,37 @@ class SagaSettings(BaseSettings):
     )
     console_host: str = Field("127.0.0.1", description="Address the console binds to.")
     console_port: int = Field(8350, ge=1, le=65535, description="Port of the console.")
+    console_allowed_hosts: str = Field(
+        "",
+        description="Host names the console answers to, comma-separated (a leading '*.' allows "
+        "subdomains); the loopback names and SAGA_CONSOLE_HOST are always allowed. Any other Host "
+        "header is refused (DNS rebinding).",
+    )
+    console_trusted_proxies: str = Field(
+        "",
+        description="Addresses or networks (comma-separated) of the TLS proxies in front of the "
+        "console: only their X-Forwarded-Proto/-For are believed (Secure cookies, the client's address).",
+    )
+    console_session_ttl: float = Field(
+        12 * 3600.0,
+        gt=0,
+        description="Seconds a console login lasts (sessions live in the console's memory).",
+    )
+    console_login_attempts: int = Field(
+        10, ge=1, description="Failed logins a client may make in 5 minutes before it must wait."
+    )
+    redact_keys: str = Field(
+        "password,passwd,secret,token,authorization,api_key,apikey,cookie",
+        description="Key names (comma-separated, matched case-insensitively anywhere in a key) whose "
+        "values the console and the CLI show as *** in tool inputs and outputs.",
+    )
     metrics_port: int | None = Field(
         None, ge=1, le=65535, description="Port on which `saga-worker worker` serves /metrics (unset: none)."
     )
     metrics_host: str = Field("127.0.0.1", description="Address the worker's metrics bind to.")
+
+    def secret_keys(self) -> tuple[str, ...]:
+        return tuple(k.strip().lower() for k in self.redact_keys.split(",") if k.strip())
 
     def resolved_journal_url(self) -> str:
         return self.journal_url or f"sqlite:///{(self.home / 'journal.db').resolve()}"

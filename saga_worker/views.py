@@ -34,7 +34,7 @@ from .journal.records import (
     UnwindState,
 )
 from .keys import canonical_json, check_run_id, compensate_key, execute_key
-from .redact import redact_text
+from .redact import SECRET_KEYS, redact_secrets, redact_text
 from .tools import Tool
 
 PREVIEW_CHARS = 240
@@ -58,14 +58,19 @@ def encode_cursor(run: RunInfo) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
+MAX_CURSOR = 1024  # a cursor this listing gives out is well under 400 characters
+
+
 def decode_cursor(cursor: str) -> tuple[float, str]:
     try:
+        if len(cursor) > MAX_CURSOR:
+            raise ValueError
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         at, run_id = json.loads(raw)
         if isinstance(at, bool) or not isinstance(at, int | float) or not isinstance(run_id, str):
             raise ValueError
         return float(at), check_run_id(run_id)
-    except (ValueError, TypeError, binascii.Error, InvalidInputError) as exc:
+    except (ValueError, TypeError, RecursionError, binascii.Error, InvalidInputError) as exc:
         raise InvalidInputError(
             f"cursor {cursor[:60]!r} is not one this listing gave out", cursor=cursor
         ) from exc
@@ -144,14 +149,17 @@ def run_summary(run: RunInfo) -> dict[str, Any]:
 # -- one run -------------------------------------------------------------------------------------
 
 
-def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
-    """A value's JSON text, cut to ``limit`` characters, URL passwords hidden."""
+def preview(value: Any, limit: int = PREVIEW_CHARS, secret_keys: tuple[str, ...] = SECRET_KEYS) -> str:
+    """A value's JSON text, cut to ``limit`` characters, URL passwords and the values of keys named
+    like secrets (``secret_keys``) hidden."""
     if value is None:
         return ""
     try:
-        text = canonical_json(value)
+        text = canonical_json(redact_secrets(value, secret_keys))
     except InvalidInputError:
-        text = repr(value)
+        text = repr(redact_secrets(value, secret_keys))
+    except RecursionError:
+        text = "(nested too deeply to show)"
     text = redact_text(text)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
@@ -176,7 +184,12 @@ def _claim_dict(claim: CompensationClaim | None, now: float) -> dict[str, Any] |
     }
 
 
-def step_dict(record: ToolRecord, claim: CompensationClaim | None, now: float) -> dict[str, Any]:
+def step_dict(
+    record: ToolRecord,
+    claim: CompensationClaim | None,
+    now: float,
+    secret_keys: tuple[str, ...] = SECRET_KEYS,
+) -> dict[str, Any]:
     return {
         "seq": record.seq,
         "suffix": record.suffix,
@@ -186,8 +199,8 @@ def step_dict(record: ToolRecord, claim: CompensationClaim | None, now: float) -
         "attempts": record.attempts,
         "error": None if record.error is None else redact_text(record.error),
         "origin_run_id": record.origin_run_id,
-        "input_preview": preview(record.input),
-        "output_preview": preview(record.output),
+        "input_preview": preview(record.input, secret_keys=secret_keys),
+        "output_preview": preview(record.output, secret_keys=secret_keys),
         "execute_key": execute_key(
             record.origin_run_id, record.mode, record.tool_name, record.tool_call_id, record.input
         ),
@@ -196,12 +209,14 @@ def step_dict(record: ToolRecord, claim: CompensationClaim | None, now: float) -
     }
 
 
-def journal_steps(journal: Journal, run_id: str) -> list[dict[str, Any]]:
+def journal_steps(
+    journal: Journal, run_id: str, secret_keys: tuple[str, ...] = SECRET_KEYS
+) -> list[dict[str, Any]]:
     """The run's tool records in execution order, each with its compensation claim as it is now."""
     records = journal.list_records(run_id)
     claims = journal.get_claims([(r.origin_run_id, r.suffix) for r in records])
     now = journal.now()
-    return [step_dict(r, claims.get((r.origin_run_id, r.suffix)), now) for r in records]
+    return [step_dict(r, claims.get((r.origin_run_id, r.suffix)), now, secret_keys) for r in records]
 
 
 def unwind_dict(
@@ -321,14 +336,21 @@ def audit_row(row: AuditRecord) -> dict[str, Any]:
     return data
 
 
-def run_view(journal: Journal, run_id: str, tools: Mapping[str, Tool] | None = None) -> dict[str, Any] | None:
+def run_view(
+    journal: Journal,
+    run_id: str,
+    tools: Mapping[str, Tool] | None = None,
+    *,
+    secret_keys: tuple[str, ...] = SECRET_KEYS,
+) -> dict[str, Any] | None:
     """Everything the run page shows, or None for a run the journal has never seen. ``tools`` (the
-    workers' tools) tell which compensations wait for a person's approval."""
+    workers' tools) tell which compensations wait for a person's approval; ``secret_keys`` name the
+    keys whose values are hidden."""
     check_run_id(run_id)
     run = journal.get_run(run_id)
     if run is None:
         return None
-    steps = journal_steps(journal, run_id)
+    steps = journal_steps(journal, run_id, secret_keys)
     unwinds = list_unwinds(journal, run_id, steps_by_suffix={s["suffix"]: s for s in steps})
     # Moving: an unwind holds the run (pending) or a hook runs under a live lease right now. An
     # unwind abandoned by a dead worker is not "moving": the sweeper will start another.

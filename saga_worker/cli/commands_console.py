@@ -19,11 +19,17 @@ def serve(host: str | None, port: int | None) -> None:
         from ..console.app import create_app
     except ImportError as exc:
         fail(f"the console needs its extra: pip install 'saga-worker[console]' ({exc})")
+    from ..console.security import plain_http_warning
+
     settings = get_settings()
     app = create_app(settings)  # refuses without tokens, before anything binds
+    bind = host or settings.console_host
+    warning = plain_http_warning(bind)
+    if warning is not None:
+        click.echo(f"warning: {warning}", err=True)
     uvicorn.run(
         app,
-        host=host or settings.console_host,
+        host=bind,
         port=port or settings.console_port,
         log_level="info",
         proxy_headers=False,

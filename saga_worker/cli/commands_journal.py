@@ -51,11 +51,12 @@ def runs(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def report(run_id: str, as_json: bool) -> None:
     """Show a run from the journal: its steps and their compensation state."""
-    with configured_journal(get_settings()) as journal:
+    settings = get_settings()
+    with configured_journal(settings) as journal:
         run = journal.get_run(run_id)
         if run is None:
             fail(f"run {run_id!r} is not in the journal")
-        steps = journal_steps(journal, run_id)
+        steps = journal_steps(journal, run_id, settings.secret_keys())
     if as_json:
         dump({"run": run_summary(run), "steps": steps})
         return

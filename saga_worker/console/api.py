@@ -41,7 +41,13 @@ async def get_run(request: Request) -> JSONResponse:
     principal(request)
     run_id = run_id_of(request)
     console = console_of(request)
-    view = await blocking(views.run_view, console.journal, run_id, console.context.tools)
+    view = await blocking(
+        views.run_view,
+        console.journal,
+        run_id,
+        console.context.tools,
+        secret_keys=console.settings.secret_keys(),
+    )
     if view is None:
         raise UnknownRunError(run_id)
     return JSONResponse(view)
@@ -57,14 +63,21 @@ async def plan(request: Request) -> JSONResponse:
     return JSONResponse(report.model_dump(mode="json"))
 
 
+MAX_BODY = 64 * 1024  # a reason and a target: a few hundred bytes
+
+
 async def _body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY:
+            raise InvalidInputError(f"the request body is larger than {MAX_BODY} bytes")
     if not raw:
         return {}
     try:
         data = json.loads(raw)
-    except ValueError:
-        raise InvalidInputError("the request body is not JSON") from None
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply to be a request
+        raise InvalidInputError("the request body is not JSON (or is nested too deeply)") from None
     if not isinstance(data, dict):
         raise InvalidInputError("the request body must be a JSON object")
     return data

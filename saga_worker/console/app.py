@@ -2,7 +2,8 @@
 
 ``create_app`` refuses to build without tokens (nothing is served without configuration). Errors
 answer as the caller speaks: JSON under ``/api``, a page elsewhere; a bad id or filter is a 400
-that names it, an unknown run a 404, an action on a run in the wrong state a 409.
+that names it, an unknown run a 404, an action on a run in the wrong state a 409. In front of it
+all, ``security.Guard`` (allowed hosts, same-origin POSTs, security headers).
 """
 
 from __future__ import annotations
@@ -16,10 +17,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Scope
 
 from .. import metrics
 from ..actions import ActionRefusedError, Enqueue, celery_enqueue
@@ -30,18 +33,44 @@ from ..redact import redact_text
 from ..settings import SagaSettings, get_settings
 from . import api, pages
 from .auth import Tokens
-from .service import Console, Forbidden, NotAuthenticated, blocking, console_of, principal
+from .security import Guard, LoginLimiter, Network, Sessions
+from .service import (
+    Console,
+    Forbidden,
+    NotAuthenticated,
+    TooManyFailures,
+    blocking,
+    console_of,
+    known_caller,
+    principal,
+)
 
 log = logging.getLogger(__name__)
 
 
-def _answer(request: Request, status: int, message: str, title: str) -> Response:
+def _answer(
+    request: Request, status: int, message: str, title: str, headers: dict[str, str] | None = None
+) -> Response:
     message = redact_text(message)
     if request.url.path.startswith("/api/") or request.url.path == "/metrics":
-        return JSONResponse({"error": message}, status_code=status)
-    if status == 401:
-        return pages.render(request, "login.html", None, status_code=401, error=message)
-    return pages.render(request, "error.html", None, status_code=status, title=title, message=message)
+        return JSONResponse({"error": message}, status_code=status, headers=headers)
+    if status in (401, 429):
+        return pages.render(request, "login.html", None, status, headers, error=message)
+    who = known_caller(request)
+    return pages.render(request, "error.html", who, status, headers, title=title, message=message)
+
+
+async def _too_many(request: Request, exc: Exception) -> Response:
+    wait = exc.wait if isinstance(exc, TooManyFailures) else 60.0
+    return _answer(request, 429, str(exc), "Log in", {"Retry-After": str(int(wait) + 1)})
+
+
+async def _refuse(scope: Scope, status: int, message: str) -> ASGIApp:
+    """The Guard's refusal: a bad Host gets plain text (nothing of the console shows to a page that
+    rebound a name to us); a cross-site POST the usual error answer."""
+    if status == 400:
+        return PlainTextResponse(message, status_code=400)
+    return _answer(Request(scope), status, message, "Not allowed")
 
 
 async def _not_authenticated(request: Request, exc: Exception) -> Response:
@@ -113,11 +142,19 @@ def create_app(
     settings = settings if settings is not None else get_settings()
     secret = settings.console_tokens.get_secret_value() if settings.console_tokens else None
     tokens = Tokens(secret)
+    network = Network.configure(
+        allowed_hosts=settings.console_allowed_hosts,
+        bind_host=settings.console_host,
+        trusted_proxies=settings.console_trusted_proxies,
+    )
     console = Console(
         settings=settings,
         tokens=tokens,
         context=context if context is not None else WorkerContext(settings),
         enqueue=enqueue if enqueue is not None else celery_enqueue(),
+        sessions=Sessions(settings.console_session_ttl),
+        limiter=LoginLimiter(settings.console_login_attempts),
+        network=network,
     )
     app = Starlette(
         routes=[
@@ -129,9 +166,11 @@ def create_app(
         exception_handlers={
             NotAuthenticated: _not_authenticated,
             Forbidden: _forbidden,
+            TooManyFailures: _too_many,
             SagaError: _saga_error,
         },
         lifespan=_lifespan(console),
+        middleware=[Middleware(Guard, network=network, refuse=_refuse)],
     )
     app.state.console = console
     app.state.metrics = _metrics_registry(console)

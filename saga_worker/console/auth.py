@@ -2,8 +2,8 @@
 
 A token is kept at rest as its SHA-256 (``name:role:sha256:<hex>``); the console compares digests
 in constant time and never holds, prints or logs a token itself. A browser logs in once with its
-token and keeps it in an HttpOnly, SameSite=Strict cookie; forms it posts also carry a CSRF token
-derived from the token's digest, so another site cannot post on its behalf. Programs send
+token and gets a server-side session (``security.Sessions``): a random id in an HttpOnly,
+SameSite=Strict cookie, with its own CSRF secret its forms send back. Programs send
 ``Authorization: Bearer <token>`` (no cookie, so no CSRF token needed).
 """
 
@@ -41,12 +41,6 @@ class Principal:
     @property
     def can_act(self) -> bool:
         return self.role is Role.OPERATOR
-
-    def csrf_token(self) -> str:
-        return hmac.new(bytes.fromhex(self.digest), b"saga-console-csrf", hashlib.sha256).hexdigest()
-
-    def csrf_ok(self, given: str | None) -> bool:
-        return given is not None and hmac.compare_digest(given, self.csrf_token())
 
 
 def digest(token: str) -> str:
@@ -113,3 +107,7 @@ class Tokens:
             if hmac.compare_digest(presented, known):
                 found = principal
         return found
+
+    def by_digest(self, known: str) -> Principal | None:
+        """The principal a session was opened for, if its token is still configured."""
+        return self._by_digest.get(known)

@@ -19,9 +19,18 @@ from starlette.templating import Jinja2Templates
 
 from .. import actions, views
 from ..errors import InvalidInputError, UnknownRunError
-from ..redact import redact_url
 from .auth import COOKIE, Principal
-from .service import Forbidden, blocking, console_of, operator, principal, run_id_of
+from .security import journal_summary
+from .service import (
+    Forbidden,
+    TooManyFailures,
+    blocking,
+    check_token,
+    console_of,
+    operator,
+    principal,
+    run_id_of,
+)
 
 templates = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
 
@@ -61,19 +70,28 @@ templates.env.globals["status_class"] = lambda s: STATUS_CLASS.get(str(s), "")
 
 
 def render(
-    request: Request, name: str, who: Principal | None, status_code: int = 200, **context: Any
+    request: Request,
+    name: str,
+    who: Principal | None,
+    status_code: int = 200,
+    headers: dict[str, str] | None = None,
+    **context: Any,
 ) -> Response:
+    """A page. Nothing of the configuration shows to a stranger; a known caller sees the journal's
+    kind and host (never its user, password or database)."""
     console = console_of(request)
+    session = getattr(request.state, "session", None)
     return templates.TemplateResponse(
         request,
         name,
         {
             "who": who,
-            "csrf": who.csrf_token() if who is not None else "",
-            "journal_url": redact_url(console.settings.resolved_journal_url()),
+            "csrf": session.csrf if who is not None and session is not None else "",
+            "journal": journal_summary(console.settings.resolved_journal_url()) if who is not None else "",
             **context,
         },
         status_code=status_code,
+        headers=headers,
     )
 
 
@@ -101,7 +119,13 @@ async def runs_list(request: Request) -> Response:
 async def _view(request: Request) -> tuple[str, dict[str, Any]]:
     run_id = run_id_of(request)
     console = console_of(request)
-    view = await blocking(views.run_view, console.journal, run_id, console.context.tools)
+    view = await blocking(
+        views.run_view,
+        console.journal,
+        run_id,
+        console.context.tools,
+        secret_keys=console.settings.secret_keys(),
+    )
     if view is None:
         raise UnknownRunError(run_id)
     return run_id, view
@@ -186,28 +210,38 @@ async def decide_form(request: Request) -> Response:
 
 
 async def login(request: Request) -> Response:
+    """A known token opens a server-side session: the cookie holds its random id, never the token."""
     if request.method == "GET":
         return render(request, "login.html", None)
     form = await request.form()
     token = form.get("token")
-    who = console_of(request).tokens.who(token if isinstance(token, str) else None)
+    try:
+        who = check_token(request, token if isinstance(token, str) else None, "login form")
+    except TooManyFailures as exc:
+        wait = str(int(exc.wait) + 1)
+        return render(request, "login.html", None, 429, {"Retry-After": wait}, error=str(exc))
     if who is None:
         return render(request, "login.html", None, status_code=401, error="That token is not known here.")
+    console = console_of(request)
+    console.sessions.close(request.cookies.get(COOKIE))  # a new login never reuses an old session
+    session_id, _ = console.sessions.open(who)
     response = RedirectResponse("/", status_code=303)
     response.set_cookie(
         COOKIE,
-        str(token),
+        session_id,
         httponly=True,
         samesite="strict",
-        secure=request.url.scheme == "https",
-        max_age=12 * 3600,
+        secure=console.network.is_https(request.scope),
+        max_age=int(console.sessions.ttl),
     )
     return response
 
 
 async def logout(request: Request) -> Response:
+    """Revokes the session on the server (a copy of the cookie is worth nothing after)."""
+    console_of(request).sessions.close(request.cookies.get(COOKIE))
     response = RedirectResponse("/login", status_code=303)
-    response.delete_cookie(COOKIE)
+    response.delete_cookie(COOKIE, httponly=True, samesite="strict")
     return response
 
 

@@ -1,8 +1,10 @@
 """What the console's pages and API share: the journal, the plan's context, the enqueue, the tokens,
-and the request plumbing (who is asking, may they act, the ids in the path)."""
+the sessions, and the request plumbing (who is asking, may they act, the ids in the path)."""
 
 from __future__ import annotations
 
+import hmac
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -17,8 +19,10 @@ from ..journal.base import Journal
 from ..keys import check_run_id
 from ..settings import SagaSettings
 from .auth import COOKIE, Principal, Tokens
+from .security import LoginLimiter, Network, Session, Sessions
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class NotAuthenticated(Exception):
@@ -29,12 +33,23 @@ class Forbidden(Exception):
     """A viewer tried to act, or a form came without its CSRF token: 403."""
 
 
+class TooManyFailures(Exception):
+    """The client failed to log in too often lately: 429, with the seconds to wait."""
+
+    def __init__(self, wait: float) -> None:
+        super().__init__(f"too many failed logins from your address: try again in {int(wait) + 1} s")
+        self.wait = wait
+
+
 @dataclass
 class Console:
     settings: SagaSettings
     tokens: Tokens
     context: WorkerContext  # the journal, tools and lock, as a worker opens them (dry runs run here)
     enqueue: Enqueue
+    sessions: Sessions
+    limiter: LoginLimiter
+    network: Network
 
     @property
     def journal(self) -> Journal:
@@ -52,22 +67,67 @@ def bearer(request: Request) -> str | None:
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
 
 
+def client_of(request: Request) -> str:
+    return console_of(request).network.client(request.scope)
+
+
+def check_token(request: Request, token: str | None, how: str) -> Principal | None:
+    """The principal of a presented token; a wrong one is logged and counts against the client
+    (past the limit: TooManyFailures, whatever the token)."""
+    console = console_of(request)
+    client = client_of(request)
+    wait = console.limiter.wait(client)
+    if wait > 0:
+        raise TooManyFailures(wait)
+    who = console.tokens.who(token)
+    if who is None:
+        console.limiter.failed(client)
+        log.warning("console: failed login (%s) from %s", how, client)
+    return who
+
+
+def session_of(request: Request) -> Session | None:
+    """The browser's live session (from its cookie), if any."""
+    session = console_of(request).sessions.get(request.cookies.get(COOKIE))
+    if session is None or console_of(request).tokens.by_digest(session.principal.digest) is None:
+        return None
+    return session
+
+
 def principal(request: Request) -> Principal:
-    """The caller, from ``Authorization: Bearer`` or the login cookie; 401 otherwise."""
-    found = console_of(request).tokens.who(bearer(request) or request.cookies.get(COOKIE))
-    if found is None:
+    """The caller, from ``Authorization: Bearer`` or the session cookie; 401 otherwise."""
+    token = bearer(request)
+    if token is not None:
+        found = check_token(request, token, "bearer token")
+        if found is None:
+            raise NotAuthenticated()
+        return found
+    session = session_of(request)
+    if session is None:
         raise NotAuthenticated()
-    return found
+    request.state.session = session
+    return session.principal
+
+
+def known_caller(request: Request) -> Principal | None:
+    """The caller if it is known, without counting a failure (for error pages)."""
+    token = bearer(request)
+    if token is not None:
+        return console_of(request).tokens.who(token)
+    session = session_of(request)
+    return None if session is None else session.principal
 
 
 def operator(request: Request, form: Any = None) -> Principal:
-    """The caller, who must be an operator; a browser (cookie) must also send the form's CSRF token."""
+    """The caller, who must be an operator; a browser (cookie) must also send its session's CSRF
+    token with the form."""
     who = principal(request)
     if not who.can_act:
         raise Forbidden(f"{who.name} is a viewer: only an operator can do this")
     if bearer(request) is None:  # the browser: the cookie came by itself, the CSRF token cannot
         given = (form.get("csrf") if form is not None else None) or request.headers.get("x-csrf-token")
-        if not who.csrf_ok(given if isinstance(given, str) else None):
+        session: Session = request.state.session
+        if not isinstance(given, str) or not hmac.compare_digest(given.encode(), session.csrf.encode()):
             raise Forbidden("the form's CSRF token is missing or wrong: reload the page and try again")
     return who
 

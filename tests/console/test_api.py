@@ -22,6 +22,8 @@ from tests.ledger import MemoryLedger, order_script, order_tools
 
 from .conftest import Tokens
 
+BASE = "http://127.0.0.1:8350"  # a host the console answers to by default (loopback)
+
 
 class Sent:
     """What the console hands the workers (the real enqueue is ``saga.compensate_run.delay``)."""
@@ -59,7 +61,7 @@ def sent() -> Sent:
 @pytest.fixture
 def app(settings: SagaSettings, ledger: MemoryLedger, sent: Sent) -> Iterator[TestClient]:
     context = WorkerContext(settings, tools_loader=lambda _spec: order_tools(ledger))
-    with TestClient(create_app(settings, context=context, enqueue=sent)) as client:
+    with TestClient(create_app(settings, context=context, enqueue=sent), base_url=BASE) as client:
         yield client
 
 
@@ -340,7 +342,7 @@ def test_no_token_or_url_password_appears_in_pages_answers_or_metrics(
         console_tokens=tokens.spec,
     )
     context = WorkerContext(settings, tools_loader=lambda _spec: order_tools(ledger))
-    with TestClient(create_app(settings, context=context, enqueue=sent)) as client:
+    with TestClient(create_app(settings, context=context, enqueue=sent), base_url=BASE) as client:
         run_id = place(client, ledger)
         journal = client.app.state.console.journal  # type: ignore[attr-defined]
         journal.condemn(run_id)

@@ -23,6 +23,8 @@ from tests.ledger import MemoryLedger, order_tools
 
 from .conftest import Tokens
 
+BASE = "http://127.0.0.1:8350"  # a host the console answers to by default (loopback)
+
 
 def refused_enqueue(run_id: str, dry_run: bool, *, actor: str, reason: str, via: str) -> str:
     raise AssertionError("a decision enqueues nothing")
@@ -44,7 +46,7 @@ def app(tmp_path: Path, tokens: Tokens, tools: dict[str, Any]) -> Iterator[TestC
         home=tmp_path, journal_url=f"sqlite:///{tmp_path}/journal.db", console_tokens=tokens.spec
     )
     context = WorkerContext(settings, tools_loader=lambda _spec: tools)
-    with TestClient(create_app(settings, context=context, enqueue=refused_enqueue)) as client:
+    with TestClient(create_app(settings, context=context, enqueue=refused_enqueue), base_url=BASE) as client:
         yield client
 
 

@@ -1,0 +1,306 @@
+"""What keeps the console to the people it is for (issue 23's attack from loopback).
+
+- ``Sessions``: a browser's login is a random session id in an HttpOnly cookie, held in the
+  console's memory with its principal, its own CSRF secret and its expiry; logout revokes it. The
+  cookie never carries the token, and the CSRF secret cannot be computed from the configuration.
+- ``LoginLimiter``: failed logins (a wrong token in the form or in ``Authorization``) per client
+  address; past the limit the client waits out the window (429).
+- ``Guard``: the ASGI middleware in front of everything: a ``Host`` the console is not configured
+  for is refused (DNS rebinding), a POST from another origin is refused (login and logout
+  included), and every answer carries the security headers (a CSP without inline script,
+  ``frame-ancestors 'none'``, ``nosniff``, ``Referrer-Policy``, ``Cache-Control: no-store`` on all
+  but the static files).
+- Behind a TLS proxy, only the configured proxies' ``X-Forwarded-Proto``/``-For`` are believed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import secrets
+import threading
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from .auth import Principal
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+LOGIN_WINDOW_S = 300.0
+MAX_SESSIONS = 10_000
+# Same-origin (not no-referrer): with no-referrer a browser sends ``Origin: null`` on a form's POST.
+HEADERS = {
+    "content-security-policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
+    ),
+    "x-content-type-options": "nosniff",
+    "x-frame-options": "DENY",
+    "referrer-policy": "same-origin",
+    "cross-origin-opener-policy": "same-origin",
+}
+
+
+# -- sessions -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Session:
+    principal: Principal
+    csrf: str  # this session's own CSRF secret, sent back by its forms
+    expires_at: float  # time.monotonic()
+
+
+def _key(session_id: str) -> str:
+    # Looked up by a digest of the id: the dict's string compare never sees the id itself.
+    return hashlib.sha256(session_id.encode()).hexdigest()
+
+
+class Sessions:
+    """Logged-in browsers, in this process's memory (a restart logs everyone out)."""
+
+    def __init__(self, ttl: float, limit: int = MAX_SESSIONS) -> None:
+        self.ttl = ttl
+        self._limit = limit
+        self._by_key: dict[str, Session] = {}
+        self._lock = threading.Lock()
+
+    def open(self, principal: Principal) -> tuple[str, Session]:
+        session_id = secrets.token_urlsafe(32)
+        session = Session(principal, secrets.token_urlsafe(32), time.monotonic() + self.ttl)
+        with self._lock:
+            self._drop_expired()
+            while len(self._by_key) >= self._limit:  # the oldest login goes first
+                self._by_key.pop(next(iter(self._by_key)))
+            self._by_key[_key(session_id)] = session
+        return session_id, session
+
+    def get(self, session_id: str | None) -> Session | None:
+        if not session_id or len(session_id) > 128:
+            return None
+        with self._lock:
+            session = self._by_key.get(_key(session_id))
+            if session is not None and session.expires_at <= time.monotonic():
+                del self._by_key[_key(session_id)]
+                return None
+            return session
+
+    def close(self, session_id: str | None) -> None:
+        if session_id:
+            with self._lock:
+                self._by_key.pop(_key(session_id), None)
+
+    def _drop_expired(self) -> None:
+        now = time.monotonic()
+        for key in [k for k, s in self._by_key.items() if s.expires_at <= now]:
+            del self._by_key[key]
+
+
+# -- failed logins ------------------------------------------------------------------------------------
+
+
+class LoginLimiter:
+    """At most ``attempts`` failed logins per client address in a sliding ``window`` of seconds."""
+
+    def __init__(self, attempts: int, window: float = LOGIN_WINDOW_S) -> None:
+        self.attempts = attempts
+        self.window = window
+        self._failures: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def wait(self, client: str) -> float:
+        """Seconds the client must wait before its next try (0: it may try now)."""
+        now = time.monotonic()
+        with self._lock:
+            failures = self._failures.get(client)
+            if failures is None:
+                return 0.0
+            while failures and failures[0] <= now - self.window:
+                failures.popleft()
+            if not failures:
+                del self._failures[client]
+                return 0.0
+            return max(0.0, failures[0] + self.window - now) if len(failures) >= self.attempts else 0.0
+
+    def failed(self, client: str) -> None:
+        with self._lock:
+            if len(self._failures) > MAX_SESSIONS:  # bounded: forget the quietest clients
+                self._failures.clear()
+            self._failures.setdefault(client, deque(maxlen=self.attempts)).append(time.monotonic())
+
+
+# -- proxies, hosts, origins --------------------------------------------------------------------------
+
+
+def parse_networks(spec: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """``10.0.0.0/8, 192.0.2.1`` as networks; a malformed entry is a configuration error."""
+    from .auth import ConsoleConfigError
+
+    found = []
+    for entry in (e.strip() for e in spec.split(",")):
+        if not entry:
+            continue
+        try:
+            found.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise ConsoleConfigError(
+                f"SAGA_CONSOLE_TRUSTED_PROXIES: {entry[:60]!r} is not an address or a network"
+            ) from None
+    return tuple(found)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", []):
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+@dataclass(frozen=True)
+class Network:
+    """Who may say what about a request: the trusted proxies, the allowed hosts."""
+
+    trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+    allowed_hosts: tuple[str, ...]  # lower case; "*.example.com" allows its subdomains
+
+    @classmethod
+    def configure(cls, *, allowed_hosts: str, bind_host: str, trusted_proxies: str) -> Network:
+        hosts = [*LOOPBACK_HOSTS, *(h.strip().lower() for h in allowed_hosts.split(",") if h.strip())]
+        if bind_host and bind_host not in ("0.0.0.0", "::"):
+            hosts.append(bind_host.lower())
+        return cls(parse_networks(trusted_proxies), tuple(dict.fromkeys(hosts)))
+
+    def _peer_trusted(self, scope: Scope) -> bool:
+        peer = (scope.get("client") or ("", 0))[0]
+        try:
+            address = ipaddress.ip_address(peer)
+        except ValueError:
+            return False
+        return any(address in network for network in self.trusted_proxies)
+
+    def is_https(self, scope: Scope) -> bool:
+        if scope.get("scheme") == "https":
+            return True
+        forwarded = _header(scope, b"x-forwarded-proto") or ""
+        return forwarded.split(",")[0].strip() == "https" and self._peer_trusted(scope)
+
+    def client(self, scope: Scope) -> str:
+        """The client's address: the peer, or what a trusted proxy says it forwarded for."""
+        peer = str((scope.get("client") or ("unknown", 0))[0])
+        forwarded = _header(scope, b"x-forwarded-for")
+        if forwarded and self._peer_trusted(scope):
+            hops = [h.strip() for h in forwarded.split(",") if h.strip()]
+            if hops:
+                return hops[-1][:64]
+        return peer
+
+    def host_allowed(self, host_header: str | None) -> bool:
+        host = host_name(host_header)
+        if host is None:
+            return False
+        for allowed in self.allowed_hosts:
+            if allowed.startswith("*."):
+                if host.endswith(allowed[1:]) and host != allowed[2:]:
+                    return True
+            elif host == allowed.strip("[]"):
+                return True
+        return False
+
+
+def host_name(host_header: str | None) -> str | None:
+    """The host of a ``Host`` header without its port (``[::1]:8350`` -> ``::1``), lower case."""
+    if not host_header or len(host_header) > 255:
+        return None
+    host = host_header.strip().lower()
+    if host.startswith("["):
+        end = host.find("]")
+        return host[1:end] if end > 0 else None
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+def cross_origin(scope: Scope) -> bool:
+    """An unsafe request another site sent: its Origin is not this host (or is ``null``), or, without
+    one, the browser says it is cross-site. A program that sends neither (curl, a script) is not."""
+    origin = _header(scope, b"origin")
+    if origin is not None:
+        if origin.strip().lower() == "null":
+            return True
+        netloc = urlsplit(origin.strip()).netloc.lower()
+        return not netloc or netloc != (_header(scope, b"host") or "").strip().lower()
+    return (_header(scope, b"sec-fetch-site") or "").lower() in ("cross-site", "same-site")
+
+
+Refusal = Callable[[Scope, int, str], Awaitable[Any]]  # (scope, status, message) -> an ASGI app
+
+
+class Guard:
+    """Host allow-list, Origin check and security headers, in front of the whole application."""
+
+    def __init__(self, app: ASGIApp, *, network: Network, refuse: Refusal) -> None:
+        self.app = app
+        self.network = network
+        self.refuse = refuse
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        static = str(scope.get("path", "")).startswith("/static/")
+
+        async def with_headers(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k != b"cache-control" or static]
+                headers += [(k.encode(), v.encode()) for k, v in HEADERS.items()]
+                if not static:
+                    headers.append((b"cache-control", b"no-store"))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        if not self.network.host_allowed(_header(scope, b"host")):
+            answer = await self.refuse(scope, 400, "this console does not answer to that host name")
+        elif scope.get("method") in UNSAFE_METHODS and cross_origin(scope):
+            answer = await self.refuse(scope, 403, "a request from another site is refused")
+        else:
+            await self.app(scope, receive, with_headers)
+            return
+        await answer(scope, receive, with_headers)
+
+
+# -- what the console says about itself ----------------------------------------------------------------
+
+
+def journal_summary(url: str) -> str:
+    """What an operator needs to know of the journal's URL: its kind and host, nothing else (no user,
+    password, database name or query)."""
+    scheme, sep, rest = url.partition("://")
+    kind = scheme.split("+", 1)[0].lower() if sep else "unknown"
+    if not kind.isalnum():
+        kind = "unknown"
+    if kind == "sqlite":
+        return "sqlite · a file on the console's host"
+    # A password may hold '/', '?' or '#' unencoded: the host follows the last '@'.
+    host = rest[rest.rfind("@") + 1 :].split("/", 1)[0].split("?", 1)[0]
+    if not host or not all(c.isalnum() or c in ".-:[]_" for c in host):
+        host = "(host not shown)"
+    return f"{kind} · {host}"
+
+
+def plain_http_warning(host: str) -> str | None:
+    """A warning when the console binds where other machines reach it over plain HTTP."""
+    if host == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(host.strip("[]")).is_loopback:
+            return None
+    except ValueError:
+        pass
+    return (
+        f"the console listens on {host} over plain HTTP: tokens and session cookies cross the network "
+        "in clear. Put it behind a TLS proxy (SAGA_CONSOLE_TRUSTED_PROXIES names it) or bind 127.0.0.1."
+    )
