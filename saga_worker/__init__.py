@@ -67,7 +67,7 @@ __all__ = [
     "run_durable",
     "scripted",
     "stream_durable",
-    # adopting it from ordinary code (DESIGN.md §7)
+    # adopting it from ordinary code (docs/reference/integration.md)
     "SagaRun",
     "saga",
     "tool",

@@ -1,4 +1,4 @@
-"""Human approvals (DESIGN.md §8): a person's word on a suspended call, or on a gated compensation.
+"""Human approvals (docs/reference/approvals.md): a person's word on a suspended call, or on a gated compensation.
 
 A call of a tool with ``needs_approval`` is recorded ``suspended`` and its run stops; ``approve``
 lets the next ``resume_run`` execute it (once, with its normal claim and key), ``deny`` hands the

@@ -1,6 +1,6 @@
 """The audit trail: who condemned a run and why, who approved or denied what, how each unwind ended.
 
-The journal keeps it append-only, per run (DESIGN.md §8). Rows are written by the actions
+The journal keeps it append-only, per run (docs/reference/approvals.md). Rows are written by the actions
 themselves, in the same transaction where the action has one (the tombstone, an approval), so the
 trail can never claim an action that did not happen. Dry runs write nothing, so they are not in it.
 """

@@ -1,4 +1,4 @@
-"""``saga()``: record tool calls from ordinary code, no planner (DESIGN.md §7).
+"""``saga()``: record tool calls from ordinary code, no planner (docs/reference/integration.md).
 
 The code in the block plays the planner's part: each ``run.call`` is journaled as one planner
 decision holding one call, exactly as ``scripted`` would journal it, and is then settled by the same
@@ -196,7 +196,7 @@ def saga(
     prompt: str = "",
     finish: bool = True,
 ) -> Iterator[SagaRun]:
-    """Record the block's tool calls as run ``run_id`` (DESIGN.md §7).
+    """Record the block's tool calls as run ``run_id`` (docs/reference/integration.md).
 
     Leaving the block normally finishes the run; an exception from the block's code marks it failed
     and propagates. Neither compensates. The run is left as it is (so the same code can enter again

@@ -1,4 +1,4 @@
-"""``@tool``: a ``Tool`` from a plain function (DESIGN.md §7).
+"""``@tool``: a ``Tool`` from a plain function (docs/reference/integration.md).
 
 The function is the ``execute`` hook (``execute(input, opts)``, plain or ``async def``); every
 other ``Tool`` option is a keyword of the decorator, and the first line of the function's docstring

@@ -100,7 +100,7 @@ class MalformedRecordError(SagaError):
 
 
 class ToolFailedError(SagaError):
-    """A tool called from a ``saga()`` block raised: its record is ``failed`` (DESIGN.md §7)."""
+    """A tool called from a ``saga()`` block raised: its record is ``failed`` (docs/reference/integration.md)."""
 
     def __init__(self, run_id: str, tool_call_id: str, tool_name: str, error: str) -> None:
         super().__init__(

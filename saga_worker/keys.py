@@ -1,4 +1,4 @@
-"""Idempotency keys and the identifiers they are built from (DESIGN.md §2).
+"""Idempotency keys and the identifiers they are built from (docs/reference/tools-and-runs.md).
 
 Keys are stable forever: providers deduplicate on them, so nothing here may change shape.
 """

@@ -622,7 +622,7 @@ class _RunLoop:
         return answer
 
     def _recover_or_retry(self, step: int, tool: Tool, record: ToolRecord) -> RunEvent | None:
-        """A failed or running record: the side effect may or may not have happened (DESIGN.md §2)."""
+        """A failed or running record: the side effect may or may not have happened (docs/reference/tools-and-runs.md)."""
         if tool.recover is not None:
             opts = CallOptions(self._execute_key(record), record.tool_call_id, self.run_id)
             answer = self._recovered(record, ask_recover(tool, record.input, opts))

@@ -1,4 +1,4 @@
-"""The Celery worker entry point from a checkout: ``celery -A tasks worker`` (DESIGN.md §1).
+"""The Celery worker entry point from a checkout: ``celery -A tasks worker`` (docs/reference/index.md).
 
 A shim: the app, its configuration and the ``saga.*`` tasks live in the library, in
 ``saga_worker/celery/`` (the wheel installs only ``saga_worker``). Apps import

@@ -1,4 +1,4 @@
-"""Human approvals on the forward path (DESIGN.md §8), on every journal: a gated call is suspended,
+"""Human approvals on the forward path (docs/reference/approvals.md), on every journal: a gated call is suspended,
 not executed; approve lets resume_run execute it once, deny hands the planner its error."""
 
 from __future__ import annotations

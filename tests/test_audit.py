@@ -1,4 +1,4 @@
-"""The audit trail (DESIGN.md §8), on every journal: append-only rows for the tombstone, each
+"""The audit trail (docs/reference/approvals.md), on every journal: append-only rows for the tombstone, each
 decision and each unwind's outcome; none for a dry run."""
 
 from __future__ import annotations

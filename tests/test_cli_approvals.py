@@ -1,5 +1,5 @@
 """`saga-worker approve / deny / approve-compensation / deny-compensation / audit` and
-`compensate --reason` (DESIGN.md §8), on the embedded SQLite journal, in this process (--local)."""
+`compensate --reason` (docs/reference/approvals.md), on the embedded SQLite journal, in this process (--local)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Approval-gated compensation (DESIGN.md §8), on every journal: the unwind halts at a gated step
+"""Approval-gated compensation (docs/reference/approvals.md), on every journal: the unwind halts at a gated step
 (awaiting-approval) until a person approves it, goes past a denied one (skipped-denied), and shows the
 gate in a dry run."""
 

@@ -1,4 +1,4 @@
-"""Claims and leases (DESIGN.md §3 rule 4, §6): a dead holder's step is re-driven with the same key once
+"""Claims and leases (docs/reference/compensation.md "Calling again resumes", docs/reference/safety.md): a dead holder's step is re-driven with the same key once
 its lease expires, a live holder's lease is renewed while its hook runs, and a holder that lost its
 lease never overwrites the new owner's outcome."""
 

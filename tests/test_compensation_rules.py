@@ -1,4 +1,4 @@
-"""DESIGN.md §3, rule by rule, on every journal (memory, SQLite, PostgreSQL)."""
+"""docs/reference/compensation.md, rule by rule, on every journal (memory, SQLite, PostgreSQL)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A condemned run refuses everything that would move it forward (DESIGN.md §3, last paragraphs)."""
+"""A condemned run refuses everything that would move it forward (docs/reference/compensation.md "A condemned run")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The tombstone and a tool call's claim are one atomic step (DESIGN.md §6): however they race, every
+"""The tombstone and a tool call's claim are one atomic step (docs/reference/safety.md): however they race, every
 claimed call is in the unwind's worklist and no call is claimed once the tombstone is committed."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The cross-run idempotency window (DESIGN.md §8), on every journal: identical calls of any runs
+"""The cross-run idempotency window (docs/reference/approvals.md), on every journal: identical calls of any runs
 within the window share one execution, keyed ``"{tool_name}:{hash16}"``; each run holds a mirror that
 no unwind touches; after the window an identical call executes anew."""
 

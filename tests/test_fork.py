@@ -1,4 +1,4 @@
-"""fork_run (DESIGN.md §2): copied records keep the identity of the run whose effect they are."""
+"""fork_run (docs/reference/tools-and-runs.md): copied records keep the identity of the run whose effect they are."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Rows written behind the journal's back (broken JSON, unknown statuses) give MalformedRecordError naming
-the run, never a bare crash (DESIGN.md §6)."""
+the run, never a bare crash (docs/reference/safety.md)."""
 
 from __future__ import annotations
 

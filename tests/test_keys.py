@@ -1,4 +1,4 @@
-"""Idempotency keys exactly as DESIGN.md §2 spells them, computed here independently of the library."""
+"""Idempotency keys exactly as docs/reference/tools-and-runs.md spells them, computed here independently of the library."""
 
 from __future__ import annotations
 

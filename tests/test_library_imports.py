@@ -1,5 +1,5 @@
 """The library stands alone: nothing under saga_worker/ imports the checkout's top-level ``tasks`` or
-``config`` shims (the wheel installs only saga_worker, DESIGN.md §7), by an import statement or by name."""
+``config`` shims (the wheel installs only saga_worker, docs/reference/integration.md), by an import statement or by name."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Real OS processes on one SQLite file and one PostgreSQL database (DESIGN.md §2).
+"""Real OS processes on one SQLite file and one PostgreSQL database (docs/reference/tools-and-runs.md).
 
 Children are ``tests/procs/run_child.py``. Their tools apply effects to a ledger shared by every process
 (tests/ledger.py) whose effect key is UNIQUE, as a provider deduplicates on the idempotency key; the

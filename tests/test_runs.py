@@ -1,4 +1,4 @@
-"""Durable runs (DESIGN.md §2) on every journal: exactly-once execution, journaled decisions, misuse."""
+"""Durable runs (docs/reference/tools-and-runs.md) on every journal: exactly-once execution, journaled decisions, misuse."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``saga()``: tool calls recorded from ordinary code, no planner (DESIGN.md §7), on every journal.
+"""``saga()``: tool calls recorded from ordinary code, no planner (docs/reference/integration.md), on every journal.
 
 The tools apply their effects to a ledger whose effect key is UNIQUE (as a provider deduplicates on
 the idempotency key) and whose raw call log shows any second execution.

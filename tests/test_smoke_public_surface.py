@@ -1,4 +1,4 @@
-"""The names DESIGN.md promises are importable from the package root."""
+"""The names docs/reference/ promises are importable from the package root."""
 
 import saga_worker
 

@@ -1,4 +1,4 @@
-"""saga-worker on Celery (DESIGN.md §4, §7): the app factory, its configuration and the ``saga.*`` tasks.
+"""saga-worker on Celery (docs/reference/celery.md, docs/reference/integration.md): the app factory, its configuration and the ``saga.*`` tasks.
 
 ``from saga_worker.celery import compensate_run`` is what apps import: ``compensate_run.delay(run_id)``
 sends ``saga.compensate_run`` through the app the tasks were installed on (:func:`install`), or else

@@ -1,4 +1,4 @@
-"""The Celery configuration, built from :class:`SagaSettings` (DESIGN.md §4).
+"""The Celery configuration, built from :class:`SagaSettings` (docs/reference/celery.md).
 
 Delivery is at-least-once and the tasks are written for it: messages carry ids only (JSON, nothing
 else accepted), a message is acked after its task ends (``task_acks_late``) and handed back if the

@@ -1,4 +1,4 @@
-"""Forward steps as an app's own Celery tasks (DESIGN.md §7).
+"""Forward steps as an app's own Celery tasks (docs/reference/integration.md).
 
 A forward task records its side effect into a run with :func:`record_call`: the call is journaled
 and settled exactly as ``run.call`` in a ``saga()`` block (claimed before execute, replayed on a

@@ -1,5 +1,5 @@
 """``install(app)``: the ``saga.*`` tasks and the sweeper's beat entry on a Celery app that already
-exists (DESIGN.md §7).
+exists (docs/reference/integration.md).
 
 The host app keeps its broker, its result backend and its own tasks' settings. What the saga tasks
 rely on is set on them alone: JSON messages (sent as JSON, and a non-JSON message refused by the

@@ -1,4 +1,4 @@
-"""``saga-worker``: run the demo, workers and beat; unwind a run; read the journal (DESIGN.md §5).
+"""``saga-worker``: run the demo, workers and beat; unwind a run; read the journal (docs/cli/index.md).
 
 Every listing and report prints as a table for people and as JSON with ``--json`` for programs.
 Errors print one line and exit non-zero. One module per area of commands (``commands_*.py``); how they

@@ -1,4 +1,4 @@
-"""A person's word (DESIGN.md §8): ``approve``/``deny`` a suspended call, ``approve-compensation``/
+"""A person's word (docs/reference/approvals.md): ``approve``/``deny`` a suspended call, ``approve-compensation``/
 ``deny-compensation`` an approval-gated step, and ``audit``, the run's trail of who did what.
 
 The actor the trail names is ``SAGA_ACTOR``, else the OS user: the shell's identity, not a flag anyone

@@ -1,4 +1,4 @@
-"""One attempt at undoing one step: every per-step rule of DESIGN.md §3 (rule 3, the first that applies
+"""One attempt at undoing one step: every per-step rule of docs/reference/compensation.md ("Each step", the first that applies
 decides) and the verdict the report shows, in one place.
 
 The in-process engine and the Celery executor both ask ``StepAttempt(...).verdict()``. The executor's

@@ -1,4 +1,4 @@
-"""The compensation engine (DESIGN.md §3): condemn first, then each step in reverse execution order.
+"""The compensation engine (docs/reference/compensation.md): condemn first, then each step in reverse execution order.
 
 The in-process ``compensate_run`` and the Celery tasks share these functions: ``begin_unwind`` writes
 the tombstone and reads the worklist, ``attempt.StepAttempt`` applies the rules to one step,

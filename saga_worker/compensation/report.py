@@ -1,4 +1,4 @@
-"""The compensation report: one honest entry per step, in unwind order (DESIGN.md §3)."""
+"""The compensation report: one honest entry per step, in unwind order (docs/reference/compensation.md)."""
 
 from __future__ import annotations
 

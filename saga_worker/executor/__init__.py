@@ -1,4 +1,4 @@
-"""The library side of the distributed executor (DESIGN.md §4): everything the Celery tasks do,
+"""The library side of the distributed executor (docs/reference/celery.md): everything the Celery tasks do,
 reachable by a unit test without a broker.
 
 An unwind over Celery is a chain of continuations: the coordinator writes the tombstone and records

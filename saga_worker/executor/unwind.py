@@ -1,4 +1,4 @@
-"""One unwind as a chain of continuations (DESIGN.md §4), on top of the engine's rules (§3).
+"""One unwind as a chain of continuations (docs/reference/celery.md), on top of the engine's rules (docs/reference/compensation.md).
 
 The coordinator writes the tombstone and records the worklist; each step task applies
 ``compensate_step`` to one step and stores its entry keyed ``(unwind_id, position)`` (with the

@@ -1,5 +1,5 @@
 """``task_always_eager=True`` (common in Django tests): ``compensate_run.delay(run_id).get()`` returns the
-report, as on a worker (DESIGN.md §4), on the SQL journals (issue 21, item 7)."""
+report, as on a worker (docs/reference/celery.md), on the SQL journals (issue 21, item 7)."""
 
 from __future__ import annotations
 

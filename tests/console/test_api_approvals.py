@@ -1,4 +1,4 @@
-"""The console's decisions (DESIGN.md §8) over HTTP: approve or deny a suspended call or a gated
+"""The console's decisions (docs/reference/approvals.md) over HTTP: approve or deny a suspended call or a gated
 compensation (operator only, CSRF from a browser), and the audit trail the run answers with. In
 process (Starlette's test client) on a real SQLite journal; unwinds here run in-process, as the
 library runs them (the browser tests send them to a real worker)."""

@@ -1,4 +1,4 @@
-"""Deliberately broken builds, to prove the suite bites: each one removes one safety of DESIGN.md §6.
+"""Deliberately broken builds, to prove the suite bites: each one removes one safety of docs/reference/safety.md.
 
 A test applies one in-process (``apply("no-fencing")``) or hands ``--break NAME`` to a child process
 (``FAULT_BREAK`` for Celery workers). Nothing here is imported by the product.

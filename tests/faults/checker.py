@@ -1,5 +1,5 @@
 """The checker: rebuilds what every report should have said from the ledger and the journal, and
-counts each broken promise of DESIGN.md §6.
+counts each broken promise of docs/reference/safety.md.
 
 - lost: a condemned run's step whose effect happened (execute effect in the ledger) and was never
   undone (no compensation effect), once the unwind has settled;
@@ -9,7 +9,7 @@ counts each broken promise of DESIGN.md §6.
   report after its tombstone: its call was claimed after the tombstone);
 - report mismatches: an entry whose status the ledger contradicts (compensated with no effect,
   skipped-not-executed for an effect that happened), a key that is not the stable key, a wrong order,
-  or a not-attempted / halting pattern that §3 forbids.
+  or a not-attempted / halting pattern that docs/reference/compensation.md forbids.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Smoke tier, Celery level: real workers (prefork pool) on the suite's own Redis and the session's
-PostgreSQL journal, with faults at each point of a step task (DESIGN.md §4, §6)."""
+PostgreSQL journal, with faults at each point of a step task (docs/reference/celery.md, docs/reference/safety.md)."""
 
 from __future__ import annotations
 

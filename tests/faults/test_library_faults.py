@@ -1,5 +1,5 @@
 """Smoke tier, library level: real worker processes against a real PostgreSQL journal, a fault at
-each point, and the checker's verdict from the ledger (DESIGN.md §3, §6)."""
+each point, and the checker's verdict from the ledger (docs/reference/compensation.md, docs/reference/safety.md)."""
 
 from __future__ import annotations
 

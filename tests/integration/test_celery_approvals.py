@@ -1,5 +1,5 @@
 """Approvals, gated compensation and the audit trail over real Celery workers (Redis broker, results
-and locks; PostgreSQL journal), with the beat sweeper running in the worker (DESIGN.md §8, §4)."""
+and locks; PostgreSQL journal), with the beat sweeper running in the worker (docs/reference/approvals.md, docs/reference/celery.md)."""
 
 from __future__ import annotations
 

@@ -56,7 +56,7 @@ def before_compensate(ledger: Ledger, name: str, opts: CallOptions, control: Pat
 
 
 def approval_tools(ledger: Ledger, hook: Any = None) -> dict[str, Tool]:
-    """Tools that wait for a person (DESIGN.md §8): ``refund`` before it executes, ``restock``
+    """Tools that wait for a person (docs/reference/approvals.md): ``refund`` before it executes, ``restock``
     before its compensation runs. Effects go to ``ledger`` as the order's tools' do."""
 
     def make(name: str, **rules: Any) -> Tool:

@@ -1,0 +1,63 @@
+"""The documentation is the project's own (issue 24): every page a file in the repository cites exists,
+nothing cites the old out-of-tree contract, and every command and setting has its page."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+from saga_worker.cli import main
+from saga_worker.settings import SagaSettings
+
+REPO = Path(__file__).resolve().parents[1]
+CITED = re.compile(r"\bdocs/[\w./-]+?\.md\b")
+
+
+def tracked_text_files() -> list[Path]:
+    names = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return [REPO / n for n in names if n.endswith((".py", ".md", ".toml", ".yml", ".txt", ".cfg"))]
+
+
+def test_every_docs_page_cited_in_code_tests_and_docs_exists() -> None:
+    missing = []
+    for path in tracked_text_files():
+        if not path.exists():
+            continue
+        for cited in set(CITED.findall(path.read_text(errors="replace"))):
+            if not (REPO / cited).is_file():
+                missing.append(f"{path.relative_to(REPO)} cites {cited}")
+    assert not missing, "\n".join(missing)
+
+
+def test_nothing_cites_the_contract_outside_the_repository() -> None:
+    outside = [
+        str(p.relative_to(REPO))
+        for p in tracked_text_files()
+        if p.exists() and p.name != "test_docs_site.py" and "DESIGN.md" in p.read_text(errors="replace")
+    ]
+    assert not outside, f"these still cite DESIGN.md instead of docs/reference/: {outside}"
+
+
+def test_every_command_has_a_page_generated_from_it() -> None:
+    pages = {p.stem: p.read_text() for p in (REPO / "docs" / "cli").glob("*.md")}
+    every = "\n".join(pages.values())
+    nav = (REPO / "mkdocs.yml").read_text()
+    for name in main.commands:
+        assert f":prog_name: saga-worker {name}\n" in every, f"no page renders `saga-worker {name}`"
+        page = next(stem for stem, text in pages.items() if f":prog_name: saga-worker {name}\n" in text)
+        assert f"cli/{page}.md" in nav, f"docs/cli/{page}.md is not in mkdocs.yml's nav"
+
+
+def test_every_setting_is_on_the_configuration_page() -> None:
+    page = (REPO / "docs" / "reference" / "configuration.md").read_text()
+    for field in SagaSettings.model_fields:
+        assert f"SAGA_{field.upper()}" in page, (
+            f"SAGA_{field.upper()} is not in docs/reference/configuration.md"
+        )
