@@ -25,6 +25,7 @@ from celery.signals import (
     worker_init,
     worker_process_init,
     worker_process_shutdown,
+    worker_ready,
 )
 from sqlalchemy.exc import InterfaceError, OperationalError
 
@@ -74,6 +75,11 @@ def _reuse_broker_clients(**_: Any) -> None:
     reuse_redis_clients()
 
 
+def _log_tools(**_: Any) -> None:
+    executor.log_tools()  # which tools this worker unwinds with, once at its start
+
+
+worker_ready.connect(_log_tools)
 worker_init.connect(_serve_metrics)
 worker_init.connect(_reuse_broker_clients)
 worker_process_shutdown.connect(_child_exited)

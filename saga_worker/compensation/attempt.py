@@ -95,6 +95,8 @@ class Unwinding:
     ttl: float
     dry_run: bool = False
     lock: StepLock | None = None
+    # How an entry names the tools the unwinder has, when a step's tool is not among them.
+    tools_named: str = "the tools given"
 
 
 @dataclass(frozen=True)
@@ -254,8 +256,11 @@ class StepAttempt:
         happened = self._what_happened(tool)
         if isinstance(happened, CompensationEntry):
             return happened
-        # 3. Nothing to call.
-        if tool is None or tool.compensate is None:
+        # 3. Nothing to call. A tool missing altogether says so: the step is skipped, but nothing was
+        # undone, and the unwind stays out of complete until the tool is deployed and it is re-driven.
+        if tool is None:
+            return self._missing_tool()
+        if tool.compensate is None:
             return self._entry(S.SKIPPED_NO_HOOK)
         # 3b. A person must approve this compensation (a dry run shows the gate).
         self.gated = gated = tool.compensation_needs_approval(self.record.input, happened.output)
@@ -269,6 +274,15 @@ class StepAttempt:
         # 5./6. Claim, then call the hook under a lease kept alive while it runs.
         entry = self._claim_and_undo(tool, happened.output, claim)
         return entry.model_copy(update={"needs_approval": True}) if gated else entry
+
+    def _missing_tool(self) -> CompensationEntry:
+        names = sorted(self.u.tools)
+        known = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "") or "none"
+        error = (
+            f"no tool named {self.record.tool_name!r} in {self.u.tools_named} (it has: {known}); nothing "
+            "was undone: the unwind is flagged for a person; deploy the tool, then re-drive the run"
+        )
+        return self._entry(S.SKIPPED_NO_HOOK, error).model_copy(update={"tool_missing": True})
 
     def _claim_as_known(self) -> CompensationClaim | None:
         # A claim read with the worklist may be stale, which is harmless for a succeeded record: the

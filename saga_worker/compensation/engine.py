@@ -33,7 +33,7 @@ from ..locks.base import StepLock
 from ..settings import get_settings
 from ..tools import Tool, check_tools
 from .attempt import StepAttempt, Unwinding, entry_for, missing_record_entry, new_owner
-from .report import HALTING, CompensationEntry, CompensationReport, CompensationStatus
+from .report import HALTING, SETTLED, CompensationEntry, CompensationReport, CompensationStatus
 
 __all__ = [  # entry_for, missing_record_entry and new_owner are the attempt's, named here for the executor
     "begin_unwind",
@@ -126,6 +126,19 @@ def finish_unwind(
         if e.status not in (CompensationStatus.COMPENSATED, CompensationStatus.ALREADY_COMPENSATED)
     ]
     note = ", ".join(f"{e.suffix}: {e.status.value}" for e in pending[:5])
+    unsettled = [e for e in report.entries if e.status not in SETTLED or e.tool_missing]
+    if all(e.tool_missing for e in unsettled):
+        # All that is left is steps whose tool the unwinder does not have: re-driving cannot help until
+        # the tool is deployed, so a person is asked (and re-drives it: `saga-worker redrive`).
+        missing = ", ".join(f"{e.suffix} (tool {e.tool_name!r})" for e in unsettled[:5])
+        journal.set_unwind_state(
+            report.run_id,
+            UnwindState.ATTENTION,
+            note=f"no tool for {missing} among the unwinder's tools; deploy it, then re-drive"[:2000],
+            next_at=None,
+            audit=audit,
+        )
+        return
     # Due now: the sweeper applies its own backoff when it re-drives a run.
     next_at = (
         journal.now() if run is None or run.unwind_next_at is None else max(run.unwind_next_at, journal.now())
@@ -201,7 +214,9 @@ def unwind(
     if claims is None:
         claims = journal.get_claims([(r.origin_run_id, r.suffix) for r in worklist])
     ttl = claim_ttl if claim_ttl is not None else get_settings().claim_ttl
-    unwinding = Unwinding(journal, run_id, tools, ttl, dry_run, lock)
+    unwinding = Unwinding(
+        journal, run_id, tools, ttl, dry_run, lock, tools_named="the tools given to compensate_run"
+    )
 
     def attempt(record: ToolRecord) -> CompensationEntry:
         entry = StepAttempt(unwinding, record, claims=claims).verdict()

@@ -11,7 +11,9 @@ class CompensationStatus(str, Enum):
     COMPENSATED = "compensated"  # the compensate hook returned in this unwind
     ALREADY_COMPENSATED = "already-compensated"  # an earlier unwind (of this run or a fork) undid it
     WOULD_COMPENSATE = "would-compensate"  # dry run: the hook would be called
-    SKIPPED_NO_HOOK = "skipped-no-hook"  # the tool has no compensate hook (or is not in tools)
+    SKIPPED_NO_HOOK = (
+        "skipped-no-hook"  # the tool has no compensate hook (or is not in tools: see tool_missing)
+    )
     SKIPPED_NOT_EXECUTED = "skipped-not-executed"  # recover says the interrupted call never took effect
     UNCERTAIN = "uncertain"  # interrupted call, and nothing can tell whether it took effect
     BUSY = "busy"  # another unwinder holds this step right now; the unwind stops
@@ -54,6 +56,9 @@ class CompensationEntry(BaseModel):
     attempts: int = 0
     # The tool gates this compensation on a person's approval (approve_compensation).
     needs_approval: bool = False
+    # No tool of this name among the unwinder's tools (a deploy without it): the entry reads
+    # skipped-no-hook, but nothing was undone, so the unwind is not complete (a person must look).
+    tool_missing: bool = False
 
 
 class CompensationReport(BaseModel):
@@ -69,8 +74,14 @@ class CompensationReport(BaseModel):
 
     @property
     def complete(self) -> bool:
-        """True when every step is undone or needs nothing (no uncertain, failed, busy or skipped-over step)."""
-        return not self.dry_run and all(e.status in SETTLED for e in self.entries)
+        """True when every step is undone or needs nothing (no uncertain, failed, busy or skipped-over
+        step, and none whose tool the unwinder did not have)."""
+        return not self.dry_run and all(e.status in SETTLED and not e.tool_missing for e in self.entries)
+
+    @property
+    def missing_tools(self) -> list[CompensationEntry]:
+        """The steps skipped because the unwinder had no tool of their name."""
+        return [e for e in self.entries if e.tool_missing]
 
     @property
     def halted(self) -> bool:

@@ -9,7 +9,7 @@ its entry (``run_step``), and the last task assembles the report from the journa
 
 from __future__ import annotations
 
-from .context import WorkerContext, configure, current, load_tools, reset
+from .context import WorkerContext, configure, current, load_tools, log_tools, reset
 from .sweeper import SweepOutcome, backoff_delay, sweep
 from .unwind import Finalize, Next, Step, finalize_unwind, run_step, start_unwind, step_owner
 
@@ -24,6 +24,7 @@ __all__ = [
     "current",
     "finalize_unwind",
     "load_tools",
+    "log_tools",
     "reset",
     "run_step",
     "start_unwind",

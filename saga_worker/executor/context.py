@@ -8,6 +8,7 @@ opened the journal already; a child must not reuse the parent's pooled connectio
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -18,6 +19,8 @@ from ..journal import Journal, open_journal
 from ..locks import StepLock, open_lock
 from ..settings import SagaSettings, get_settings
 from ..tools import Tool, check_tools
+
+log = logging.getLogger(__name__)
 
 
 def load_tools(spec: str) -> dict[str, Tool]:
@@ -143,6 +146,22 @@ def current() -> WorkerContext:
                 _current.close(after_fork=True)
             _current, _current_pid = _new_context(), os.getpid()
         return _current
+
+
+def log_tools() -> None:
+    """Say, once at a worker's start, which tools it unwinds with (and where they came from): a step
+    whose tool is missing reads skipped-no-hook, and the log is where a deploy without it shows first.
+    A ``SAGA_TOOLS`` that cannot be loaded is logged as an error naming the setting."""
+    ctx = current()
+    source = (
+        "install(app, tools=...)" if _configured_tools is not None else f"SAGA_TOOLS={ctx.settings.tools!r}"
+    )
+    try:
+        names = sorted(ctx.tools)
+    except Exception as exc:  # noqa: BLE001 - the worker keeps running; every unwind will say why too
+        log.error("saga-worker cannot load its tools (%s): %s", source, exc)
+        return
+    log.info("saga-worker tools (%s): %s", source, ", ".join(names) if names else "none")
 
 
 def reset(*, after_fork: bool = False) -> None:

@@ -236,7 +236,9 @@ def _compensate(
             "the step's tool record is missing from the journal",
         )
     else:
-        unwinding = Unwinding(journal, info.run_id, tools, claim_ttl, info.dry_run, lock)
+        unwinding = Unwinding(
+            journal, info.run_id, tools, claim_ttl, info.dry_run, lock, tools_named="this worker's tools"
+        )
         claims = {} if view.claim is None else {(record.origin_run_id, record.suffix): view.claim}
         twins = Twins.of(info.unwind_id, suffix, sleep, position=position)
         attempt = StepAttempt(unwinding, record, claims=claims, twins=twins)

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 from celery import Celery
 
-from saga_worker import Journal
+from saga_worker import Journal, Tool, ToolCall, run_durable, scripted
 from saga_worker.celery import prepare_stores
 from saga_worker.journal.records import ClaimStatus, UnwindState
 from saga_worker.keys import compensate_key
-from tests.ledger import Ledger
+from tests.ledger import Ledger, order_script, order_tools
 
 from . import scenarios
 from .conftest import REPO, Setup, Workers, make_setup, wait_for
@@ -155,3 +155,30 @@ def test_cli_compensate_enqueues_waits_and_prints_the_report_from_the_worker(
     )
     assert as_json.returncode == 0, as_json.stderr[-2000:]
     assert scenarios.statuses(json.loads(as_json.stdout)) == ["already-compensated"] * 3
+
+
+def test_a_worker_names_its_tools_at_start_and_a_step_whose_tool_it_lacks_flags_the_unwind_for_a_person(
+    running: Setup, module_workers: Workers, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
+    client, journal, ledger = parts
+    log = module_workers.started[0].log.read_text(errors="replace")
+    assert (
+        "saga-worker tools (SAGA_TOOLS='tests.integration.worker_tools:tools'): "
+        "charge, notify, refund, reserve, restock" in log
+    )
+    tools = {**order_tools(ledger), "gift": Tool(lambda input, opts: {"gift": 1}, lambda i, o, opts: None)}
+    calls = [*order_script(), ToolCall("gift", {"to": "c@example.com"})]
+    assert run_durable(run_id, journal=journal, tools=tools, planner=scripted(*calls)).status == "finished"
+
+    report = scenarios.unwind(client, run_id)
+
+    assert [(e["tool_name"], e["status"]) for e in report["entries"]] == [
+        ("gift", "skipped-no-hook"),
+        ("notify", "compensated"),
+        ("reserve", "compensated"),
+        ("charge", "compensated"),
+    ]
+    assert report["entries"][0]["tool_missing"] is True
+    assert "no tool named 'gift' in this worker's tools" in report["entries"][0]["error"]
+    run = journal.get_run(run_id)
+    assert run is not None and run.unwind_state is UnwindState.ATTENTION
