@@ -27,6 +27,7 @@ from .errors import (
     CompensatedRunError,
     InvalidInputError,
     ReplayMismatchError,
+    RunEndedError,
     SagaError,
     ToolFailedError,
     UnknownToolError,
@@ -110,12 +111,7 @@ class SagaRun:
         record = self.journal.get_record(self.run_id, suffix)
         if record is None or record.status not in (RecordStatus.SUCCEEDED, RecordStatus.FAILED):
             assert self._run is not None
-            raise InvalidInputError(
-                f"run {self.run_id!r} has ended ({self._run.status.value}); call {call_id!r} of tool "
-                f"{tool_name!r} has no recorded outcome to replay and will not be executed",
-                run_id=self.run_id,
-                tool_call_id=call_id,
-            )
+            raise RunEndedError(self.run_id, self._run.status.value)
         return self._loop._event(
             0, record, "replayed" if record.status is RecordStatus.SUCCEEDED else "failed", error=record.error
         )
@@ -175,7 +171,12 @@ class SagaRun:
             run, _ = self.journal.start_run(self.run_id, self.prompt)
         decisions = self.journal.list_decisions(self.run_id)
         step = len(decisions) + 1
-        self.journal.record_decision(self.run_id, step, {"kind": "finish", "text": "", "error": error})
+        try:
+            self.journal.record_decision(self.run_id, step, {"kind": "finish", "text": "", "error": error})
+        except RunEndedError:  # another block (or process) ended the run since we read it: its end stands
+            ended = self.journal.get_run(self.run_id)
+            self.result = None if ended is None or ended.condemned else RunResult.of(ended)
+            return
         status = RunStatus.FAILED if error is not None else RunStatus.FINISHED
         self.result = RunResult.of(self.journal.end_run(self.run_id, status, "", error))
 

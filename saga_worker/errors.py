@@ -134,6 +134,20 @@ class ReplayMismatchError(InvalidInputError):
         self._rebuilds_from(run_id, tool_call_id, journaled, asked, hint)
 
 
+class RunEndedError(InvalidInputError):
+    """The run has ended (finished or failed): it accepts no new call and no new decision.
+
+    Checked in the same atomic step as a call's claim, so a call that races the run's end either
+    was claimed before it (and is the run's) or is refused here with nothing executed."""
+
+    def __init__(self, run_id: str, status: str) -> None:
+        super().__init__(
+            f"run {run_id!r} has ended ({status}); it accepts no new call: nothing was executed or written",
+            run_id=run_id,
+            status=status,
+        )
+
+
 class ApprovalError(SagaError):
     """An approval or denial that cannot apply: no such call or step, or it was decided otherwise."""
 

@@ -29,6 +29,8 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 POINTS = (
@@ -40,6 +42,8 @@ POINTS = (
     # inside a tool's own hooks: a test tool calls these to put a fault mid-effect
     "mid_hook",
     "mid_execute",
+    # a forward call about to take the tombstone gate: the claim (or reclaim) that starts an execute
+    "before_gate",
 )
 ACTIONS = ("kill", "stop", "exit", "raise", "crash", "sleep")
 
@@ -60,6 +64,8 @@ class Rule:
     match: str = ""
     times: int = -1  # -1: every time
     fired: int = field(default=0, compare=False)
+    # action ``call`` only (armed by ``calling``, never from text): what to call at the point
+    callback: Callable[[str, str], object] | None = field(default=None, compare=False)
 
     def applies(self, name: str, key: str) -> bool:
         return self.point == name and self.match in key and (self.times < 0 or self.fired < self.times)
@@ -128,6 +134,32 @@ def configure(spec: str = "", directory: str = "") -> None:
         )
     _rules, _dir = rules, directory
     _armed = bool(_rules or _dir)
+
+
+@contextmanager
+def calling(
+    name: str, callback: Callable[[str, str], object], *, match: str = "", times: int = -1
+) -> Iterator[None]:
+    """While the block runs, call ``callback(name, key)`` at point ``name`` in this process (for keys
+    containing ``match``, at most ``times`` times): a test's way to act inside a window, such as
+    condemning a run between a call's checks and its claim. Raises FaultsNotEnabledError where the
+    harness did not ``enable`` faults, as ``configure`` does."""
+    global _armed
+    if name not in POINTS:
+        raise ValueError(f"unknown fault point {name!r}: one of {', '.join(POINTS)}")
+    if not _enabled:
+        raise FaultsNotEnabledError(
+            "fault injection is not enabled in this process: only the test harness arms fault points "
+            "(saga_worker.faults.enable())"
+        )
+    rule = Rule(name, "call", 0.0, match, times, callback=callback)
+    _rules.append(rule)
+    _armed = True
+    try:
+        yield
+    finally:
+        _rules[:] = [r for r in _rules if r is not rule]
+        _armed = bool(_rules or _dir)
 
 
 def point(name: str, key: str = "") -> None:
@@ -201,3 +233,5 @@ def _act(rule: Rule, name: str, key: str) -> None:
         raise InjectedCrash(f"crash injected at {name} ({key})")
     elif rule.action == "sleep":
         time.sleep(rule.arg)
+    elif rule.action == "call" and rule.callback is not None:
+        rule.callback(name, key)

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from . import faults
 from .compensation.engine import new_owner
 from .compensation.leases import keeper
 from .errors import (
@@ -407,6 +408,7 @@ class _RunLoop:
             suspended = self.journal.claim_record(self.run_id, new, gated=True)
             return None if suspended is None else self._event(step, suspended, "suspended")
         new = NewRecord(suffix, step, call_id, tool_name, tool.idempotency, input, self.run_id)
+        faults.point("before_gate", execute_key(self.run_id, tool.idempotency, tool_name, call_id, input))
         claimed = self.journal.claim_record(
             self.run_id,
             new,
@@ -420,6 +422,7 @@ class _RunLoop:
     def _execute_approved(self, step: int, tool: Tool, record: ToolRecord) -> RunEvent | None:
         """A person approved it: the normal claim (gated), then the normal key, once; ``None`` when
         another writer took the approved record first."""
+        faults.point("before_gate", self._execute_key(record))
         approved = self.journal.reclaim_record(
             self.run_id,
             record.suffix,
@@ -516,8 +519,17 @@ class _RunLoop:
                 )
                 assert mirror is not None and mirror.shared_id is not None
                 if action is None:
+                    faults.point("before_gate", key)
+                    # The shared execution's own claim, behind this run's gate too: no unwind touches
+                    # a shared execution, so one that started after the tombstone would stand forever.
                     made = self.journal.insert_shared(
-                        key, generation, tool_name, input, self.run_id, tool.window_s
+                        key,
+                        generation,
+                        tool_name,
+                        input,
+                        self.run_id,
+                        tool.window_s,
+                        gated_run=self.run_id if tool.side_effect else None,
                     )
                     if made is not None:
                         return self._execute_shared(step, tool, mirror, made)
@@ -550,11 +562,15 @@ class _RunLoop:
                 mirror.tool_name,
                 f"its shared execution is {action.status.value}, it has no recover hook and is not idempotent=True",
             )
-        run = self.journal.get_run(self.run_id)
-        if tool.side_effect and run is not None and run.condemned:
-            raise CompensatedRunError(self.run_id)
+        faults.point("before_gate", action.key)
+        # Re-executing is a claim: the run's gate and the compare-and-set in one atomic step (a read of
+        # the tombstone before it would let a condemn land in between).
         again = self.journal.settle_shared(
-            action.shared_id, action.status, SharedStatus.RUNNING, reclaim=True
+            action.shared_id,
+            action.status,
+            SharedStatus.RUNNING,
+            reclaim=True,
+            gated_run=self.run_id if tool.side_effect else None,
         )
         if again is None:
             raise SideEffectRetryBlockedError(
@@ -638,6 +654,7 @@ class _RunLoop:
                 record.tool_name,
                 f"its record is {record.status.value}, it has no recover hook and is not idempotent=True",
             )
+        faults.point("before_gate", self._execute_key(record))
         reclaimed = self.journal.reclaim_record(
             self.run_id,
             record.suffix,

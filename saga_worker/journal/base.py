@@ -97,7 +97,10 @@ class Journal(abc.ABC):
     # -- planner decisions --------------------------------------------------------------------------
     @abc.abstractmethod
     def record_decision(self, run_id: str, step: int, payload: Any) -> Any:
-        """Insert decision ``step`` (1-based) if absent; return the stored one (the first writer wins)."""
+        """Insert decision ``step`` (1-based) if absent; return the stored one (the first writer wins).
+
+        Raises RunEndedError, writing nothing, for a new step of a run that has ended (finished or
+        failed): nothing is decided after a run's end (a stored step is still returned)."""
 
     @abc.abstractmethod
     def list_decisions(self, run_id: str) -> list[Any]:
@@ -133,7 +136,9 @@ class Journal(abc.ABC):
     ) -> ToolRecord | None:
         """Insert a ``running`` record if absent, with the next sequence number; return it, or None if
         one already exists. With ``gated``, the tombstone check and the insert are one atomic step:
-        raises CompensatedRunError (writing nothing) if the run is condemned. With ``durable``, the
+        raises CompensatedRunError (writing nothing) if the run is condemned. Gated or not, a run
+        that has ended (finished or failed) accepts no new call, checked in the same atomic step:
+        RunEndedError, writing nothing. With ``durable``, the
         claim is on stable storage when this returns (a side-effecting call that is not idempotent:
         after a power loss it must still read as interrupted, never as not started). ``owner`` and
         ``ttl`` start the execute lease (see ``renew_execution``)."""
@@ -153,7 +158,8 @@ class Journal(abc.ABC):
     ) -> ToolRecord | None:
         """Compare-and-set ``expected`` (failed or running) → ``running`` with attempts + 1, for a
         re-execution, under a new execute lease. None if the record moved on (with ``attempts``: also
-        if its attempts are no longer those). Gated and durable as ``claim_record``."""
+        if its attempts are no longer those). Gated (and refused for an ended run) and durable as
+        ``claim_record``."""
 
     @abc.abstractmethod
     def complete_record(
@@ -236,10 +242,23 @@ class Journal(abc.ABC):
 
     @abc.abstractmethod
     def insert_shared(
-        self, key: str, generation: int, tool_name: str, input: Any, run_id: str, window_s: float
+        self,
+        key: str,
+        generation: int,
+        tool_name: str,
+        input: Any,
+        run_id: str,
+        window_s: float,
+        *,
+        gated_run: str | None = None,
     ) -> SharedAction | None:
         """Insert generation ``generation`` of ``key`` as ``running`` if absent (its window starts now,
-        by the journal's clock); None if another writer made it first."""
+        by the journal's clock); None if another writer made it first.
+
+        With ``gated_run``, that run's gate is taken in the same atomic step, as a gated
+        ``claim_record`` takes it: CompensatedRunError if the run is condemned, RunEndedError if it
+        has ended, nothing written. (A shared execution is in no run's unwind: one that started
+        after its run's tombstone would never be undone.)"""
 
     @abc.abstractmethod
     def settle_shared(
@@ -251,9 +270,11 @@ class Journal(abc.ABC):
         output: Any = None,
         error: str | None = None,
         reclaim: bool = False,
+        gated_run: str | None = None,
     ) -> SharedAction | None:
         """Compare-and-set ``expected`` → ``status`` (with ``reclaim``: → running, attempts + 1, for a
-        re-execution). None if the shared execution moved on."""
+        re-execution). None if the shared execution moved on. ``gated_run`` as ``insert_shared``:
+        a re-execution is a claim, behind the gate of the run that makes it."""
 
     # -- compensation claims ------------------------------------------------------------------------
     @abc.abstractmethod

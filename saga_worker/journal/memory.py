@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ..errors import CompensatedRunError, MalformedRecordError, RunExistsError, UnknownRunError
+from ..errors import CompensatedRunError, MalformedRecordError, RunEndedError, RunExistsError, UnknownRunError
 from ..keys import canonical_json
 from ..storable import storable_or_none
 from .base import Journal, check_not_condemned_row
@@ -180,6 +180,9 @@ class MemoryJournal(Journal):
             # Keyed by step, as SQL's rows are: a step written out of order is stored where it says.
             steps = self._decisions.setdefault(run_id, {})
             if step not in steps:
+                run = self._runs.get(run_id)
+                if run is not None and run.ended:
+                    raise RunEndedError(run_id, str(getattr(run.status, "value", run.status)))
                 steps[step] = _copy(payload)
             return _copy(steps[step])
 
@@ -201,12 +204,16 @@ class MemoryJournal(Journal):
             rows = [r for r in rows if r.status in statuses]
         return sorted(rows, key=lambda r: r.seq)
 
-    def _tombstone_gate(self, run_id: str, gated: bool) -> None:
+    def _tombstone_gate(self, run_id: str, gated: bool, *, ended: bool = True) -> None:
+        """Under the lock, as SQL's statement on the run's row: refuse a condemned run (``gated``) and
+        one that has ended (``ended``: a call, never a person's word on one already suspended)."""
         run = self._runs.get(run_id)
         if run is None:
             raise UnknownRunError(run_id)
         if gated and run.condemned:
             raise CompensatedRunError(run_id)
+        if ended and run.ended:
+            raise RunEndedError(run_id, str(getattr(run.status, "value", run.status)))
 
     def claim_record(
         self,
@@ -368,7 +375,7 @@ class MemoryJournal(Journal):
     ) -> ToolRecord | None:
         check_not_condemned_row(audit)
         with self._lock:
-            self._tombstone_gate(run_id, True)
+            self._tombstone_gate(run_id, True, ended=False)
             decided = self._cas(run_id, suffix, RecordStatus.SUSPENDED, status=decision, error=error)
             if decided is not None:
                 self._append(audit)
@@ -440,9 +447,19 @@ class MemoryJournal(Journal):
             return None if found is None else _shared_out(found)
 
     def insert_shared(
-        self, key: str, generation: int, tool_name: str, input: Any, run_id: str, window_s: float
+        self,
+        key: str,
+        generation: int,
+        tool_name: str,
+        input: Any,
+        run_id: str,
+        window_s: float,
+        *,
+        gated_run: str | None = None,
     ) -> SharedAction | None:
         with self._lock:
+            if gated_run is not None:
+                self._tombstone_gate(gated_run, True)
             if (key, generation) in self._shared:
                 return None
             now = self.now()
@@ -472,9 +489,12 @@ class MemoryJournal(Journal):
         output: Any = None,
         error: str | None = None,
         reclaim: bool = False,
+        gated_run: str | None = None,
     ) -> SharedAction | None:
         key, _, generation = shared_id.rpartition(":")
         with self._lock:
+            if gated_run is not None:
+                self._tombstone_gate(gated_run, True)
             current = self._shared.get((key, int(generation)))
             if current is None or current.status is not expected:
                 return None

@@ -19,7 +19,14 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from ..errors import CompensatedRunError, JournalError, MalformedRecordError, RunExistsError, UnknownRunError
+from ..errors import (
+    CompensatedRunError,
+    JournalError,
+    MalformedRecordError,
+    RunEndedError,
+    RunExistsError,
+    UnknownRunError,
+)
 from ..keys import canonical_json
 from ..redact import redact_url
 from ..storable import storable_or_none
@@ -407,8 +414,14 @@ class SqlJournal(Journal):
     def record_decision(self, run_id: str, step: int, payload: Any) -> Any:
         q = self._q
         params = {"run": run_id, "at_step": step, "new_payload": _dump(payload), "now": time.time()}
-        row = self._write(lambda tx: tx.one(q.decision_insert, params) or tx.one(q.decision_get, params))
-        assert row is not None
+
+        def work(tx: driver.Tx) -> driver.Row:
+            row = tx.one(q.decision_insert, params) or tx.one(q.decision_get, params)
+            if row is None:  # not inserted and not there: the run has ended
+                raise self._refusal(tx, run_id, gated=False)
+            return row
+
+        row = self._write(work)
         return _load(row["payload"], run_id, f"decision {step}")
 
     def list_decisions(self, run_id: str) -> list[Any]:
@@ -461,9 +474,22 @@ class SqlJournal(Journal):
         row = tx.one(self._q.tombstone_gate if gated else self._q.next_seq_ungated, params)
         if row is not None:
             return int(row["next_seq"])
-        if tx.one(self._q.condemned_at, params) is None:
-            raise UnknownRunError(run_id)
-        raise CompensatedRunError(run_id)
+        raise self._refusal(tx, run_id, gated=gated)
+
+    def _call_gate(self, tx: driver.Tx, run_id: str) -> None:
+        """The gated tombstone gate without a sequence number (a shared execution's claim)."""
+        if tx.one(self._q.call_gate_lock, {"run": run_id}) is None:
+            raise self._refusal(tx, run_id, gated=True)
+
+    def _refusal(self, tx: driver.Tx, run_id: str, *, gated: bool) -> Exception:
+        """Why the gate refused: an unknown run, a condemned one (``gated``), or one that has ended."""
+        row = tx.one(self._q.run_get, {"run": run_id})
+        if row is None:
+            return UnknownRunError(run_id)
+        run = self._run(row)
+        if run.ended and not (gated and run.condemned):
+            return RunEndedError(run_id, run.status.value)
+        return CompensatedRunError(run_id)
 
     def claim_record(
         self,
@@ -716,7 +742,15 @@ class SqlJournal(Journal):
         return None if row is None else self._shared_row(row)
 
     def insert_shared(
-        self, key: str, generation: int, tool_name: str, input: Any, run_id: str, window_s: float
+        self,
+        key: str,
+        generation: int,
+        tool_name: str,
+        input: Any,
+        run_id: str,
+        window_s: float,
+        *,
+        gated_run: str | None = None,
     ) -> SharedAction | None:
         params = {
             "k": key,
@@ -727,7 +761,16 @@ class SqlJournal(Journal):
             "window": float(window_s),
             "now": time.time(),
         }
-        row = self._write(lambda tx: tx.one(self._q.shared_insert, params))
+        if gated_run is None:
+            row = self._write(lambda tx: tx.one(self._q.shared_insert, params))
+            return None if row is None else self._shared_row(row)
+        run_id_gated = gated_run
+
+        def gated(tx: driver.Tx) -> driver.Row | None:
+            self._call_gate(tx, run_id_gated)
+            return tx.one(self._q.shared_insert, params)
+
+        row = self._write(gated, atomic=True)
         return None if row is None else self._shared_row(row)
 
     def settle_shared(
@@ -739,6 +782,7 @@ class SqlJournal(Journal):
         output: Any = None,
         error: str | None = None,
         reclaim: bool = False,
+        gated_run: str | None = None,
     ) -> SharedAction | None:
         key, _, generation = shared_id.rpartition(":")
         params = {
@@ -751,7 +795,13 @@ class SqlJournal(Journal):
             "now": time.time(),
         }
         stmt = self._q.shared_reclaim if reclaim else self._q.shared_settle
-        row = self._write(lambda tx: tx.one(stmt, params))
+
+        def work(tx: driver.Tx) -> driver.Row | None:
+            if gated_run is not None:
+                self._call_gate(tx, gated_run)  # a re-execution is a claim: behind the run's gate
+            return tx.one(stmt, params)
+
+        row = self._write(work, atomic=gated_run is not None)
         return None if row is None else self._shared_row(row)
 
     # -- compensation claims ----------------------------------------------------------------------

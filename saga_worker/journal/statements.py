@@ -30,6 +30,11 @@ RECORD_PREFIX = "record_"
 UNSWEPT = frozenset({UnwindState.PENDING, UnwindState.INCOMPLETE})
 
 
+# A run in one of these accepts no new call and no new decision (RunInfo.ended).
+# (Written out, not as IN: an IN-list parameter cannot be prepared once.)
+ENDED = sa.or_(*(runs.c.status == s.value for s in (RunStatus.FINISHED, RunStatus.FAILED)))
+NOT_ENDED = sa.and_(*(runs.c.status != s.value for s in (RunStatus.FINISHED, RunStatus.FAILED)))
+
 # Bound parameters and values more than one area shares.
 NOW = b("now", type_=sa.Double)
 MAX_ROWS = b("max_rows", type_=sa.Integer)
@@ -113,14 +118,24 @@ class Statements:
         self.condemn_insert = p(self._condemn_insert().returning(runs.c.condemned_at))
         self.condemned_at = p(sa.select(runs.c.condemned_at).where(RUN))
         # The tombstone gate: lock the run's row and take the next sequence number (SqlJournal._tombstone_gate).
+        # A run that has ended takes no new call, gated or not: checked on the same row, in the same statement.
         bump_seq = {"next_seq": runs.c.next_seq + 1}
         self.tombstone_gate = p(
             sa.update(runs)
-            .where(RUN, runs.c.condemned_at.is_(None))
+            .where(RUN, runs.c.condemned_at.is_(None), NOT_ENDED)
             .values(**bump_seq)
             .returning(runs.c.next_seq)
         )
-        self.next_seq_ungated = p(sa.update(runs).where(RUN).values(**bump_seq).returning(runs.c.next_seq))
+        self.next_seq_ungated = p(
+            sa.update(runs).where(RUN, NOT_ENDED).values(**bump_seq).returning(runs.c.next_seq)
+        )
+        # The same gate without a sequence number, for a claim that is no record (a shared execution).
+        self.call_gate_lock = p(
+            sa.update(runs)
+            .where(RUN, runs.c.condemned_at.is_(None), NOT_ENDED)
+            .values(next_seq=runs.c.next_seq)
+            .returning(runs.c.next_seq)
+        )
         # The tombstone gate without a sequence number: a person's decision on a suspended call takes the same
         # row lock as a claim, so it is ordered against the tombstone the same way.
         self.tombstone_gate_lock = p(
@@ -275,9 +290,19 @@ class Statements:
         insert = self.policy.insert
         p = self._prepare
         decision = (decisions.c.run_id == b("run"), decisions.c.step == b("at_step"))
+        # Nothing is decided after a run's end: the insert selects its row only while the run has not ended.
+        ended = sa.exists(sa.select(runs.c.run_id).where(RUN, ENDED))
         self.decision_insert = p(
             insert(decisions)
-            .values(run_id=b("run"), step=b("at_step"), payload=b("new_payload"), created_at=NOW)
+            .from_select(
+                ["run_id", "step", "payload", "created_at"],
+                sa.select(
+                    b("run", type_=sa.String),
+                    b("at_step", type_=sa.Integer),
+                    b("new_payload", type_=sa.Text),
+                    NOW,
+                ).where(~ended),
+            )
             .on_conflict_do_nothing(index_elements=["run_id", "step"])
             .returning(decisions.c.payload)
         )
