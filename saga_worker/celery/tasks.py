@@ -1,10 +1,14 @@
 """The saga tasks (``saga.*``), registered on a Celery app by :func:`register`.
 
-Thin on purpose: each task parses ids, calls saga_worker.executor, and passes the continuation on
-under its own task id (as ``self.replace`` would, so ``compensate_run.delay(run_id).get()`` returns
-the report), storing no result of its own. The last step task, or the one that halts, assembles the report from the journal and
-returns it: a halt is a normal end, never an exception (a raised error in a chain hands the caller an
-exception instead of a report).
+Thin on purpose: each task parses ids, calls saga_worker.executor, and passes the continuation on.
+Each step task runs under a task id of its own, derived from the run, the step and the unwind
+(:func:`step_task_id`), so Flower shows every step as a task; none stores a result of its own. The
+last step task, or the one that halts, assembles the report from the journal and stores it under the
+coordinator's task id (the unwind id), so ``compensate_run.delay(run_id).get()`` returns the report:
+for the caller a halt is a normal end, never an exception. A step whose hook failed then ends
+``FAILURE`` itself, with the hook's error, for Flower; the caller still gets the report. Eager, the
+coordinator runs the steps itself; in someone else's chain, group or chord, ``replace()`` carries
+each step on under the coordinator's id.
 
 The task bodies are plain functions registered per app rather than decorated at import: the same
 tasks go on saga-worker's own app (:func:`saga_worker.celery.make_app`) or on an app that already
@@ -14,9 +18,10 @@ exists (:func:`saga_worker.celery.install`), and importing this module creates n
 from __future__ import annotations
 
 import os
+import uuid
 from typing import Any
 
-from celery import Celery, Task
+from celery import Celery, Task, states
 from celery.exceptions import Ignore, Reject, Retry
 from celery.signals import (
     after_setup_logger,
@@ -30,6 +35,7 @@ from celery.signals import (
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from .. import executor, faults, metrics
+from ..compensation.report import CompensationEntry, CompensationStatus
 from ..redact import redact_exception, redact_logging
 from ..settings import get_settings
 from .transport import reuse_redis_clients
@@ -129,24 +135,69 @@ def _mark_events(sender: Any = None, request: Any = None, **_: Any) -> None:
 task_received.connect(_mark_events)
 
 
+class CompensationStepFailed(Exception):
+    """A step task whose compensate hook failed, halting the unwind, ends with this error: Flower shows
+    the step ``FAILURE`` with it. The unwind's report, under the coordinator's task id, says the same;
+    the error is expected (a failed hook), so the worker logs it without a traceback."""
+
+
+# Bytes a task id may take on every broker (AMQP's correlation id is a short string).
+TASK_ID_MAX = 255
+_STEP_IDS = uuid.UUID("0d4c2a9e-5b1f-4f6e-9a57-3c1e8f2b7d40")
+
+
+def step_task_id(run_id: str, suffix: str, unwind_id: str) -> str:
+    """The task id of step ``suffix`` of unwind ``unwind_id`` of run ``run_id``: its own, so Flower
+    shows one row per step, and the same for every message of that step (a redelivery, or the
+    continuation sent again by a redelivered step before it), so Flower keeps one row for them.
+
+    ``<run id>:<step>:<unwind id>`` (run ids and steps hold no ``:``), which Flower's tasks page shows
+    as the task's id; a UUID derived from it when that is longer than a broker takes."""
+    readable = f"{run_id}:{suffix}:{unwind_id}"
+    if len(readable.encode()) <= TASK_ID_MAX:
+        return readable
+    return str(uuid.uuid5(_STEP_IDS, readable))
+
+
 def _continue(task: Task, nxt: executor.Next) -> Any:
     if task.request.is_eager:
         return _continue_here(nxt)
+    plain = _plain_request(task)
     if isinstance(nxt, executor.Step):
         step = task.app.tasks[COMPENSATE_STEP]
         sig = step.si(nxt.run_id, nxt.unwind_id, nxt.suffix, nxt.dry_run)
-        if not _plain_request(task):
-            return task.replace(sig)
-        # What replace() does for a plain request, without its Ignore: the next step under this very
-        # task id, then this task ends without storing a result (the unwind's last task stores the
-        # report under the id). Ignore cost two formatted tracebacks per step (billiard's
-        # ExceptionInfo) and left their frames as cyclic garbage in the pool child.
-        sig.apply_async(task_id=task.request.id)
+        if not plain:
+            return task.replace(sig)  # under this very task id: Flower shows the steps as one row
+        # The next step under its own task id, then this task ends without storing a result (the
+        # unwind's last task stores the report under the coordinator's id). Not replace(): its Ignore
+        # cost two formatted tracebacks per step (billiard's ExceptionInfo) and left their frames as
+        # cyclic garbage in the pool child.
+        sig.apply_async(task_id=step_task_id(nxt.run_id, nxt.suffix, nxt.unwind_id))
         task.request.ignore_result = True
-        return None
+        return _shown(nxt.run_id, nxt.done)
     # The end (or a halt): assemble the report here, from the journal, rather than in a task of its
     # own: one message fewer per unwind. A redelivery assembles the same report again.
-    return _report(nxt.run_id, nxt.unwind_id)
+    report = _report(nxt.run_id, nxt.unwind_id)
+    if not plain or task.request.id == nxt.unwind_id:
+        return report  # this task runs under the coordinator's id: its result is the report
+    # A step task: the report goes under the coordinator's id (one write, as its own result would
+    # be), and the step ends with its own outcome, stored nowhere: Flower reads it from the event.
+    task.backend.store_result(nxt.unwind_id, report, states.SUCCESS)
+    task.request.ignore_result = True
+    return _shown(nxt.run_id, nxt.done)
+
+
+def _shown(run_id: str, done: CompensationEntry | None) -> dict[str, Any] | None:
+    """What a step task ends with (Flower shows it as the task's result): its entry in the report;
+    for a failed hook, the ``CompensationStepFailed`` error naming the run, the step and the error."""
+    if done is None:
+        return None
+    if done.status is CompensationStatus.FAILED:
+        raise CompensationStepFailed(
+            f"run {run_id!r} step {done.suffix!r} ({done.tool_name}): compensate failed, the unwind "
+            f"halted here: {done.error}"
+        )
+    return {"run_id": run_id, **done.model_dump(mode="json")}
 
 
 def _continue_here(nxt: executor.Next) -> Any:
@@ -172,9 +223,10 @@ def _continue_here(nxt: executor.Next) -> Any:
 
 
 def _plain_request(task: Task) -> bool:
-    """Is this a request that replace() would only re-send under the same id? Not eager, not in a
-    chain, group or chord of someone else's, no callbacks; and the worker does not drop a task id
-    it has seen succeed (``worker_deduplicate_successful_tasks``), which every step shares."""
+    """Is this a request whose steps may run under ids of their own, the report stored under the
+    coordinator's? Not eager, not in a chain, group or chord of someone else's, no callbacks; and the
+    worker does not drop a task id it has seen succeed (``worker_deduplicate_successful_tasks``: not
+    tried with per-step ids). Any other request goes on with replace(), under its own id."""
     req = task.request
     return not (
         req.is_eager
@@ -273,6 +325,8 @@ def register(app: Celery, **options: Any) -> dict[str, Task]:
     base = type("SagaTask", (_RedactedErrors, app.Task), {})  # the app's own Task class, kept
     for name, (body, retries) in bodies.items():
         opts = {**(RETRY if retries else {}), **options}
+        if name == COMPENSATE_STEP:  # a failed hook is an expected end: logged without a traceback
+            opts.setdefault("throws", (CompensationStepFailed,))
         # shared=False: Celery would otherwise add the task, with these options, to every app created
         # after this one in the process (a host app's saga tasks would then carry ours, or theirs).
         registered[name] = app.task(name=name, bind=True, shared=False, base=base, **opts)(body)
@@ -281,9 +335,11 @@ def register(app: Celery, **options: Any) -> dict[str, Task]:
 
 __all__ = [
     "COMPENSATE_RUN",
+    "CompensationStepFailed",
     "COMPENSATE_STEP",
     "FINALIZE_UNWIND",
     "NAMES",
     "RETRY_UNCERTAIN",
     "register",
+    "step_task_id",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -50,6 +50,8 @@ class Step:
     dry_run: bool
     position: int
     total: int
+    # The entry of the step just run (None from the coordinator): what its task shows as its outcome.
+    done: CompensationEntry | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ class Finalize:
 
     run_id: str
     unwind_id: str
+    # The entry of the step just run (None from the coordinator): the halting one, after a halt.
+    done: CompensationEntry | None = field(default=None, compare=False)
 
 
 Next = Step | Finalize
@@ -109,12 +113,11 @@ def start_unwind(
     return _next(info, 0)
 
 
-def _next(info: UnwindInfo, position: int) -> Next:
+def _next(info: UnwindInfo, position: int, done: CompensationEntry | None = None) -> Next:
     if position < len(info.suffixes):
-        return Step(
-            info.run_id, info.unwind_id, info.suffixes[position], info.dry_run, position, len(info.suffixes)
-        )
-    return Finalize(info.run_id, info.unwind_id)
+        suffix = info.suffixes[position]
+        return Step(info.run_id, info.unwind_id, suffix, info.dry_run, position, len(info.suffixes), done)
+    return Finalize(info.run_id, info.unwind_id, done)
 
 
 def _unwind(journal: Journal, run_id: str, unwind_id: str) -> UnwindInfo:
@@ -160,9 +163,10 @@ def run_step(
         )
         if stored is None:
             return None
-    if stored_entry(info, position, stored).status in HALTING:
-        return Finalize(run_id, unwind_id)
-    return _next(info, position + 1)
+    done = stored_entry(info, position, stored)
+    if done.status in HALTING:
+        return Finalize(run_id, unwind_id, done)
+    return _next(info, position + 1, done)
 
 
 def stored_entry(info: UnwindInfo, position: int, data: dict[str, Any]) -> CompensationEntry:

@@ -154,14 +154,15 @@ def test_step_tasks_send_a_compensating_event_naming_the_run_and_the_step_for_fl
         thread.join(timeout=10)
     mine = [e for e in seen if e.get("run_id") == run_id]
     assert [e["suffix"] for e in mine] == scenarios.SUFFIXES
-    assert {e["uuid"] for e in mine} == {pending.id}  # every step keeps the coordinator's task id
+    # Each step under a task id of its own: run, step, unwind (the coordinator's id) (issue 23).
+    assert [e["uuid"] for e in mine] == [f"{run_id}:{s}:{pending.id}" for s in scenarios.SUFFIXES]
     # Flower's state machine turns a custom "task-<name>" event into that state.
     from celery.events.state import State
 
     state = State()
     for event in mine:
         state.event(dict(event))
-    assert state.tasks[mine[0]["uuid"]].state == "COMPENSATING"
+    assert [state.tasks[e["uuid"]].state for e in mine] == ["COMPENSATING"] * 3
 
 
 def test_two_beat_processes_on_redis_run_one_sweeper_schedule_between_them(

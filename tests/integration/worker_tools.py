@@ -9,7 +9,9 @@ with files in ``SAGA_TEST_CONTROL`` named ``{run_id}.{action}-{tool}``:
 - ``slow``: the hook sleeps the seconds written in the file first;
 - ``kill``: the process running the hook SIGKILLs itself (once: the file is consumed);
 - ``hang``: the hook writes ``{run_id}.hanging-{tool}`` (its pid) and blocks, for the test to kill
-  the whole worker (once).
+  the whole worker (once);
+- ``hold``: the hook writes ``{run_id}.holding-{tool}`` and waits until the test deletes the ``hold``
+  file (at most a minute), for a test to look at a hook while it runs.
 """
 
 from __future__ import annotations
@@ -50,6 +52,12 @@ def before_compensate(ledger: Ledger, name: str, opts: CallOptions, control: Pat
         raise RuntimeError(f"{name}: the provider refused the compensation{words}")
     if _take(Path(f"{base}kill-{name}")):
         os.kill(os.getpid(), signal.SIGKILL)
+    hold = Path(f"{base}hold-{name}")
+    if hold.exists():
+        Path(f"{base}holding-{name}").write_text(str(os.getpid()))
+        deadline = time.monotonic() + 60
+        while hold.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
     if _take(Path(f"{base}hang-{name}")):
         Path(f"{base}hanging-{name}").write_text(str(os.getpid()))
         time.sleep(600)
