@@ -59,9 +59,10 @@ bench: $(STAMP)
 	bash .ci/programs
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
-# Regenerate the console screenshots README.md shows (docs/*.png) from the browser tests.
+# Regenerate the screenshots the docs show (docs/*.png) from the browser tests: the console's, Flower's.
 screenshots: $(STAMP) browser
 	SAGA_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/console/test_browser.py
+	SAGA_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/integration/test_flower.py -k screenshot
 
 soak: $(STAMP)
 	$(BIN)/python -m pytest tests/faults -m soak -p no:randomly -s

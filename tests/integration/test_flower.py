@@ -1,6 +1,6 @@
-"""Flower shows each step of an unwind as its own task (DESIGN.md §4, issue 23): a real ``celery
-flower`` process on a loopback port, a real worker started with ``--events`` (Redis broker, results
-and locks, PostgreSQL journal), and what Flower itself answers at ``/api/tasks``.
+"""Flower shows each step of an unwind as its own task (docs/reference/celery.md, issue 23): a real
+``celery flower`` process on a loopback port, a real worker started with ``--events`` (Redis broker,
+results and locks, PostgreSQL journal), and what Flower itself answers at ``/api/tasks``.
 
 One row per step, named ``saga.compensate_step``, its id derived from the unwind and the step
 (``<run id>:<step>:<coordinator's task id>``), the run id and the step in its arguments too; ``COMPENSATING`` while its hook runs,
@@ -261,7 +261,7 @@ def test_flower_tasks_page_screenshot(
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
                 page = browser.new_page(
-                    viewport={"width": 1600, "height": 800},
+                    viewport={"width": 1760, "height": 760},
                     http_credentials={"username": USER, "password": PASSWORD},
                 )
                 page.goto(f"{flower.url}/tasks")
