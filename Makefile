@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# The demo needs the package alone (no dev extras: no agent frameworks, no browser, no docs tools).
+DEMO_STAMP := $(VENV)/.installed-demo
 
 .PHONY: screenshots install demo test test-fast lint typecheck docs dist bench soak clean services browser
 
@@ -14,7 +16,12 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet -e .
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(BIN)/saga-worker demo
 
 # The console's browser tests drive Debian's chromium (no browser download is possible): install it

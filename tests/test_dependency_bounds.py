@@ -1,0 +1,55 @@
+"""Where saga-worker relies on a dependency's internals, pyproject.toml bounds the dependency from above
+(issue 24), and the installed version is one the bound admits and still has what is relied on: a
+release that moves them fails here, not in a worker."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import inspect
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
+
+def requirement(name: str) -> Requirement:
+    deps = tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"]
+    found = [Requirement(d) for d in deps if Requirement(d).name == name]
+    assert len(found) == 1, f"{name} should be named once in [project].dependencies, found {found}"
+    return found[0]
+
+
+@pytest.mark.parametrize("name", ["kombu", "celery-redbeat", "celery"])
+def test_the_dependency_has_an_upper_bound_that_the_installed_version_satisfies(name: str) -> None:
+    req = requirement(name)
+    assert any(spec.operator in ("<", "<=", "~=", "==") for spec in req.specifier), (
+        f"{req} has no upper bound, but saga-worker relies on its internals"
+    )
+    installed = Version(importlib.metadata.version(name))
+    assert req.specifier.contains(installed, prereleases=True), f"installed {name} {installed} is outside {req}"
+
+
+def test_kombu_redis_channel_still_has_the_private_method_the_worker_patches() -> None:
+    from kombu.transport import redis as kombu_redis
+
+    from saga_worker.celery import transport
+
+    create = transport._original
+    assert create is getattr(kombu_redis.Channel, "_create_client", None) or (
+        kombu_redis.Channel._create_client is transport._create_client
+    ), "kombu's Channel._create_client is not the method saga_worker.celery.transport wraps"
+    params = inspect.signature(create).parameters
+    assert list(params)[:2] == ["self", "asynchronous"], f"Channel._create_client{inspect.signature(create)}"
+    assert isinstance(inspect.getattr_static(kombu_redis.Channel, "pool"), property)
+
+
+def test_redbeat_still_has_what_the_resilient_scheduler_uses() -> None:
+    from redbeat import schedulers
+
+    assert callable(schedulers.ensure_conf) and callable(schedulers.get_redis)
+    tick = inspect.signature(schedulers.RedBeatScheduler.tick).parameters
+    assert "min" in tick, f"RedBeatScheduler.tick{inspect.signature(schedulers.RedBeatScheduler.tick)}"
