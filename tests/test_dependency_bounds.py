@@ -30,7 +30,9 @@ def test_the_dependency_has_an_upper_bound_that_the_installed_version_satisfies(
         f"{req} has no upper bound, but saga-worker relies on its internals"
     )
     installed = Version(importlib.metadata.version(name))
-    assert req.specifier.contains(installed, prereleases=True), f"installed {name} {installed} is outside {req}"
+    assert req.specifier.contains(installed, prereleases=True), (
+        f"installed {name} {installed} is outside {req}"
+    )
 
 
 def test_kombu_redis_channel_still_has_the_private_method_the_worker_patches() -> None:
