@@ -56,32 +56,53 @@ def hash16(value: Any) -> str:
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()[:16]
 
 
+SHOWN_MAX = 60  # characters of a refused id an error shows: an id from a message may be a megabyte
+
+
+def shown(value: object) -> str:
+    """``repr`` of a refused value for an error message, at most ~60 characters of it (and its length)."""
+    if isinstance(value, str) and len(value) > SHOWN_MAX:
+        return f"{value[:SHOWN_MAX]!r}… ({len(value)} characters)"
+    text = repr(value)
+    return text if len(text) <= 2 * SHOWN_MAX else f"{text[: 2 * SHOWN_MAX]}… ({type(value).__name__})"
+
+
+def clipped(value: object) -> object:
+    """A refused value as an error's ``detail`` holds it: as given, or its first ~60 characters."""
+    return f"{value[:SHOWN_MAX]}…" if isinstance(value, str) and len(value) > SHOWN_MAX else value
+
+
 def check_run_id(run_id: object) -> str:
-    if not isinstance(run_id, str) or not _RUN_ID.match(run_id):
+    if not isinstance(run_id, str) or len(run_id) > 200 or not _RUN_ID.match(run_id):
         raise InvalidInputError(
-            f"run id {run_id!r} cannot be used in idempotency keys: use 1-200 characters of letters, digits, "
-            "'_', '.', '-', starting with a letter or digit (':' separates key parts)",
-            run_id=run_id,
+            f"run id {shown(run_id)} cannot be used in idempotency keys: use 1-200 characters of letters, "
+            "digits, '_', '.', '-', starting with a letter or digit (':' separates key parts)",
+            run_id=clipped(run_id),
         )
     return run_id
 
 
 def check_tool_name(name: object) -> str:
-    if not isinstance(name, str) or not _TOOL_NAME.match(name):
+    if not isinstance(name, str) or len(name) > 100 or not _TOOL_NAME.match(name):
         raise InvalidInputError(
-            f"tool name {name!r} cannot be used in idempotency keys: use 1-100 characters of letters, digits, "
-            "'_' and '.', starting with a letter or '_' (':' and '-' separate key parts)",
-            tool_name=name,
+            f"tool name {shown(name)} cannot be used in idempotency keys: use 1-100 characters of letters, "
+            "digits, '_' and '.', starting with a letter or '_' (':' and '-' separate key parts)",
+            tool_name=clipped(name),
         )
     return name
 
 
 def check_call_id(call_id: object) -> str:
-    if not isinstance(call_id, str) or not _CALL_ID.match(call_id) or call_id.startswith("args-"):
+    if (
+        not isinstance(call_id, str)
+        or len(call_id) > 200
+        or not _CALL_ID.match(call_id)
+        or call_id.startswith("args-")
+    ):
         raise InvalidInputError(
-            f"tool call id {call_id!r} cannot be used in idempotency keys: use 1-200 characters of letters, "
-            "digits, '_', '.', '-', not starting with 'args-'",
-            tool_call_id=call_id,
+            f"tool call id {shown(call_id)} cannot be used in idempotency keys: use 1-200 characters of "
+            "letters, digits, '_', '.', '-', not starting with 'args-'",
+            tool_call_id=clipped(call_id),
         )
     return call_id
 

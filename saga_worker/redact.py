@@ -1,7 +1,8 @@
 """The one place secrets are hidden before text leaves the process (issue 10, item 5).
 
 Everything we print, log, store or expose goes through here: the CLI's one-line errors and its
-console output, the worker's log lines (a filter on every handler), the exceptions a task stores in
+console output, the worker's log lines about saga-worker (a filter on every handler that leaves the
+host app's own records alone), the exceptions a task stores in
 the result backend, the web console, the Celery conf a worker shows Flower. A URL's password is
 replaced by ``***`` whether or not the URL parses: in any ``scheme://…@host`` found in text,
 everything after the first ``:`` of the part between ``://`` and the token's last ``@`` is hidden
@@ -13,29 +14,84 @@ from __future__ import annotations
 
 import logging
 import re
+import string
+from collections.abc import Callable
 from typing import Any
 
 # A URL-looking token: a scheme, then everything up to whitespace or a quote (URLs turn up inside
-# error messages, reprs and tracebacks; a token that is not a URL at all is left as it is).
-_URL = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<rest>[^\s'\"<>`]*)")
+# error messages, reprs and tracebacks; a token that is not a URL at all is left as it is). Found by
+# hand, never by a regex that backtracks: ``[A-Za-z][A-Za-z0-9+.-]*://`` tried at every position of
+# a long letter/digit token is quadratic (80,000 characters took 7-8 s, a worker stalled logging one).
+_SCHEME_CHARS = frozenset(string.ascii_letters + string.digits + "+.-")
+_SCHEME_MAX = 40  # a scheme longer than this is cut to its last 40 characters (it is shown as written)
+_URL_END = frozenset("'\"<>`")
 _QUERY_SECRET = re.compile(r"(?i)(?P<name>\b(?:password|passwd|pwd)=)(?P<secret>[^&\s'\"<>`]+)")
 MASK = "***"
+# Text is scanned (and kept) up to this many characters; the rest is cut with a note saying how much.
+# Nothing saga-worker writes is that long: only a message or an error text from outside can be.
+MAX_SCANNED = 100_000
 
 
-def _hide_userinfo(match: re.Match[str]) -> str:
-    rest = match["rest"]
+def _hide_userinfo(rest: str) -> str:
     at = rest.rfind("@")
     if at > 0 and ":" in rest[:at]:
         user = rest[: rest.index(":")]
         rest = f"{user}:{MASK}{rest[at:]}"
-    return match["scheme"] + rest
+    return rest
+
+
+def _url_end(text: str, start: int) -> int:
+    end, size = start, len(text)
+    while end < size and text[end] not in _URL_END and not text[end].isspace():
+        end += 1
+    return end
+
+
+def _hide_urls(text: str) -> str:
+    """Every ``scheme://…`` token with its password hidden, in one left-to-right pass: each character
+    is looked at a bounded number of times (a scheme at most 40 back, a token's rest once)."""
+    out: list[str] = []
+    done = search = 0  # text[:done] is written out; look for the next "://" from search
+    while (mark := text.find("://", search)) >= 0:
+        start = mark
+        while start > max(done, mark - _SCHEME_MAX) and text[start - 1] in _SCHEME_CHARS:
+            start -= 1
+        while start < mark and text[start] not in string.ascii_letters:
+            start += 1  # a scheme starts with a letter
+        if start == mark:  # no scheme before this "://": not a URL
+            search = mark + 1
+            continue
+        end = _url_end(text, mark + 3)
+        out.append(text[done:start])
+        out.append(text[start : mark + 3] + _hide_userinfo(text[mark + 3 : end]))
+        done = search = end
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
+
+
+def _bounded(text: str) -> str:
+    """``text`` cut to ``MAX_SCANNED`` characters, a note saying how many were cut. A token cut in two
+    that could be a URL or a ``password=`` is dropped whole, so no part of a password is left."""
+    if len(text) <= MAX_SCANNED:
+        return text
+    head = text[:MAX_SCANNED]
+    last = max(head.rfind(c) for c in " \t\n\r'\"<>`")
+    tail = head[last + 1 :]
+    if "://" in tail or "=" in tail or "@" in tail:
+        head = head[: last + 1]
+    return f"{head}… [{len(text) - len(head)} characters not shown]"
 
 
 def redact_text(text: str) -> str:
-    """``text`` with the password of every URL in it (and every ``password=`` value) replaced by ``***``."""
+    """``text`` with the password of every URL in it (and every ``password=`` value) replaced by ``***``.
+
+    Linear in the length of the text, and text longer than ``MAX_SCANNED`` characters is cut first."""
+    text = _bounded(text)
     if "://" not in text and "=" not in text:
         return text
-    return _QUERY_SECRET.sub(lambda m: m["name"] + MASK, _URL.sub(_hide_userinfo, text))
+    return _QUERY_SECRET.sub(lambda m: m["name"] + MASK, _hide_urls(text))
 
 
 def redact_url(url: str) -> str:
@@ -97,9 +153,17 @@ def redact_exception(exc: BaseException) -> BaseException:
 class RedactingFilter(logging.Filter):
     """A handler filter: every record's message, arguments and exception text redacted.
 
-    On a handler (not a logger), so it sees the records of every logger that propagates to it."""
+    On a handler (not a logger), so it sees the records of every logger that propagates to it. With
+    ``only``, just the records it says yes to: a worker's handlers are shared with the host app's
+    own tasks, whose records are none of saga-worker's business (nor its cost)."""
+
+    def __init__(self, only: Callable[[logging.LogRecord], bool] | None = None) -> None:
+        super().__init__()
+        self.only = only
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if self.only is not None and not self.only(record):
+            return True
         if isinstance(record.msg, str):
             record.msg = redact_text(record.msg)
         if record.args:
@@ -112,8 +176,10 @@ class RedactingFilter(logging.Filter):
         return True
 
 
-def redact_logging(logger: logging.Logger | None = None) -> None:
-    """Put a ``RedactingFilter`` on every handler of ``logger`` (the root logger by default), once."""
+def redact_logging(
+    logger: logging.Logger | None = None, *, only: Callable[[logging.LogRecord], bool] | None = None
+) -> None:
+    """Put a ``RedactingFilter(only)`` on every handler of ``logger`` (the root logger by default), once."""
     for handler in (logger or logging.getLogger()).handlers:
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
-            handler.addFilter(RedactingFilter())
+            handler.addFilter(RedactingFilter(only))

@@ -44,7 +44,7 @@ from .keys import (
 )
 from .planning import CallResult, Finish, Planner, RunState, ToolCall
 from .settings import get_settings
-from .storable import check_storable_text, exception_text, storable_text
+from .storable import bounded_error, check_storable_text, exception_text, storable_text
 from .tools import CallOptions, RecoverRefusal, RecoverResult, Tool, ask_recover, call_hook, check_tools
 
 _MAX_RACE_RETRIES = 5
@@ -203,7 +203,7 @@ def _encode_decision(
     if isinstance(decision, Finish):
         # The text is the run's answer: refused if unstorable. The error is a failure's words: kept, escaped.
         text = check_storable_text(str(decision.text), "the planner's Finish text", run_id=run_id)
-        error = None if decision.error is None else storable_text(str(decision.error))
+        error = None if decision.error is None else storable_text(bounded_error(str(decision.error)))
         return {"kind": "finish", "text": text, "error": error}
     if isinstance(decision, ToolCall):
         decision = [decision]

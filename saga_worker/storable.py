@@ -47,15 +47,32 @@ def storable_or_none(text: str | None) -> str | None:
     return None if text is None else storable_text(text)
 
 
+# An error text from user code is kept up to this many characters: its head and its tail, with a note
+# saying how much was cut between them. It is stored with the step, shown in every report, logged and
+# sent back through the result backend: a hook that raises a megabyte must not make each of those a
+# megabyte.
+ERROR_TEXT_MAX = 8_000
+_ERROR_TAIL = 2_000
+
+
+def bounded_error(text: str) -> str:
+    """``text`` if it is at most ``ERROR_TEXT_MAX`` characters; else its head and tail, and how much was cut."""
+    if len(text) <= ERROR_TEXT_MAX:
+        return text
+    head = ERROR_TEXT_MAX - _ERROR_TAIL
+    return f"{text[:head]} … [{len(text) - ERROR_TEXT_MAX} characters cut] … {text[-_ERROR_TAIL:]}"
+
+
 def exception_text(exc: BaseException) -> str:
-    """``"Type: message"`` for an exception raised by user code, always storable.
+    """``"Type: message"`` for an exception raised by user code, always storable, at most
+    ``ERROR_TEXT_MAX`` characters (with a note).
 
     A ``__str__`` that raises still gets a description rather than a crash in the error path."""
     try:
         message = str(exc)
     except Exception as inner:  # noqa: BLE001 - any failure of user code here must not escape
         message = f"<str() of the exception raised {type(inner).__name__}>"
-    return storable_text(f"{type(exc).__name__}: {message}")
+    return storable_text(bounded_error(f"{type(exc).__name__}: {message}"))
 
 
 def text_problem(text: str) -> str | None:

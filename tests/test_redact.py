@@ -16,8 +16,9 @@ from click.testing import CliRunner
 
 from saga_worker import JournalError, open_journal
 from saga_worker.celery import make_app
+from saga_worker.celery.logs import redact_saga_logs
 from saga_worker.cli import main
-from saga_worker.redact import redact_exception, redact_logging, redact_text, redact_url
+from saga_worker.redact import MAX_SCANNED, redact_exception, redact_logging, redact_text, redact_url
 from saga_worker.settings import SagaSettings, get_settings
 
 SECRET = "s3cret-Pa55"
@@ -150,3 +151,57 @@ def test_beat_connects_with_the_real_redis_url_kept_out_of_the_conf(redis_url: s
         scheduler.close()
     finally:
         app.close()
+
+
+# -- a long token costs one pass (issue 21, item 5) ----------------------------------------------------
+
+MEGABYTE = 1_000_000
+
+
+@pytest.mark.timeout(30)  # the backtracking regex took hours on these; one pass takes milliseconds
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a" * MEGABYTE + " x=1",  # a letter/digit token, then something that makes redaction look
+        "a1" * (MEGABYTE // 2) + "://",
+        "x=" + "a://" * (MEGABYTE // 4),
+        ("Z9" * 40_000 + "://host ") * 12,
+    ],
+    ids=["token", "token-then-scheme", "many-schemes", "long-schemes"],
+)
+def test_a_megabyte_of_text_is_redacted_in_one_pass_and_cut_with_a_note(text: str) -> None:
+    shown = redact_text(text)
+    assert len(shown) <= MAX_SCANNED + 100
+    assert shown.endswith("characters not shown]")
+
+
+def test_a_password_past_the_scanned_length_is_not_shown_even_in_part() -> None:
+    for url in LEAKY:
+        for pad in (MAX_SCANNED - len(url) // 2, MAX_SCANNED - 20, MAX_SCANNED + 5):
+            shown = redact_text("x" * pad + " " + url + " and more")
+            assert SECRET not in shown and SECRET[:6] not in shown, (pad, url)
+
+
+def test_the_workers_log_filter_redacts_saga_workers_records_and_leaves_the_hosts_own_alone() -> None:
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(name)s %(message)s"))
+    root = logging.getLogger("tests.redact.worker")
+    root.propagate = False
+    root.setLevel(logging.INFO)
+    root.addHandler(handler)
+    redact_saga_logs(root)
+    try:
+        logging.getLogger("tests.redact.worker.host").info("host task: %s", LEAKY[0])
+        logging.getLogger("tests.redact.worker.saga_worker").info("not ours either: %s", LEAKY[0])
+        trace = logging.getLogger("tests.redact.worker.celery.app.trace")
+        trace.error("Task %(name)s raised: %(exc)s", {"name": "host.union", "exc": LEAKY[0]})
+        trace.error("Task %(name)s raised: %(exc)s", {"name": "saga.compensate_run", "exc": LEAKY[0]})
+        record = logging.LogRecord("saga_worker.executor", logging.INFO, "", 0, "ours: %s", (LEAKY[0],), None)
+        handler.handle(record)
+    finally:
+        root.handlers.clear()
+    lines = stream.getvalue().splitlines()
+    assert [SECRET in line for line in lines] == [True, True, True, False, False]
+    assert lines[3].startswith("tests.redact.worker.celery.app.trace Task saga.compensate_run raised")
+    assert lines[4].startswith("saga_worker.executor ours: postgresql+psycopg://saga:***@db.internal")

@@ -1,4 +1,5 @@
-"""The worker-side half of "JSON only" for the saga tasks on an app that accepts more.
+"""The worker-side half of "JSON only" for the saga tasks on an app that accepts more, and the refusal
+of any message a saga task could never process (too large, a task id that cannot be an unwind id).
 
 ``accept_content`` is a worker-wide setting, and an app the tasks are installed on may accept
 pickle for its own tasks. The saga tasks trust nothing in a message but ids, and refuse any message
@@ -19,18 +20,41 @@ log = logging.getLogger(__name__)
 JSON = "application/json"
 
 
+# A saga task's message carries ids, a flag, an actor and a reason (reasons are capped, audit.py):
+# a few kilobytes. One larger than this is refused on receipt, in the worker's main process, before
+# any pool child decodes or logs it (a 1 MB run id used to wedge a worker).
+MAX_MESSAGE_BYTES = 64 * 1024
+TASK_ID_MAX = 200  # a task id is an unwind id (saga_unwinds.unwind_id)
+
+
 class JsonOnlyRequest(Request):  # type: ignore[misc]
+    """Set on every saga task: a message the task could never process is refused here, acknowledged
+    (never handed back, so never redelivered forever) with the refusal stored as the task's result."""
+
     def __init__(self, message: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(message, *args, **kwargs)
-        content_type = getattr(message, "content_type", None)
-        if content_type is not None and content_type != JSON:
-            error = InvalidTaskError(
-                f"{self.name} [{self.id}]: saga tasks accept JSON messages only, this one is {content_type}"
-            )
+        problem = _refusal(message, str(self.id))
+        if problem is not None:
+            shown = self.id if len(str(self.id)) <= 60 else f"{str(self.id)[:60]}…"
+            error = InvalidTaskError(f"{self.name} [{shown}]: {problem}; refused, nothing was done")
             with suppress(Exception):  # best effort: the refusal itself is what matters
                 self.task.backend.mark_as_failure(self.id, error, request=None)
             log.error("%s", error)
-            raise error
+            raise error  # Celery's consumer rejects it without requeueing (an ack on Redis)
 
 
-__all__ = ["JSON", "JsonOnlyRequest"]
+def _refusal(message: Any, task_id: str) -> str | None:
+    content_type = getattr(message, "content_type", None)
+    if content_type is not None and content_type != JSON:
+        return f"saga tasks accept JSON messages only, this one is {content_type}"
+    size = len(getattr(message, "body", b"") or b"")
+    if size > MAX_MESSAGE_BYTES:
+        return (
+            f"a saga task's message carries ids only, this one is {size} bytes (at most {MAX_MESSAGE_BYTES})"
+        )
+    if len(task_id) > TASK_ID_MAX:
+        return f"its task id is {len(task_id)} characters (at most {TASK_ID_MAX}: it is the unwind's id)"
+    return None
+
+
+__all__ = ["JSON", "MAX_MESSAGE_BYTES", "JsonOnlyRequest"]

@@ -36,8 +36,9 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from .. import executor, faults, metrics
 from ..compensation.report import CompensationEntry, CompensationStatus
-from ..redact import redact_exception, redact_logging
+from ..redact import redact_exception
 from ..settings import get_settings
+from .logs import redact_saga_logs
 from .transport import reuse_redis_clients
 
 COMPENSATE_RUN = "saga.compensate_run"
@@ -45,6 +46,7 @@ COMPENSATE_STEP = "saga.compensate_step"
 FINALIZE_UNWIND = "saga.finalize_unwind"
 RETRY_UNCERTAIN = "saga.retry_uncertain"
 NAMES = (COMPENSATE_RUN, COMPENSATE_STEP, FINALIZE_UNWIND, RETRY_UNCERTAIN)
+REQUEST = "saga_worker.celery.request:JsonOnlyRequest"
 
 # A journal that is briefly unreachable (a database restart, a locked SQLite file) is retried with
 # backoff under the same task id; every step is idempotent, so a retry only finishes what it began.
@@ -92,8 +94,9 @@ worker_process_shutdown.connect(_child_exited)
 
 
 def _redact_logs(logger: Any = None, **_: Any) -> None:
-    # Every handler Celery sets up (worker and task loggers) hides URL passwords in what it writes.
-    redact_logging(logger)
+    # Every handler Celery sets up (worker and task loggers) hides URL passwords in what it writes
+    # about saga-worker (the host app's own records are left alone: celery/logs.py).
+    redact_saga_logs(logger)
 
 
 after_setup_logger.connect(_redact_logs)
@@ -324,7 +327,8 @@ def register(app: Celery, **options: Any) -> dict[str, Task]:
     registered: dict[str, Task] = {}
     base = type("SagaTask", (_RedactedErrors, app.Task), {})  # the app's own Task class, kept
     for name, (body, retries) in bodies.items():
-        opts = {**(RETRY if retries else {}), **options}
+        # Every saga task refuses, on receipt, a message it could never process (celery/request.py).
+        opts = {"Request": REQUEST, **(RETRY if retries else {}), **options}
         if name == COMPENSATE_STEP:  # a failed hook is an expected end: logged without a traceback
             opts.setdefault("throws", (CompensationStepFailed,))
         # shared=False: Celery would otherwise add the task, with these options, to every app created

@@ -36,6 +36,12 @@ def make_host_app() -> Celery:
     def union(a: set[int], b: set[int]) -> set[int]:
         return a | b  # sets: only pickle carries them, so this proves the host's serializer is intact
 
+    @app.task(name="host.fail", shared=False)
+    def fail(size: int) -> None:
+        # The host's own failure, with a long token in its text: its worker logs it at once, as
+        # without saga-worker (issue 21, item 5: the saga log filter once scanned it for 14.7 s).
+        raise ValueError(f"upstream said token={'a' * size} and postgresql://u:p@h/db")
+
     def forward(name: str, last: bool = False) -> Any:
         @app.task(name=f"host.{name}", bind=True, shared=False)
         def step(self: Task, run_id: str, input: Any) -> dict[str, Any]:

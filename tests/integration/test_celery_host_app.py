@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,8 +28,8 @@ TIMEOUT = 60
 
 
 class Host:
-    def __init__(self, setup: Setup, app: Celery, env: dict[str, str], queue: str) -> None:
-        self.setup, self.app, self.env, self.queue = setup, app, env, queue
+    def __init__(self, setup: Setup, app: Celery, env: dict[str, str], queue: str, logs: list[Path]) -> None:
+        self.setup, self.app, self.env, self.queue, self.logs = setup, app, env, queue, logs
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +70,7 @@ def host(tmp_path_factory: pytest.TempPathFactory, pg_database_url: str) -> Iter
     try:
         for proc in procs:
             wait_for(proc.ready, READY_TIMEOUT_S, f"host worker to be ready:\n{proc.tail()}")
-        yield Host(setup, app, env, queue)
+        yield Host(setup, app, env, queue, [proc.log for proc in procs])
     finally:
         for proc in procs:
             proc.stop()
@@ -91,6 +92,20 @@ def parts(host: Host) -> Iterator[tuple[Journal, Ledger]]:
 def test_the_hosts_own_tasks_keep_their_settings_on_the_same_workers(host: Host) -> None:
     union = host.app.tasks["host.union"]
     assert union.apply_async(({1, 2}, {3}), queue=f"{host.queue}-a").get(timeout=TIMEOUT) == {1, 2, 3}
+
+
+def test_a_host_task_failing_with_a_megabyte_token_is_logged_as_written_and_its_worker_serves_on(
+    host: Host,
+) -> None:
+    queue = f"{host.queue}-a"
+    failed = host.app.tasks["host.fail"].apply_async((1_000_000,), queue=queue)
+    with pytest.raises(ValueError, match="upstream said token=aaa"):
+        failed.get(timeout=TIMEOUT)
+    union = host.app.tasks["host.union"]
+    assert union.apply_async(({1}, {2}), queue=queue).get(timeout=TIMEOUT) == {1, 2}
+    # The host's record is none of saga-worker's: its log line is as the host wrote it.
+    logs = b"".join(p.read_bytes() for p in host.logs)
+    assert b"and postgresql://u:p@h/db" in logs
 
 
 def test_a_chain_of_forward_tasks_on_two_workers_builds_one_run_that_compensate_run_delay_unwinds(

@@ -292,3 +292,55 @@ def test_a_stray_saga_faults_variable_cannot_arm_a_production_worker(
         ledger.close()
         journal.close()
         client.close()
+
+
+MEGABYTE = 1_000_000
+
+
+def test_a_megabyte_id_reason_or_error_text_is_answered_acknowledged_and_the_worker_serves_the_next_unwind(
+    tmp_path: Path, pg_database_url: str, workers: Workers, run_id: str
+) -> None:
+    """Issue 21, item 5: one worker process; messages it can never process are answered with a stored
+    error and acknowledged (nothing left to come back), and the unwinds behind them are served."""
+    setup = redis_setup(tmp_path, pg_database_url)
+    workers.start(setup, concurrency=1)
+    client, journal, ledger = setup.client(), setup.journal(), setup.ledger()
+    broker = redis.Redis.from_url(setup.saga["broker_url"])
+    try:
+        huge_id = client.send_task("saga.compensate_run", args=["a" * MEGABYTE])
+        huge_reason = client.send_task(
+            "saga.compensate_run", args=[run_id], kwargs={"reason": "r" * MEGABYTE}
+        )
+        long_id = client.send_task("saga.compensate_run", args=["b" * 50_000])  # under the size bound
+        for refused in (huge_id, huge_reason):
+            with pytest.raises(Exception, match="carries ids only, this one is .* bytes") as failed:
+                refused.get(timeout=60)
+            assert len(str(failed.value)) < 400
+        with pytest.raises(
+            Exception, match=r"run id 'bbbb.*'… \(50000 characters\) cannot be used"
+        ) as failed:
+            long_id.get(timeout=60)
+        assert len(str(failed.value)) < 600
+        assert journal.get_run(run_id) is None  # the refused reason condemned nothing
+
+        scenarios.place_order(journal, ledger, run_id)
+        fail = setup.control_file(run_id, "fail", "reserve", ": " + "z" * MEGABYTE)
+        report = scenarios.unwind(client, run_id)
+        assert scenarios.statuses(report) == ["compensated", "failed", "not-attempted"]
+        error = report["entries"][1]["error"]
+        assert "the provider refused the compensation: zzz" in error and len(error) < 9_000
+        assert "characters cut]" in error
+
+        fail.unlink()
+        again = scenarios.unwind(client, run_id)  # the same worker, still serving
+        assert scenarios.statuses(again) == ["already-compensated", "compensated", "compensated"]
+        assert scenarios.compensations(ledger, run_id) == {s: 1 for s in scenarios.SUFFIXES}
+        # Nothing of the refused messages waits to be delivered again: not queued, not unacked.
+        assert broker.llen(setup.saga["queue"]) == 0
+        held = b"".join(broker.hvals("unacked"))
+        assert all(t.id.encode() not in held for t in (huge_id, huge_reason, long_id))
+    finally:
+        broker.close()
+        ledger.close()
+        journal.close()
+        client.close()
