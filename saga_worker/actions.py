@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from . import approvals
+from .audit import check_actor, check_reason
 from .compensation.engine import compensate_run
 from .compensation.report import CompensationReport
 from .errors import InvalidInputError, SagaError, UnknownRunError
@@ -88,6 +89,8 @@ def unwind(
     reason = " ".join((reason or "").split())
     if not reason:
         raise InvalidInputError("a reason is required to compensate a run", run_id=run_id)
+    # Refused here, before anything is enqueued (the worker would refuse them too, later and unseen).
+    actor, reason = check_actor(actor), check_reason(reason)
     task_id = enqueue(run_id, False, actor=actor, reason=reason, via=via)
     log.info("unwind of run %s requested by %s (task %s): %s", run_id, actor, task_id, reason)
     return task_id
@@ -101,6 +104,7 @@ def redrive(
     The run is held off the sweeper while the unwind starts (as a fresh unwind holds it); if it
     halts again the sweeper, whose budget is still spent, flags it for a person again."""
     run = _known(journal, run_id)
+    actor = check_actor(actor)
     if not run.condemned or run.unwind_state is not UnwindState.ATTENTION:
         raise ActionRefusedError(
             run_id, "re-drive", f"its unwind is {run.unwind_state.value}, not flagged for attention"

@@ -20,7 +20,7 @@ from ..journal.records import CompensationGate, ToolRecord
 from ..settings import get_settings
 from ..views import audit_row
 from .common import configured_journal, fail
-from .render import dump, out, when
+from .render import dump, out, safe, when
 
 _REASON = click.option("--reason", default="", help="Why (kept in the run's audit trail).")
 _JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -44,9 +44,12 @@ def _decide(decision: str, run_id: str, target: str, reason: str, as_json: bool)
     if as_json:
         dump(data)
         return
-    out.print(f"run [bold]{run_id}[/]: {data['what']} [bold]{target}[/] {data['state']} (by {data['by']})")
+    out.print(
+        f"run [bold]{safe(run_id)}[/]: {safe(data['what'])} [bold]{safe(target)}[/] {safe(data['state'])} "
+        f"(by {safe(data['by'])})"
+    )
     if data.get("next"):
-        out.print(data["next"])
+        out.print(safe(data["next"]))
 
 
 def _outcome_dict(decision: str, run_id: str, target: str, actor: str, outcome: Any) -> dict[str, Any]:
@@ -130,17 +133,17 @@ def audit(run_id: str, as_json: bool) -> None:
     if as_json:
         dump(rows)
         return
-    table = Table(title=f"audit trail of run {run_id} ({len(rows)})")
+    table = Table(title=f"audit trail of run {safe(run_id)} ({len(rows)})")
     for col in ("when", "who", "via", "what", "step / call", "reason", "detail"):
         table.add_column(col, overflow="fold")
     for row in rows:
         table.add_row(
             when(row["at"]),
-            row["actor"],
-            row["via"],
-            row["action"],
-            row["target"] or "",
-            row["reason"] or "",
-            row["summary"],
+            safe(row["actor"]),
+            safe(row["via"]),
+            safe(row["action"]),
+            safe(row["target"] or ""),
+            safe(row["reason"] or "", lines=True),
+            safe(row["summary"]),
         )
     out.print(table)

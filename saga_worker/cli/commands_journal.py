@@ -7,7 +7,7 @@ import click
 from ..settings import get_settings
 from ..views import journal_steps, parse_run_query, run_summary, runs_page
 from .common import configured_journal, fail
-from .render import dump, out, runs_table, steps_table
+from .render import dump, out, runs_table, safe, steps_table
 
 
 @click.command()
@@ -61,7 +61,7 @@ def report(run_id: str, as_json: bool) -> None:
         dump({"run": run_summary(run), "steps": steps})
         return
     out.print(
-        f"run [bold]{run_id}[/]: {run.status.value}, condemned: {'yes' if run.condemned else 'no'}, "
-        f"unwind: {run.unwind_state.value}" + (f" ({run.unwind_note})" if run.unwind_note else "")
+        f"run [bold]{safe(run_id)}[/]: {safe(run.status.value)}, condemned: {'yes' if run.condemned else 'no'}, "
+        f"unwind: {safe(run.unwind_state.value)}" + (f" ({safe(run.unwind_note)})" if run.unwind_note else "")
     )
     out.print(steps_table(run_id, steps))

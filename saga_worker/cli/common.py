@@ -8,6 +8,7 @@ from typing import Any, NoReturn
 
 import click
 
+from ..display import neutral
 from ..errors import SagaError
 from ..journal import Journal, open_journal
 from ..redact import redact_text
@@ -16,7 +17,7 @@ from ..settings import SagaSettings
 
 def fail(message: str) -> NoReturn:
     # One line, never wrapped, whatever the terminal's width: scripts grep it. Never a password.
-    line = " ".join(redact_text(message).split())
+    line = neutral(" ".join(redact_text(message).split()))
     click.echo(click.style("error:", fg="red", bold=True) + " " + line, err=True)
     sys.exit(1)
 

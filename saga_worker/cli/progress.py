@@ -10,7 +10,7 @@ from typing import Any
 from ..journal import Journal
 from ..settings import SagaSettings
 from .common import configured_journal, fail
-from .render import STATUS_STYLE, out
+from .render import STATUS_STYLE, out, safe
 
 
 def wait_with_progress(
@@ -58,7 +58,8 @@ def _print_new_entries(journal: Journal, unwind_id: str, seen: int) -> int:
     entries = _unwind_entries(journal, unwind_id)
     for entry in entries[seen:]:
         style = STATUS_STYLE.get(entry["status"], "")
-        out.print(f"  step {entry['suffix']} ({entry['tool_name']}): [{style}]{entry['status']}[/]")
+        status = safe(entry["status"])
+        out.print(f"  step {safe(entry['suffix'])} ({safe(entry['tool_name'])}): [{style}]{status}[/]")
     return max(seen, len(entries))
 
 

@@ -9,9 +9,11 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..compensation.report import CompensationReport, CompensationStatus
+from ..display import neutral
 from ..journal.records import RunInfo
 
 out = Console(highlight=False)
@@ -31,6 +33,12 @@ STATUS_STYLE = {
 }
 
 
+def safe(value: Any, *, lines: bool = False) -> str:
+    """A value from the journal for a table cell or a markup string: its control and bidi characters
+    shown as escapes (display.neutral) and its square brackets as text, not rich markup."""
+    return escape(neutral(value, lines=lines))
+
+
 def dump(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False, default=str))
 
@@ -42,10 +50,10 @@ def when(ts: float | None) -> str:
 def report_table(report: CompensationReport | dict[str, Any], title: str | None = None) -> Table:
     data = report.model_dump(mode="json") if isinstance(report, CompensationReport) else report
     kind = "plan (dry run)" if data["dry_run"] else "unwind"
-    by = f" by {data['condemned_by']}" if data.get("condemned_by") else ""
-    why = f" ({data['reason']})" if data.get("reason") else ""
+    by = f" by {safe(data['condemned_by'])}" if data.get("condemned_by") else ""
+    why = f" ({safe(data['reason'])})" if data.get("reason") else ""
     condemned = f"yes{by}{why}" if data["condemned"] else "no"
-    table = Table(title=title or f"{kind} of run {data['run_id']} — condemned: {condemned}")
+    table = Table(title=title or f"{kind} of run {safe(data['run_id'])} — condemned: {condemned}")
     errors = any(e.get("error") for e in data["entries"])
     for col in ("#", "step", "tool", "status", "attempts", "idempotency key") + (
         ("error",) if errors else ()
@@ -53,38 +61,38 @@ def report_table(report: CompensationReport | dict[str, Any], title: str | None 
         table.add_column(col, overflow="fold", no_wrap=col in ("status", "tool"))
     for i, e in enumerate(data["entries"], 1):
         style = STATUS_STYLE.get(e["status"], "")
-        status = f"[{style}]{e['status']}[/]" if style else e["status"]
+        status = f"[{style}]{e['status']}[/]" if style else safe(e["status"])
         if e.get("needs_approval") and e["status"] == CompensationStatus.WOULD_COMPENSATE.value:
             status += " (needs approval)"
         row = [
             str(i),
-            e["suffix"],
-            e["tool_name"],
+            safe(e["suffix"]),
+            safe(e["tool_name"]),
             status,
-            str(e.get("attempts", 0)),
-            e["idempotency_key"],
+            safe(e.get("attempts", 0)),
+            safe(e["idempotency_key"]),
         ]
-        table.add_row(*row, *([e.get("error") or ""] if errors else []))
+        table.add_row(*row, *([safe(e.get("error") or "", lines=True)] if errors else []))
     return table
 
 
 def steps_table(run_id: str, steps: Sequence[dict[str, Any]], title: str | None = None) -> Table:
-    table = Table(title=title or f"journal of run {run_id}")
+    table = Table(title=title or f"journal of run {safe(run_id)}")
     for col in ("seq", "step", "tool", "call", "compensation", "comp. attempts", "note"):
         table.add_column(col, overflow="fold")
     for s in steps:
         comp = s["compensation"]
-        state = comp["status"] if comp else "—"
+        state = safe(comp["status"]) if comp else "—"
         style = {"compensated": "green", "failed": "red", "claimed": "cyan"}.get(state, "dim")
         note = (comp or {}).get("error") or s["error"] or ""
         table.add_row(
-            str(s["seq"]),
-            s["suffix"],
-            s["tool_name"],
-            s["status"],
+            safe(s["seq"]),
+            safe(s["suffix"]),
+            safe(s["tool_name"]),
+            safe(s["status"]),
             f"[{style}]{state}[/]",
-            str(comp["attempts"]) if comp else "0",
-            note,
+            safe(comp["attempts"]) if comp else "0",
+            safe(note, lines=True),
         )
     return table
 
@@ -94,7 +102,7 @@ def runs_table(found: Sequence[RunInfo]) -> Table:
     for col in ("run", "status", "condemned", "unwind", "re-drives", "updated", "note"):
         table.add_column(col, overflow="fold")
     for r in found:
-        unwind_state = r.unwind_state.value
+        unwind_state = safe(r.unwind_state.value)
         style = {
             "complete": "green",
             "attention": "bold red",
@@ -103,12 +111,12 @@ def runs_table(found: Sequence[RunInfo]) -> Table:
             "awaiting": "bold yellow",
         }.get(unwind_state, "")
         table.add_row(
-            r.run_id,
-            r.status.value,
+            safe(r.run_id),
+            safe(r.status.value),
             "yes" if r.condemned else "no",
             f"[{style}]{unwind_state}[/]" if style else unwind_state,
             str(r.unwind_attempts),
             when(r.updated_at),
-            r.unwind_note or "",
+            safe(r.unwind_note or "", lines=True),
         )
     return table

@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from .. import actions, views
+from ..display import neutral
 from ..errors import InvalidInputError, UnknownRunError
 from .auth import COOKIE, Principal
 from .security import journal_summary
@@ -33,6 +35,18 @@ from .service import (
 )
 
 templates = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
+
+
+def _shown(value: Any) -> Any:
+    """Every value a page renders: text from the journal with its control and bidi characters shown
+    as escapes (display.neutral), so a stored reason or actor cannot reorder or hide what a person
+    reads; markup the templates build themselves (``Markup``) is left alone."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return neutral(value, lines=True)
+    return value
+
+
+templates.env.finalize = _shown
 
 STATUS_CLASS = {
     "compensated": "ok",
