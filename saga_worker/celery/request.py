@@ -53,7 +53,9 @@ def _refusal(message: Any, task_id: str) -> str | None:
             f"a saga task's message carries ids only, this one is {size} bytes (at most {MAX_MESSAGE_BYTES})"
         )
     if len(task_id) > TASK_ID_MAX:
-        return f"its task id is {len(task_id)} characters (at most {TASK_ID_MAX}: it is the unwind's id)"
+        return (
+            f"its task id is {len(task_id)} characters (at most {TASK_ID_MAX}: the task id is the unwind id)"
+        )
     return None
 
 
