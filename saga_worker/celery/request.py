@@ -24,7 +24,10 @@ JSON = "application/json"
 # a few kilobytes. One larger than this is refused on receipt, in the worker's main process, before
 # any pool child decodes or logs it (a 1 MB run id used to wedge a worker).
 MAX_MESSAGE_BYTES = 64 * 1024
-TASK_ID_MAX = 200  # a task id is an unwind id (saga_unwinds.unwind_id)
+# The coordinator's task id is its unwind's id (saga_unwinds.unwind_id); a step's names the run, the
+# step and the coordinator (under 610 characters).
+TASK_ID_MAX = {"saga.compensate_run": 200}
+OTHER_TASK_ID_MAX = 1024
 
 
 class JsonOnlyRequest(Request):  # type: ignore[misc]
@@ -33,7 +36,7 @@ class JsonOnlyRequest(Request):  # type: ignore[misc]
 
     def __init__(self, message: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(message, *args, **kwargs)
-        problem = _refusal(message, str(self.id))
+        problem = _refusal(message, str(self.name), str(self.id))
         if problem is not None:
             shown = self.id if len(str(self.id)) <= 60 else f"{str(self.id)[:60]}…"
             error = InvalidTaskError(f"{self.name} [{shown}]: {problem}; refused, nothing was done")
@@ -43,7 +46,7 @@ class JsonOnlyRequest(Request):  # type: ignore[misc]
             raise error  # Celery's consumer rejects it without requeueing (an ack on Redis)
 
 
-def _refusal(message: Any, task_id: str) -> str | None:
+def _refusal(message: Any, name: str, task_id: str) -> str | None:
     content_type = getattr(message, "content_type", None)
     if content_type is not None and content_type != JSON:
         return f"saga tasks accept JSON messages only, this one is {content_type}"
@@ -52,10 +55,10 @@ def _refusal(message: Any, task_id: str) -> str | None:
         return (
             f"a saga task's message carries ids only, this one is {size} bytes (at most {MAX_MESSAGE_BYTES})"
         )
-    if len(task_id) > TASK_ID_MAX:
-        return (
-            f"its task id is {len(task_id)} characters (at most {TASK_ID_MAX}: the task id is the unwind id)"
-        )
+    limit = TASK_ID_MAX.get(name, OTHER_TASK_ID_MAX)
+    if len(task_id) > limit:
+        why = ": the task id is the unwind id" if name in TASK_ID_MAX else ""
+        return f"its task id is {len(task_id)} characters (at most {limit}{why})"
     return None
 
 
