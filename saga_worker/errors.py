@@ -147,6 +147,27 @@ class RunEndedError(InvalidInputError):
             status=status,
         )
 
+    @classmethod
+    def out_of_line(
+        cls, run_id: str, tool_call_id: str, asked: tuple[str, str], later: tuple[str, str, str]
+    ) -> ReplayMismatchError:
+        """A new call whose position the journal left free below a call it holds from later in the run:
+        the re-run's calls do not line up with the journal's, so it is not executed there."""
+        error = cls.__new__(cls)
+        InvalidInputError.__init__(
+            error,
+            f"run {run_id!r}: call {tool_call_id!r}, {asked[0]}({asked[1]}), is not in the journal, which "
+            f"already holds {later[0]!r}, {later[1]}({later[2]}), from later in the run; nothing was "
+            "executed or replayed: the run's calls do not line up with the journal's (a call that took a "
+            "position when the run was journaled takes none now, or the other way round), and executing "
+            "it here could repeat an effect the journal holds under another position",
+            run_id=run_id,
+            tool_call_id=tool_call_id,
+            journaled_tool=later[1],
+            asked_tool=asked[0],
+        )
+        return error
+
 
 class ApprovalError(SagaError):
     """An approval or denial that cannot apply: no such call or step, or it was decided otherwise."""

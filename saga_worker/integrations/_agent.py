@@ -9,27 +9,34 @@ The hard part is naming the call. An LLM's tool-call ids are minted afresh by ev
 so a re-run (after a crash, a retried model call, a resume from saved history) sees new ids for the
 same calls: replay never keys on them. A call is named by what a re-run can compute again:
 
-- by default, its **position**: ``call-N``, N the call's 1-based ordinal among all the tool calls in
-  the run's conversation (the framework's message history, calls of one model response in the order
-  the model listed them). The adapters count it from the history, not from the order calls arrive
-  in, so parallel calls and a run resumed from saved history keep their numbers;
+- by default, its **position**: ``call-N``, N the call's 1-based ordinal among the run's calls that
+  reach the journal, in the order of the run's conversation (the framework's message history, calls
+  of one model response in the order the model listed them). A call the framework rejects before its
+  tool can run (arguments that fail its validation, a tool it does not have) never reaches the
+  journal and takes no number, so a re-run whose model no longer makes (or newly makes) such a call
+  numbers its other calls as the first run did. The adapters say which calls reach the journal
+  (``HistoryCall.reaches``); :func:`slot_of` counts them: one rule for every framework;
 - for a tool declared ``idempotency="args"``, its **arguments**: the tool name and the hash of its
   input (the record is ``args-{tool}-{hash16}``), wherever in the run it is asked.
 
 A re-run that asks, at a position the journal already holds, another tool or other arguments gets
 ``ReplayMismatchError``: nothing is executed and nothing is replayed, since either would be a lie.
+And a call is never executed at a position the journal has left free below a call it holds from a
+later model response (the run's calls do not line up with the journal's: an earlier numbering, or a
+history that says less than the first run knew): that is ``ReplayMismatchError`` too.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..blocks import saga
 from ..compensation import assert_not_compensated
-from ..errors import CompensatedRunError, InvalidInputError, ToolFailedError
+from ..errors import CompensatedRunError, InvalidInputError, ReplayMismatchError, ToolFailedError
 from ..journal.base import Journal
 from ..keys import canonical_json, check_run_id, check_tool_name, hash16
 from ..tools import CallOptions, Tool, check_tools
@@ -55,6 +62,52 @@ class Outcome:
 
 def _plain_json(value: Any) -> Any:
     return value
+
+
+_POSITIONAL = re.compile(r"call-([1-9][0-9]*)")
+
+
+@dataclass(frozen=True)
+class HistoryCall:
+    """One tool call in the run's conversation, as an adapter sees it: the framework's id (only to find
+    the call in this history; never journaled), and whether it reaches the journal (False: the
+    framework rejected it before its tool could run)."""
+
+    id: str
+    reaches: bool = True
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where a call stands: its ``position`` (``call-N``) and ``last``, the last position of the model
+    response it belongs to (its siblings may be journaled in any order, but nothing past ``last``
+    can be journaled before it unless the run's calls and the journal's do not line up)."""
+
+    position: int
+    last: int
+
+
+def slot_of(call_id: str, responses: Sequence[Sequence[HistoryCall]]) -> Slot:
+    """The slot of the call whose framework id is ``call_id`` among the run's model responses (each
+    the calls it asked, in order): positions count only the calls that reach the journal."""
+    found: Slot | None = None
+    counted = 0
+    for calls in responses:
+        first = counted
+        counted += sum(1 for c in calls if c.reaches)
+        mine = first
+        for call in calls:
+            if call.reaches:
+                mine += 1
+            if call.id == call_id:  # the latest: a reused id names the newest call
+                found = Slot(mine if call.reaches else 0, counted)
+    if found is None:
+        raise InvalidInputError(
+            f"tool call {call_id!r} is not in the run's message history, so its position cannot be known"
+        )
+    if found.position == 0:
+        raise InvalidInputError(f"tool call {call_id!r} was rejected by its framework: it has no position")
+    return found
 
 
 class AgentJournal:
@@ -87,7 +140,7 @@ class AgentJournal:
         self,
         tool_name: str,
         input: Any,
-        position: int,
+        slot: Slot,
         execute: Callable[[], Any],
         json_of: JsonOf = _plain_json,
     ) -> Outcome:
@@ -96,7 +149,8 @@ class AgentJournal:
         An exception from ``execute`` is re-raised as it was (the framework's own control flow, such
         as a retry request, keeps working), after the record says ``failed``."""
         self._check_arguments(tool_name, input)
-        call_id = self.call_id(tool_name, input, position)
+        call_id = self.call_id(tool_name, input, slot.position)
+        self._check_in_line(call_id, tool_name, input, slot)
         box: dict[str, Any] = {}
         tool = self._framework_tool(tool_name, _boxed_execute(tool_name, execute, json_of, box))
         failed: ToolFailedError | None = None
@@ -127,6 +181,26 @@ class AgentJournal:
                 tool_name=tool_name,
             ) from exc
 
+    def _check_in_line(self, call_id: str, tool_name: str, input: Any, slot: Slot) -> None:
+        """Refuse a new positional call when the journal holds a call past its model response: the
+        run's calls do not line up with the journal's, and executing would put an effect the journal
+        may already hold under a new key (a free slot below a journaled call)."""
+        if not call_id.startswith("call-") or self.journal.get_record(self.run_id, call_id) is not None:
+            return
+        beyond = []
+        for record in self.journal.list_records(self.run_id):
+            match = _POSITIONAL.fullmatch(record.suffix)
+            if match is not None and int(match.group(1)) > slot.last:
+                beyond.append(record)
+        if beyond:
+            later = min(beyond, key=lambda r: int(r.suffix[5:]))
+            raise ReplayMismatchError.out_of_line(
+                self.run_id,
+                call_id,
+                (tool_name, canonical_json(input)),
+                (later.suffix, later.tool_name, canonical_json(later.input)),
+            )
+
     def _framework_tool(self, tool_name: str, execute: Callable[[Any, CallOptions], Any]) -> Tool:
         """The caller's saga side of ``tool_name`` (its hooks), executed by the framework's ``execute``."""
         spec = self.tools.get(tool_name, _NO_HOOKS)
@@ -144,7 +218,7 @@ class AgentJournal:
         self,
         tool_name: str,
         input: Any,
-        position: int,
+        slot: Slot,
         execute: Callable[[], Awaitable[Any]],
         json_of: JsonOf = _plain_json,
     ) -> Outcome:
@@ -156,7 +230,7 @@ class AgentJournal:
         def on_loop() -> Any:
             return asyncio.run_coroutine_threadsafe(_awaited(execute), loop).result()
 
-        return await asyncio.to_thread(self.call, tool_name, input, position, on_loop, json_of)
+        return await asyncio.to_thread(self.call, tool_name, input, slot, on_loop, json_of)
 
     def finish(self) -> None:
         """End the run ``finished`` (its agent run is over): a later re-run replays, executes nothing.
@@ -201,14 +275,3 @@ def _boxed_execute(
 
 async def _awaited(execute: Callable[[], Awaitable[Any]]) -> Any:
     return await execute()
-
-
-def position_of(call_id: str, calls: list[str]) -> int:
-    """The 1-based position of the call whose framework id is ``call_id`` among the run's calls, in
-    history order. The id only finds the call in this run's own history; it is never journaled as a key."""
-    for index in range(len(calls) - 1, -1, -1):  # the latest: a reused id names the newest call
-        if calls[index] == call_id:
-            return index + 1
-    raise InvalidInputError(
-        f"tool call {call_id!r} is not in the run's message history, so its position cannot be known"
-    )

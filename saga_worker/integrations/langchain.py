@@ -14,7 +14,10 @@ It is LangChain's own hook for tool execution, ``wrap_tool_call`` / ``awrap_tool
 ``invoke`` and async ``ainvoke``), around the tool node's call of each tool. The LangGraph thread id
 is the saga run id: a thread's turns are one run, so the middleware never ends the run. A call's
 position is counted from the thread's messages (``state["messages"]``), so a re-run of the same
-input, or a resume from the checkpointer, names every call as before.
+input, or a resume from the checkpointer, names every call as before. A call LangChain would reject
+before its tool runs (a tool the agent does not have, arguments that fail the tool's schema) is
+handed straight to the tool node, which answers it with its error message: it is not journaled and
+takes no position (the agent's tools are known from its model requests).
 """
 
 from __future__ import annotations
@@ -25,11 +28,13 @@ from typing import Any
 from . import missing_extra
 
 try:
-    from langchain.agents.middleware import AgentMiddleware
+    from langchain.agents.middleware import AgentMiddleware, ModelRequest
     from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.tools import BaseTool
     from langgraph.config import get_config
     from langgraph.prebuilt.tool_node import ToolCallRequest
     from langgraph.types import Command
+    from pydantic import BaseModel, ValidationError
 except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test in a clean env
     raise missing_extra("langchain", exc) from exc
 
@@ -37,7 +42,7 @@ from ..errors import InvalidInputError
 from ..journal.base import Journal
 from ..keys import check_run_id
 from ..tools import Tool, check_tools
-from ._agent import AgentJournal, Outcome, position_of
+from ._agent import AgentJournal, HistoryCall, Outcome, Slot, slot_of
 
 
 class SagaMiddleware(AgentMiddleware[Any, Any, Any]):
@@ -53,6 +58,7 @@ class SagaMiddleware(AgentMiddleware[Any, Any, Any]):
         self.journal = journal
         self.saga_tools = check_tools(tools)  # a bad mapping fails here, not at the first tool call
         self.run_id = check_run_id(run_id) if run_id is not None else None
+        self._agent_tools: dict[str, BaseTool] | None = None  # the agent's tools, from its model requests
 
     # -- the run ------------------------------------------------------------------------------------
     def before_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
@@ -62,12 +68,28 @@ class SagaMiddleware(AgentMiddleware[Any, Any, Any]):
     async def abefore_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         return self.before_agent(state, runtime)
 
+    # -- the model's requests: they name the agent's tools ------------------------------------------
+    def wrap_model_call(self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Any]) -> Any:
+        self._note_tools(request)
+        return handler(request)
+
+    async def awrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[Any]]
+    ) -> Any:
+        self._note_tools(request)
+        return await handler(request)
+
+    def _note_tools(self, request: ModelRequest[Any]) -> None:
+        self._agent_tools = {t.name: t for t in request.tools if isinstance(t, BaseTool)}
+
     # -- each tool call -----------------------------------------------------------------------------
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolMessage | Command[Any]]
     ) -> ToolMessage | Command[Any]:
-        journal, name, args, position = self._call(request)
-        outcome = journal.call(name, args, position, lambda: handler(request), _json_of_message)
+        if not _reaches(request.tool, request.tool_call):
+            return handler(request)  # the tool node answers it with its error; nothing to journal
+        journal, name, args, slot = self._call(request)
+        outcome = journal.call(name, args, slot, lambda: handler(request), _json_of_message)
         return _message(request, outcome)
 
     async def awrap_tool_call(
@@ -75,17 +97,30 @@ class SagaMiddleware(AgentMiddleware[Any, Any, Any]):
         request: ToolCallRequest,
         handler: Callable[[ToolCallRequest], Awaitable[ToolMessage | Command[Any]]],
     ) -> ToolMessage | Command[Any]:
-        journal, name, args, position = self._call(request)
-        outcome = await journal.acall(name, args, position, lambda: handler(request), _json_of_message)
+        if not _reaches(request.tool, request.tool_call):
+            return await handler(request)
+        journal, name, args, slot = self._call(request)
+        outcome = await journal.acall(name, args, slot, lambda: handler(request), _json_of_message)
         return _message(request, outcome)
 
-    def _call(self, request: ToolCallRequest) -> tuple[AgentJournal, str, Any, int]:
+    def _call(self, request: ToolCallRequest) -> tuple[AgentJournal, str, Any, Slot]:
         call = request.tool_call
         journal = self._journal(request.runtime.config)
-        calls = [
-            c["id"] or "" for m in _messages(request.state) if isinstance(m, AIMessage) for c in m.tool_calls
+        known = dict(self._agent_tools or {})
+        if request.tool is not None:
+            known[request.tool.name] = request.tool
+
+        def reaches(c: Any) -> bool:
+            if c["name"] in known:
+                return _reaches(known[c["name"]], c)
+            return self._agent_tools is None  # tools not known yet (a resume into the tool node): count it
+
+        responses = [
+            [HistoryCall(c["id"] or "", reaches(c)) for c in m.tool_calls]
+            for m in _messages(request.state)
+            if isinstance(m, AIMessage)
         ]
-        return journal, call["name"], dict(call["args"]), position_of(call["id"] or "", calls)
+        return journal, call["name"], dict(call["args"]), slot_of(call["id"] or "", responses)
 
     def _journal(self, config: Any) -> AgentJournal:
         run_id = self.run_id or ((config or {}).get("configurable") or {}).get("thread_id")
@@ -95,6 +130,25 @@ class SagaMiddleware(AgentMiddleware[Any, Any, Any]):
                 "config={'configurable': {'thread_id': ...}} or pass SagaMiddleware(run_id=...)"
             )
         return AgentJournal(str(run_id), journal=self.journal, tools=self.saga_tools)
+
+
+def _reaches(tool: BaseTool | None, call: Any) -> bool:
+    """Whether the tool node would run the tool for this call: False for a tool the agent does not
+    have, or arguments its schema rejects (the node answers both with an error and runs nothing)."""
+    if tool is None:
+        return False
+    try:
+        schema = tool.tool_call_schema
+    except Exception:  # noqa: BLE001 - a schema we cannot build: count the call, the journal decides
+        return True
+    if isinstance(schema, type) and issubclass(schema, BaseModel):
+        try:
+            schema.model_validate(call.get("args") or {})
+        except ValidationError:
+            return False
+        except Exception:  # noqa: BLE001 - a validator that fails otherwise: let the tool node decide
+            return True
+    return True
 
 
 def _messages(state: Any) -> list[Any]:

@@ -12,12 +12,16 @@ It uses pydantic-ai's own extension point for cross-cutting tool behaviour, a ca
 ``wrap_tool_execute`` (around the validated call, inside retries and approvals), and its
 ``wrap_run`` (a condemned run id refuses to start; a run that completes ends ``finished``). A call's
 position comes from the run's message history (``ctx.messages``), so a re-run with the same run id
-(from scratch, or from saved ``message_history``) names every call as before.
+(from scratch, or from saved ``message_history``) names every call as before. A call pydantic-ai
+rejects before its tool runs (arguments that fail validation, a tool the agent does not have, an
+output tool) takes no position: ``wrap_tool_validate`` sees the rejections of this run, and a saved
+history says which of its calls were retried for bad arguments or an unknown tool.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +30,15 @@ from . import missing_extra
 try:
     from pydantic_ai import DeferredToolRequests, RunContext
     from pydantic_ai.capabilities import AbstractCapability
-    from pydantic_ai.messages import ModelMessage, ModelResponse, ToolCallPart
+    from pydantic_ai.exceptions import ApprovalRequired, CallDeferred
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelRequest,
+        ModelResponse,
+        RetryPromptPart,
+        ToolCallPart,
+        ToolReturnPart,
+    )
     from pydantic_ai.tools import ToolDefinition
     from pydantic_core import to_jsonable_python
 except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test in a clean env
@@ -35,7 +47,13 @@ except ImportError as exc:  # pragma: no cover - exercised by the missing-extra 
 from ..errors import InvalidInputError
 from ..journal.base import Journal
 from ..tools import Tool
-from ._agent import AgentJournal, position_of
+from ._agent import AgentJournal, HistoryCall, slot_of
+
+# The ids of calls pydantic-ai rejected in validation during the current agent run (set by wrap_run).
+_REJECTED: ContextVar[set[str] | None] = ContextVar("saga_pydantic_ai_rejected", default=None)
+# Retry causes of a call rejected before its tool could run (the tool's own ModelRetry is not one).
+_REJECTED_CAUSES = frozenset({"validation_error", "unknown_tool", "unavailable_tool"})
+_EXECUTED_KINDS = frozenset({"function", "unapproved"})
 
 
 @dataclass
@@ -64,12 +82,35 @@ class SagaCapability(AbstractCapability[Any]):
     async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> Any:
         journal = self._journal_for(ctx)
         journal.refuse_if_condemned()  # before the first model request: a condemned run never starts
-        result = await handler()
+        token = _REJECTED.set(set())
+        try:
+            result = await handler()
+        finally:
+            _REJECTED.reset(token)
         # A run that stops for approvals (or external results) is not over: its resume, a new agent
         # run with the same history, executes the approved calls under the same saga run.
         if self.finish and not isinstance(getattr(result, "output", None), DeferredToolRequests):
             await journal.afinish()
         return result
+
+    async def wrap_tool_validate(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: Any,
+        handler: Any,
+    ) -> Any:
+        try:
+            return await handler(args)
+        except (CallDeferred, ApprovalRequired):
+            raise  # deferred, not rejected: it may run once resolved
+        except Exception:
+            rejected = _REJECTED.get()
+            if rejected is not None:
+                rejected.add(call.tool_call_id)  # never executed: it takes no position
+            raise
 
     async def wrap_tool_execute(
         self,
@@ -83,25 +124,54 @@ class SagaCapability(AbstractCapability[Any]):
         if tool_def.kind == "unapproved" and not ctx.tool_call_approved:
             return await handler(args)  # not executed here: it defers for approval, and runs once approved
         journal = self._journal_for(ctx)
-        position = position_of(call.tool_call_id, _history_call_ids(ctx.messages))
+        slot = slot_of(call.tool_call_id, _history(ctx))
         outcome = await journal.acall(
             call.tool_name,
             to_jsonable_python(args),
-            position,
+            slot,
             lambda: handler(args),
             to_jsonable_python,
         )
         return outcome.live if outcome.executed else outcome.output
 
 
-def _history_call_ids(messages: list[ModelMessage]) -> list[str]:
+def _history(ctx: RunContext[Any]) -> list[list[HistoryCall]]:
+    """The run's calls per model response, each marked with whether it reaches the journal."""
+    rejected = set(_REJECTED.get() or ()) | _rejected_in(ctx.messages)
+    manager = ctx.tool_manager
+
+    def reaches(part: ToolCallPart) -> bool:
+        if part.tool_call_id in rejected:
+            return False
+        if manager is None:
+            return True
+        tool_def = manager.get_tool_def(part.tool_name)
+        return tool_def is not None and tool_def.kind in _EXECUTED_KINDS
+
     return [
-        part.tool_call_id
-        for message in messages
+        [
+            HistoryCall(part.tool_call_id, reaches(part))
+            for part in message.parts
+            if isinstance(part, ToolCallPart)
+        ]
+        for message in ctx.messages
         if isinstance(message, ModelResponse)
-        for part in message.parts
-        if isinstance(part, ToolCallPart)
     ]
+
+
+def _rejected_in(messages: list[ModelMessage]) -> set[str]:
+    """Calls a (saved) history answers as rejected before their tool ran: bad arguments, unknown tool."""
+    rejected = set()
+    for message in messages:
+        if not isinstance(message, ModelRequest):
+            continue
+        for part in message.parts:
+            if isinstance(part, ToolReturnPart) and part.outcome == "retried":
+                if part.retry is not None and part.retry.cause in _REJECTED_CAUSES:
+                    rejected.add(part.tool_call_id)
+            elif isinstance(part, RetryPromptPart) and isinstance(part.content, list):  # a validation error
+                rejected.add(part.tool_call_id)
+    return rejected
 
 
 __all__ = ["SagaCapability"]
