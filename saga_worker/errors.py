@@ -134,6 +134,29 @@ class ReplayMismatchError(InvalidInputError):
         self._rebuilds_from(run_id, tool_call_id, journaled, asked, hint)
 
 
+class OutOfLineCallError(ReplayMismatchError):
+    """A new call whose position the journal left free below a call it holds from later in the run:
+    the run's calls do not line up with the journal's, so the call is not executed there (executing
+    it could repeat an effect the journal holds under another position)."""
+
+    def __init__(
+        self, run_id: str, tool_call_id: str, asked: tuple[str, str], later: tuple[str, str, str]
+    ) -> None:
+        InvalidInputError.__init__(
+            self,
+            f"run {run_id!r}: call {tool_call_id!r}, {asked[0]}({asked[1]}), is not in the journal, which "
+            f"already holds {later[0]!r}, {later[1]}({later[2]}), from later in the run; nothing was "
+            "executed or replayed: the run's calls do not line up with the journal's (a call that took a "
+            "position when the run was journaled takes none now, or the other way round), and executing "
+            "it here could repeat an effect the journal holds under another position",
+            run_id=run_id,
+            tool_call_id=tool_call_id,
+            journaled_tool=later[1],
+            asked_tool=asked[0],
+        )
+        self._rebuilds_from(run_id, tool_call_id, asked, later)
+
+
 class RunEndedError(InvalidInputError):
     """The run has ended (finished or failed): it accepts no new call and no new decision.
 
@@ -146,27 +169,6 @@ class RunEndedError(InvalidInputError):
             run_id=run_id,
             status=status,
         )
-
-    @classmethod
-    def out_of_line(
-        cls, run_id: str, tool_call_id: str, asked: tuple[str, str], later: tuple[str, str, str]
-    ) -> ReplayMismatchError:
-        """A new call whose position the journal left free below a call it holds from later in the run:
-        the re-run's calls do not line up with the journal's, so it is not executed there."""
-        error = cls.__new__(cls)
-        InvalidInputError.__init__(
-            error,
-            f"run {run_id!r}: call {tool_call_id!r}, {asked[0]}({asked[1]}), is not in the journal, which "
-            f"already holds {later[0]!r}, {later[1]}({later[2]}), from later in the run; nothing was "
-            "executed or replayed: the run's calls do not line up with the journal's (a call that took a "
-            "position when the run was journaled takes none now, or the other way round), and executing "
-            "it here could repeat an effect the journal holds under another position",
-            run_id=run_id,
-            tool_call_id=tool_call_id,
-            journaled_tool=later[1],
-            asked_tool=asked[0],
-        )
-        return error
 
 
 class ApprovalError(SagaError):

@@ -36,7 +36,7 @@ from typing import Any
 
 from ..blocks import saga
 from ..compensation import assert_not_compensated
-from ..errors import CompensatedRunError, InvalidInputError, ReplayMismatchError, ToolFailedError
+from ..errors import CompensatedRunError, InvalidInputError, OutOfLineCallError, ToolFailedError
 from ..journal.base import Journal
 from ..keys import canonical_json, check_run_id, check_tool_name, hash16
 from ..tools import CallOptions, Tool, check_tools
@@ -194,7 +194,7 @@ class AgentJournal:
                 beyond.append(record)
         if beyond:
             later = min(beyond, key=lambda r: int(r.suffix[5:]))
-            raise ReplayMismatchError.out_of_line(
+            raise OutOfLineCallError(
                 self.run_id,
                 call_id,
                 (tool_name, canonical_json(input)),
