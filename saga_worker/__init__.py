@@ -26,6 +26,7 @@ from .errors import (
     SagaError,
     SideEffectRetryBlockedError,
     ToolFailedError,
+    ToolsNotConfiguredError,
     UnknownRunError,
     UnknownToolError,
 )
@@ -109,6 +110,7 @@ __all__ = [
     "SagaError",
     "SideEffectRetryBlockedError",
     "ToolFailedError",
+    "ToolsNotConfiguredError",
     "UnknownRunError",
     "UnknownToolError",
 ]

@@ -68,7 +68,11 @@ def plan(run_id: str, *, context: WorkerContext) -> CompensationReport:
     """The dry run: what an unwind would do now (writes nothing; ``recover`` probes are reads)."""
     check_run_id(run_id)
     return compensate_run(
-        run_id, journal=context.journal, tools=context.tools, dry_run=True, lock=context.lock
+        run_id,
+        journal=context.journal,
+        tools=context.require_tools("the dry run"),
+        dry_run=True,
+        lock=context.lock,
     )
 
 

@@ -2,8 +2,9 @@
 
 The provider is fake but honest: a SQLite file (``SAGA_DEMO_PROVIDER``, default
 ``<SAGA_HOME>/provider.db``) that deduplicates every operation on its idempotency key, the way a
-payment API does, so a re-driven hook never refunds twice. ``TOOLS`` is what workers load
-(``SAGA_TOOLS=saga_worker.demo:TOOLS``, the default).
+payment API does, so a re-driven hook never refunds twice. ``TOOLS`` is what the demo's worker loads
+(``saga-worker demo`` names ``SAGA_TOOLS=saga_worker.demo:TOOLS`` for it; no other worker ever
+falls back to these sample tools).
 """
 
 from __future__ import annotations

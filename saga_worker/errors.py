@@ -69,6 +69,21 @@ class InvalidInputError(SagaError, ValueError):
     """An argument cannot be used: it names what was wrong and why."""
 
 
+class ToolsNotConfiguredError(InvalidInputError):
+    """Something needs the tools whose hooks undo the steps, and none are configured.
+
+    There is no fallback: a worker that loaded sample tools would answer a real step with a sample
+    hook (a ``charge`` read ``compensated`` with no real refund)."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(
+            f"{where}: no tools configured: set SAGA_TOOLS='package.module:attribute' (the mapping of tool "
+            "name to Tool whose hooks undo your steps), or pass install(app, tools=...); saga-worker never "
+            "falls back to sample tools (only `saga-worker demo` names its own)",
+            where=where,
+        )
+
+
 class RunExistsError(SagaError):
     """A run with this id already exists (for example as the target of a fork)."""
 

@@ -28,8 +28,11 @@ class SagaSettings(BaseSettings):
     redis_url: str | None = Field(
         None, description="Redis for step locks (default: none; the journal claim alone)."
     )
-    tools: str = Field(
-        "saga_worker.demo:TOOLS", description="'package.module:attribute', the tools the worker loads."
+    tools: str | None = Field(
+        None,
+        description="'package.module:attribute', the tools the worker loads. Unset, every entry that "
+        "needs tools (a worker, compensate --local or --dry-run, the console's plan) refuses: there is no "
+        "fallback to sample tools (only `saga-worker demo` names its own).",
     )
     actor: str | None = Field(
         None, description="Who the audit trail names for this process's actions (default: the OS user)."

@@ -33,6 +33,14 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     get_settings.cache_clear()
 
 
+@pytest.fixture
+def demo_tools(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The sample tools, named as any deployment names its own (there is no default)."""
+    monkeypatch.setenv("SAGA_TOOLS", "saga_worker.demo:TOOLS")
+    get_settings.cache_clear()
+    return home
+
+
 def place(run_id: str) -> None:
     with open_journal(get_settings().resolved_journal_url()) as journal:
         run_durable(run_id, journal=journal, tools=TOOLS, planner=order_planner())
@@ -43,7 +51,7 @@ def invoke(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_compensate_local_unwinds_in_process_and_prints_the_report_as_json(home: Path) -> None:
+def test_compensate_local_unwinds_in_process_and_prints_the_report_as_json(demo_tools: Path) -> None:
     place("order-1")
     code, output = invoke("compensate", "order-1", "--local", "--json")
     assert code == 0, output
@@ -52,7 +60,7 @@ def test_compensate_local_unwinds_in_process_and_prints_the_report_as_json(home:
     assert report["condemned"] is True
 
 
-def test_compensate_local_dry_run_prints_a_plan_and_condemns_nothing(home: Path) -> None:
+def test_compensate_local_dry_run_prints_a_plan_and_condemns_nothing(demo_tools: Path) -> None:
     place("order-2")
     code, output = invoke("compensate", "order-2", "--local", "--dry-run")
     assert code == 0, output
@@ -61,7 +69,7 @@ def test_compensate_local_dry_run_prints_a_plan_and_condemns_nothing(home: Path)
         assert not journal.get_run("order-2").condemned  # type: ignore[union-attr]
 
 
-def test_report_shows_each_step_with_its_compensation_state_from_the_journal(home: Path) -> None:
+def test_report_shows_each_step_with_its_compensation_state_from_the_journal(demo_tools: Path) -> None:
     place("order-3")
     invoke("compensate", "order-3", "--local")
     code, output = invoke("report", "order-3", "--json")
@@ -118,6 +126,40 @@ def test_compensate_local_with_a_bad_tools_setting_names_it_and_exits_non_zero(
     result = CliRunner().invoke(main, ["compensate", "order-6", "--local"])
     assert result.exit_code == 1
     assert "SAGA_TOOLS" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["unwind", "dry-run"])
+def test_compensate_local_without_tools_refuses_in_one_line_and_condemns_nothing(
+    home: Path, dry_run: bool
+) -> None:
+    place("order-7")  # a real order of the sample tools: a worker with no tools must not undo it with them
+    result = CliRunner().invoke(
+        main, ["compensate", "order-7", "--local", *(["--dry-run"] if dry_run else [])]
+    )
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: saga-worker compensate --local")
+    assert "no tools configured: set SAGA_TOOLS=" in lines[0] and "never falls back" in lines[0]
+    with open_journal(get_settings().resolved_journal_url()) as journal:
+        run = journal.get_run("order-7")
+        assert run is not None and not run.condemned
+        assert journal.list_unwind_entries("order-7") == {}
+
+
+def test_worker_without_tools_refuses_to_start_in_one_line(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    started: list[list[str]] = []
+
+    def execv(path: str, argv: list[str]) -> None:  # a worker that did start would replace pytest
+        started.append(argv)
+        raise SystemExit(99)
+
+    monkeypatch.setattr("os.execv", execv)
+    result = CliRunner().invoke(main, ["worker", "--concurrency", "1"])
+    assert started == [] and result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert lines == [lines[0]] and lines[0].startswith("error: saga-worker worker: no tools configured")
 
 
 def test_db_upgrade_migrates_the_journal_to_the_newest_revision(
@@ -204,7 +246,7 @@ def test_redrive_refuses_a_run_not_flagged_and_hands_a_flagged_one_back_to_the_w
 
 
 def test_a_record_with_an_unknown_status_makes_compensate_and_report_fail_closed_in_one_line(
-    home: Path,
+    demo_tools: Path,
 ) -> None:
     import sqlalchemy as sa
 

@@ -58,8 +58,9 @@ def test_open_journal_on_a_url_with_a_password_names_it_without_the_password(url
 
 @pytest.fixture
 def cli_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    for name in ("SAGA_BROKER_URL", "SAGA_RESULT_BACKEND", "SAGA_REDIS_URL", "SAGA_TOOLS"):
+    for name in ("SAGA_BROKER_URL", "SAGA_RESULT_BACKEND", "SAGA_REDIS_URL"):
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SAGA_TOOLS", "saga_worker.demo:TOOLS")  # tools named, so the journal is what fails
     monkeypatch.setenv("SAGA_HOME", str(tmp_path / ".saga"))
     get_settings.cache_clear()
     yield tmp_path

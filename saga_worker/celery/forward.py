@@ -40,7 +40,7 @@ def record_call(
     with saga(
         run_id,
         journal=journal if journal is not None else ctx.journal,  # type: ignore[union-attr]
-        tools=tools if tools is not None else ctx.tools,  # type: ignore[union-attr]
+        tools=tools if tools is not None else ctx.require_tools("record_call"),  # type: ignore[union-attr]
         prompt=prompt,
         finish=finish,
     ) as run:

@@ -12,15 +12,14 @@ one broker per app.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from celery import Celery, Task
 
 from .. import executor
 from ..errors import InvalidInputError
+from ..executor import ToolsSource
 from ..settings import SagaSettings, get_settings
-from ..tools import Tool
 from .config import SWEEP_ENTRY, SWEEP_TASK
 from .tasks import register
 
@@ -77,15 +76,18 @@ def install(
     app: Celery,
     *,
     settings: SagaSettings | None = None,
-    tools: Mapping[str, Tool] | None = None,
+    tools: ToolsSource | None = None,
     beat: bool = True,
 ) -> dict[str, Task]:
     """Register ``saga.compensate_run``, ``saga.compensate_step``, ``saga.finalize_unwind`` and
     ``saga.retry_uncertain`` on ``app`` (and, with ``beat``, the sweeper's entry in its beat schedule).
 
-    ``settings`` default to the ``SAGA_*`` environment; ``tools`` default to ``SAGA_TOOLS``. From now
-    on ``saga_worker.celery.compensate_run`` (and its siblings) send through ``app``. Returns the
-    four tasks by name."""
+    ``settings`` default to the ``SAGA_*`` environment; ``tools`` (a mapping of name to Tool, a
+    ``"package.module:attribute"`` string or a callable returning the mapping; the last two are
+    loaded on first use, so tools that import Django models can be named before ``django.setup()``)
+    default to ``SAGA_TOOLS``. With neither, a worker of ``app`` refuses to start. From now on
+    ``saga_worker.celery.compensate_run`` (and its siblings) send through ``app``. Returns the four
+    tasks by name."""
     if not isinstance(app, Celery):
         raise InvalidInputError(f"install(app) needs a Celery app, got {type(app).__name__}")
     s = settings if settings is not None else get_settings()

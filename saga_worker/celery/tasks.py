@@ -26,6 +26,7 @@ from celery.exceptions import Ignore, Reject, Retry
 from celery.signals import (
     after_setup_logger,
     after_setup_task_logger,
+    celeryd_after_setup,
     task_received,
     worker_init,
     worker_process_init,
@@ -36,7 +37,8 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from .. import executor, faults, metrics
 from ..compensation.report import CompensationEntry, CompensationStatus
-from ..redact import redact_exception
+from ..errors import ToolsNotConfiguredError
+from ..redact import redact_exception, redact_url
 from ..settings import get_settings
 from .logs import redact_saga_logs
 from .transport import reuse_redis_clients
@@ -88,6 +90,49 @@ def _log_tools(**_: Any) -> None:
 
 
 worker_ready.connect(_log_tools)
+
+
+def _serves_saga_tasks(worker: Any) -> bool:
+    app = getattr(worker, "app", None)
+    return app is not None and COMPENSATE_STEP in app.tasks
+
+
+def _refuse_without_tools(sender: Any = None, **_: Any) -> None:
+    """A worker of an app with the saga tasks and no tools configured does not start: it would
+    answer every step with an error (there is no fallback to sample tools). SystemExit, because
+    Celery logs and swallows an Exception raised by a signal handler."""
+    if _serves_saga_tasks(sender) and executor.tools_source() is None:
+        raise SystemExit(f"error: {ToolsNotConfiguredError('celery worker')}")
+
+
+def banner_lines(app: Any) -> list[str]:
+    """What the worker's banner says about saga-worker: the journal (redacted), the broker, the tools
+    and the queue, so a worker pointed at another journal or broker than its clients shows it."""
+    settings = executor.configured_settings()
+    return [
+        "[saga-worker]",
+        f"  . journal: {redact_url(settings.resolved_journal_url())}",
+        f"  . broker:  {redact_url(str(app.conf.broker_url))}",
+        f"  . tools:   {executor.tools_source() or '(none)'}",
+        f"  . queue:   {settings.queue}",
+    ]
+
+
+def _announce(sender: Any = None, instance: Any = None, **_: Any) -> None:
+    # Appended to the banner's task list (``extra_info``), which Celery prints right after this signal.
+    if instance is None or not _serves_saga_tasks(instance):
+        return
+    lines = "\n".join(banner_lines(instance.app)) + "\n"
+    shown = instance.extra_info
+
+    def extra_info() -> str:
+        return (shown() or "") + "\n" + lines
+
+    instance.extra_info = extra_info
+
+
+worker_init.connect(_refuse_without_tools)
+celeryd_after_setup.connect(_announce)
 worker_init.connect(_serve_metrics)
 worker_init.connect(_reuse_broker_clients)
 worker_process_shutdown.connect(_child_exited)
@@ -286,7 +331,7 @@ def compensate_step(
         self.send_event("task-compensating", run_id=run_id, unwind_id=unwind_id, suffix=suffix)
     nxt = executor.run_step(
         ctx.journal,
-        ctx.tools,
+        ctx.require_tools("saga.compensate_step"),
         run_id,
         unwind_id,
         suffix,

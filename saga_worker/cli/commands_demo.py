@@ -17,6 +17,8 @@ from .processes import celery, embedded_worker
 from .progress import wait_with_progress
 from .render import dump, out, report_table, steps_table
 
+DEMO_TOOLS = "saga_worker.demo:TOOLS"
+
 
 @click.command()
 @click.option("--run-id", default=None, help="Run id of the sample order (default: a fresh one).")
@@ -34,7 +36,8 @@ def demo(run_id: str | None, as_json: bool) -> None:
     app = celery()
     app.prepare_stores(app.current_app())
     log_path = str(settings.home.resolve() / "demo-worker.log")
-    with embedded_worker(settings, log_path=log_path) as proc:
+    # The one place sample tools are used: the demo names them for its own worker.
+    with embedded_worker(settings, tools=DEMO_TOOLS, log_path=log_path) as proc:
         out.print(f"worker started (pid {proc.pid}, log {log_path}); compensate_run.delay({run_id!r}).get()")
         async_result = app.compensate_run.delay(run_id)
         data = wait_with_progress(

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from ..errors import ToolsNotConfiguredError
 from ..journal import open_journal
 from ..settings import get_settings
 from .processes import celery_argv, prepare_metrics_folder, with_default_loglevel
@@ -22,8 +23,10 @@ from .render import out
 )
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
 def worker(with_beat: bool | None, celery_args: tuple[str, ...]) -> None:
-    """Start a Celery worker (extra arguments go to `celery worker`)."""
+    """Start a Celery worker (extra arguments go to `celery worker`); it needs SAGA_TOOLS."""
     settings = get_settings()
+    if settings.tools is None:
+        raise ToolsNotConfiguredError("saga-worker worker")
     extra = with_default_loglevel(celery_args)
     if (
         (settings.embedded if with_beat is None else with_beat)

@@ -44,10 +44,12 @@ def compensate(
 
         ctx = executor.WorkerContext(settings)
         try:
+            # Tools first: without them nothing is opened, condemned or planned.
+            tools = ctx.require_tools("saga-worker compensate --local" + (" --dry-run" if dry_run else ""))
             result = unwind_here(
                 run_id,
                 journal=ctx.journal,
-                tools=ctx.tools,
+                tools=tools,
                 dry_run=dry_run,
                 lock=ctx.lock,
                 actor=actor,

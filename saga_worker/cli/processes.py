@@ -53,10 +53,11 @@ def prepare_metrics_folder(settings: SagaSettings) -> None:
 
 @contextmanager
 def embedded_worker(
-    settings: SagaSettings, *, log_path: str | None = None
+    settings: SagaSettings, *, tools: str, log_path: str | None = None
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A real `celery -A saga_worker.celery:app worker -B` in its own process group, stopped (and reaped) on exit."""
-    env = dict(os.environ, SAGA_HOME=str(settings.home.resolve()))
+    """A real `celery -A saga_worker.celery:app worker -B` in its own process group, loading ``tools``
+    (a ``SAGA_TOOLS`` spec: the demo names its own), stopped (and reaped) on exit."""
+    env = dict(os.environ, SAGA_HOME=str(settings.home.resolve()), SAGA_TOOLS=tools)
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - closed below
     proc = subprocess.Popen(
         celery_argv(

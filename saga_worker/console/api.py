@@ -45,7 +45,7 @@ async def get_run(request: Request) -> JSONResponse:
         views.run_view,
         console.journal,
         run_id,
-        console.context.tools,
+        console.context.tools_if_configured,
         secret_keys=console.settings.secret_keys(),
     )
     if view is None:

@@ -137,7 +137,7 @@ async def _view(request: Request) -> tuple[str, dict[str, Any]]:
         views.run_view,
         console.journal,
         run_id,
-        console.context.tools,
+        console.context.tools_if_configured,
         secret_keys=console.settings.secret_keys(),
     )
     if view is None:

@@ -9,7 +9,17 @@ its entry (``run_step``), and the last task assembles the report from the journa
 
 from __future__ import annotations
 
-from .context import WorkerContext, configure, current, load_tools, log_tools, reset
+from .context import (
+    ToolsSource,
+    WorkerContext,
+    configure,
+    configured_settings,
+    current,
+    load_tools,
+    log_tools,
+    reset,
+    tools_source,
+)
 from .sweeper import SweepOutcome, backoff_delay, sweep
 from .unwind import Finalize, Next, Step, finalize_unwind, run_step, start_unwind, step_owner
 
@@ -18,9 +28,11 @@ __all__ = [
     "Next",
     "Step",
     "SweepOutcome",
+    "ToolsSource",
     "WorkerContext",
     "backoff_delay",
     "configure",
+    "configured_settings",
     "current",
     "finalize_unwind",
     "load_tools",
@@ -30,4 +42,5 @@ __all__ = [
     "start_unwind",
     "step_owner",
     "sweep",
+    "tools_source",
 ]

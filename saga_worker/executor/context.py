@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, ToolsNotConfiguredError
 from ..journal import Journal, open_journal
 from ..locks import StepLock, open_lock
 from ..settings import SagaSettings, get_settings
@@ -61,17 +61,52 @@ def load_tools(spec: str) -> dict[str, Tool]:
         raise InvalidInputError(f"SAGA_TOOLS={spec!r}: {exc}", **exc.detail) from exc
 
 
+# What ``install(app, tools=...)`` may be given: the mapping, a "package.module:attribute" spec, or
+# a callable returning the mapping. The last two are loaded on first use, after the app's framework
+# is set up (a Django app's tools import its models: they cannot load before ``django.setup()``).
+ToolsSource = Mapping[str, Tool] | str | Callable[[], Mapping[str, Tool]]
+
+
+def _load_source(source: ToolsSource) -> dict[str, Tool]:
+    if isinstance(source, str):
+        return load_tools(source)
+    if isinstance(source, Mapping):
+        return check_tools(source)
+    value = source()
+    if not isinstance(value, Mapping):
+        raise InvalidInputError(
+            f"tools callable returned a {type(value).__name__}, not a mapping of name to Tool"
+        )
+    return check_tools(value)
+
+
+def describe_source(source: ToolsSource | None) -> str | None:
+    """How a banner or an error names where tools come from (None: nowhere)."""
+    if source is None:
+        return None
+    if isinstance(source, str):
+        return source
+    if isinstance(source, Mapping):
+        return f"install(app, tools=...): {', '.join(sorted(source)) or 'none'}"
+    return f"install(app, tools={getattr(source, '__qualname__', repr(source))})"
+
+
 class WorkerContext:
-    """One process's journal, tools and lock, each opened on first use."""
+    """One process's journal, tools and lock, each opened on first use.
+
+    Tools come from ``tools`` (what ``install(app, tools=...)`` was given), else ``SAGA_TOOLS``; with
+    neither, asking for them raises :class:`ToolsNotConfiguredError` (no fallback, ever)."""
 
     def __init__(
         self,
         settings: SagaSettings | None = None,
         *,
         tools_loader: Callable[[str], dict[str, Tool]] = load_tools,
+        tools: ToolsSource | None = None,
     ) -> None:
         self.settings = settings if settings is not None else get_settings()
         self._tools_loader = tools_loader
+        self._tools_source = tools
         self._lock = threading.Lock()
         self._journal: Journal | None = None
         self._tools: dict[str, Tool] | None = None
@@ -86,11 +121,35 @@ class WorkerContext:
             return self._journal
 
     @property
+    def tools_source(self) -> str | None:
+        """Where this context's tools come from, for a banner (None: nothing is configured)."""
+        if self._tools_source is not None:
+            return describe_source(self._tools_source)
+        return self.settings.tools
+
+    def require_tools(self, where: str) -> dict[str, Tool]:
+        """The tools, or :class:`ToolsNotConfiguredError` naming ``where`` they were needed."""
+        if self.tools_source is None:
+            raise ToolsNotConfiguredError(where)
+        return self.tools
+
+    @property
     def tools(self) -> dict[str, Tool]:
         with self._lock:
             if self._tools is None:
-                self._tools = self._tools_loader(self.settings.tools)
+                if self._tools_source is not None:
+                    self._tools = _load_source(self._tools_source)
+                elif self.settings.tools is not None:
+                    self._tools = self._tools_loader(self.settings.tools)
+                else:
+                    raise ToolsNotConfiguredError("this worker")
             return self._tools
+
+    @property
+    def tools_if_configured(self) -> dict[str, Tool] | None:
+        """The tools when some are configured, else None (for what reads better with them, such as
+        the console's run page, and works without)."""
+        return None if self.tools_source is None else self.tools
 
     @property
     def lock(self) -> StepLock | None:
@@ -118,23 +177,40 @@ _guard = threading.Lock()
 # Set by saga_worker.celery.install(app, settings=..., tools=...): what this process's workers use
 # instead of the environment's settings and SAGA_TOOLS. Kept across reset() and inherited by forks.
 _configured_settings: SagaSettings | None = None
-_configured_tools: dict[str, Tool] | None = None
+_configured_tools: ToolsSource | None = None
 
 
-def configure(settings: SagaSettings | None = None, tools: Mapping[str, Tool] | None = None) -> None:
-    """Use these settings (else the environment's) and these tools (else ``SAGA_TOOLS``) from now on."""
+def configure(settings: SagaSettings | None = None, tools: ToolsSource | None = None) -> None:
+    """Use these settings (else the environment's) and these tools (else ``SAGA_TOOLS``) from now on.
+
+    A mapping is checked now; a spec string or a callable is loaded on first use."""
     global _configured_settings, _configured_tools
-    checked = None if tools is None else check_tools(tools)
+    if isinstance(tools, Mapping):
+        tools = check_tools(tools)
+    elif tools is not None and not isinstance(tools, str) and not callable(tools):
+        raise InvalidInputError(
+            f"tools must be a mapping of name to Tool, a 'package.module:attribute' string or a callable, "
+            f"got {type(tools).__name__}"
+        )
     with _guard:
-        _configured_settings, _configured_tools = settings, checked
+        _configured_settings, _configured_tools = settings, tools
     reset()
 
 
+def configured_settings() -> SagaSettings:
+    """The settings this process's workers use: ``install(app, settings=...)``'s, else the environment's."""
+    return _configured_settings if _configured_settings is not None else get_settings()
+
+
+def tools_source() -> str | None:
+    """Where this process's workers take their tools from (None: nowhere, and they refuse)."""
+    if _configured_tools is not None:
+        return describe_source(_configured_tools)
+    return configured_settings().tools
+
+
 def _new_context() -> WorkerContext:
-    fixed = _configured_tools
-    if fixed is None:
-        return WorkerContext(_configured_settings)
-    return WorkerContext(_configured_settings, tools_loader=lambda _spec: dict(fixed))
+    return WorkerContext(_configured_settings, tools=_configured_tools)
 
 
 def current() -> WorkerContext:
@@ -154,7 +230,9 @@ def log_tools() -> None:
     A ``SAGA_TOOLS`` that cannot be loaded is logged as an error naming the setting."""
     ctx = current()
     source = (
-        "install(app, tools=...)" if _configured_tools is not None else f"SAGA_TOOLS={ctx.settings.tools!r}"
+        describe_source(_configured_tools)
+        if _configured_tools is not None
+        else f"SAGA_TOOLS={ctx.settings.tools!r}"
     )
     try:
         names = sorted(ctx.tools)

@@ -71,3 +71,48 @@ def test_checkout_shim_tasks_hands_out_the_library_app_and_tasks() -> None:
     assert tasks.app is library.default_app()
     assert tasks.compensate_run.name == "saga.compensate_run"
     assert tasks.app.tasks["saga.compensate_run"] is library.compensate_run._get_current_object()
+
+
+def _celery_worker(tmp_path: Path, env_extra: dict[str, str]) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAGA_")}
+    env.update({"SAGA_HOME": str(tmp_path / "home"), "SAGA_QUEUE": f"saga-pkg-{tmp_path.name}", **env_extra})
+    argv = [sys.executable, "-m", "celery", "-A", "saga_worker.celery:app", "worker", "--pool", "solo"]
+    argv += ["--loglevel", "info", "--without-gossip", "--without-mingle", "--without-heartbeat"]
+    return subprocess.Popen(
+        argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def test_a_celery_worker_of_the_saga_tasks_with_no_tools_refuses_to_start_and_says_why(
+    tmp_path: Path,
+) -> None:
+    proc = _celery_worker(tmp_path, {})
+    try:
+        output, _ = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0, output
+    assert "celery worker: no tools configured: set SAGA_TOOLS=" in output
+    assert "ready." not in output
+
+
+def test_the_worker_banner_names_its_journal_redacted_its_broker_and_its_tools(tmp_path: Path) -> None:
+    journal = "postgresql+psycopg://shop:s3cret-pw@127.0.0.1:5432/shop"  # opened on first task, not at start
+    proc = _celery_worker(tmp_path, {"SAGA_TOOLS": "saga_worker.demo:TOOLS", "SAGA_JOURNAL_URL": journal})
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if " ready." in line or len(lines) > 400:
+                break
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    banner = "".join(lines)
+    assert "[saga-worker]" in banner, banner
+    assert ". journal: postgresql+psycopg://shop:***@127.0.0.1:5432/shop" in banner
+    assert "s3cret-pw" not in banner
+    assert f". broker:  sqla+sqlite:///{(tmp_path / 'home' / 'broker.db').resolve()}" in banner
+    assert ". tools:   saga_worker.demo:TOOLS" in banner
+    assert f". queue:   saga-pkg-{tmp_path.name}" in banner

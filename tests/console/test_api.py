@@ -60,7 +60,7 @@ def sent() -> Sent:
 
 @pytest.fixture
 def app(settings: SagaSettings, ledger: MemoryLedger, sent: Sent) -> Iterator[TestClient]:
-    context = WorkerContext(settings, tools_loader=lambda _spec: order_tools(ledger))
+    context = WorkerContext(settings, tools=lambda: order_tools(ledger))
     with TestClient(create_app(settings, context=context, enqueue=sent), base_url=BASE) as client:
         yield client
 
@@ -341,7 +341,7 @@ def test_no_token_or_url_password_appears_in_pages_answers_or_metrics(
         broker_url="redis://user:hunter2@127.0.0.1:6379/9",
         console_tokens=tokens.spec,
     )
-    context = WorkerContext(settings, tools_loader=lambda _spec: order_tools(ledger))
+    context = WorkerContext(settings, tools=lambda: order_tools(ledger))
     with TestClient(create_app(settings, context=context, enqueue=sent), base_url=BASE) as client:
         run_id = place(client, ledger)
         journal = client.app.state.console.journal  # type: ignore[attr-defined]

@@ -45,7 +45,7 @@ def app(tmp_path: Path, tokens: Tokens, tools: dict[str, Any]) -> Iterator[TestC
     settings = SagaSettings(
         home=tmp_path, journal_url=f"sqlite:///{tmp_path}/journal.db", console_tokens=tokens.spec
     )
-    context = WorkerContext(settings, tools_loader=lambda _spec: tools)
+    context = WorkerContext(settings, tools=lambda: tools)
     with TestClient(create_app(settings, context=context, enqueue=refused_enqueue), base_url=BASE) as client:
         yield client
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from saga_worker import InvalidInputError, Tool
+from saga_worker import InvalidInputError, Tool, ToolsNotConfiguredError
 from saga_worker.celery import celery_config, make_app
 from saga_worker.executor import WorkerContext, load_tools
 from saga_worker.locks.redis import RedisStepLock
@@ -37,6 +37,44 @@ def test_tools_load_from_a_module_attribute_or_a_factory() -> None:
 def test_a_bad_tools_setting_is_named_in_a_clear_error(spec: str, says: str) -> None:
     with pytest.raises(InvalidInputError, match=says):
         load_tools(spec)
+
+
+def test_a_context_with_no_tools_configured_refuses_rather_than_loading_sample_tools(tmp_path: Path) -> None:
+    context = WorkerContext(SagaSettings(home=tmp_path))
+    assert context.tools_source is None and context.tools_if_configured is None
+    with pytest.raises(ToolsNotConfiguredError, match="no tools configured: set SAGA_TOOLS="):
+        context.tools  # noqa: B018 - the property is the entry under test
+    with pytest.raises(ToolsNotConfiguredError, match="^the dry run: no tools configured"):
+        context.require_tools("the dry run")
+
+
+def test_tools_named_by_spec_or_callable_load_on_first_use_not_before(tmp_path: Path) -> None:
+    calls: list[int] = []
+
+    def later() -> dict[str, Tool]:
+        calls.append(1)
+        return SAMPLE
+
+    context = WorkerContext(SagaSettings(home=tmp_path), tools=later)
+    assert calls == [] and context.tools_source is not None
+    assert context.tools == SAMPLE and context.tools == SAMPLE and calls == [1]
+    named = WorkerContext(SagaSettings(home=tmp_path), tools=f"{__name__}:sample_factory")
+    assert named.tools_source == f"{__name__}:sample_factory" and named.tools == SAMPLE
+
+
+def test_record_call_and_the_console_plan_refuse_without_tools(tmp_path: Path) -> None:
+    from saga_worker import actions, executor
+    from saga_worker.celery import record_call
+
+    executor.configure(SagaSettings(home=tmp_path, journal_url="memory://no-tools"))
+    try:
+        with pytest.raises(ToolsNotConfiguredError, match="^record_call: no tools configured"):
+            record_call("order-1", "charge", {"amount": 5}, id="charge")
+        context = WorkerContext(SagaSettings(home=tmp_path, journal_url="memory://no-tools"))
+        with pytest.raises(ToolsNotConfiguredError, match="^the dry run: no tools configured"):
+            actions.plan("order-1", context=context)
+    finally:
+        executor.configure(None, None)
 
 
 def test_redis_url_selects_redis_step_locks_and_none_means_the_journal_claim_alone(tmp_path: Path) -> None:

@@ -103,6 +103,7 @@ def test_a_worker_from_the_installed_wheel_unwinds_a_run_on_redis_and_postgresql
         SAGA_RESULT_BACKEND=url,
         SAGA_REDIS_URL=url,
         SAGA_QUEUE=f"saga-wheel-{uuid.uuid4().hex[:8]}",
+        SAGA_TOOLS="saga_worker.demo:TOOLS",  # no default: a worker names its tools
         SAGA_HOME=str(tmp_path / "home"),
         PATH=f"{site / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
     )
