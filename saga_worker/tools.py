@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -32,6 +33,77 @@ class RecoverResult:
 
 
 Hook = Callable[..., Any]
+
+
+def _seconds(owner: str, name: str, value: Any, *, minimum: float, inclusive: bool) -> float:
+    """A finite number of seconds (not a bool), at least ``minimum``; the error names the field."""
+    ok = (
+        not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and (value >= minimum if inclusive else value > minimum)
+    )
+    if not ok:
+        bound = f">= {minimum:g}" if inclusive else f"> {minimum:g}"
+        raise InvalidInputError(f"{owner}({name}=...) must be a finite number {bound}, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True, init=False)
+class RetryPolicy:
+    """How one unwind retries a ``compensate`` hook that raised (Temporal's RetryPolicy, bounded).
+
+    ``attempts`` hook calls at most per unwind (1: no retry, today's behaviour); before attempt n+1
+    the unwind waits ``min(initial_interval * backoff ** (n - 1), max_interval)`` seconds, holding
+    the step's claim. ``max_interval`` defaults to 100 x ``initial_interval``, as Temporal's does.
+    Unlike Temporal there is no "unlimited": an unwind that never ends holds its run; the sweeper
+    retries across unwinds."""
+
+    attempts: int
+    initial_interval: float
+    backoff: float
+    max_interval: float
+
+    def __init__(
+        self,
+        attempts: int = 1,
+        *,
+        initial_interval: float = 1.0,
+        backoff: float = 2.0,
+        max_interval: float | None = None,
+    ) -> None:
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise InvalidInputError(f"RetryPolicy(attempts=...) must be an int >= 1, got {attempts!r}")
+        initial = _seconds("RetryPolicy", "initial_interval", initial_interval, minimum=0.0, inclusive=True)
+        coefficient = _seconds("RetryPolicy", "backoff", backoff, minimum=1.0, inclusive=True)
+        cap = (
+            initial * 100
+            if max_interval is None
+            else _seconds("RetryPolicy", "max_interval", max_interval, minimum=0.0, inclusive=True)
+        )
+        if cap < initial:
+            raise InvalidInputError(
+                f"RetryPolicy(max_interval=...) must be >= initial_interval ({initial:g}), got {max_interval!r}"
+            )
+        object.__setattr__(self, "attempts", attempts)
+        object.__setattr__(self, "initial_interval", initial)
+        object.__setattr__(self, "backoff", coefficient)
+        object.__setattr__(self, "max_interval", cap)
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt ``attempt`` (1-based) before the next one."""
+        if self.initial_interval == 0:
+            return 0.0
+        # Capped before it can overflow: backoff ** n grows past a float for large n.
+        n = min(attempt - 1, 1000)
+        try:
+            raw = self.initial_interval * self.backoff**n
+        except OverflowError:
+            return self.max_interval
+        return min(raw, self.max_interval)
+
+
+NO_RETRY = RetryPolicy()
 # ``needs_approval``: True, or ``(input) -> bool``; ``compensate_needs_approval``: True, or
 # ``(input, output) -> bool``.
 ApprovalRule = bool | Callable[..., Any]
@@ -51,6 +123,8 @@ class Tool:
         "needs_approval",
         "compensate_needs_approval",
         "window_s",
+        "compensate_timeout",
+        "compensate_retry",
     )
 
     def __init__(
@@ -66,6 +140,8 @@ class Tool:
         needs_approval: ApprovalRule = False,
         compensate_needs_approval: ApprovalRule = False,
         window_s: float | None = None,
+        compensate_timeout: float | None = None,
+        compensate_retry: RetryPolicy | None = None,
     ) -> None:
         if not callable(execute):
             raise InvalidInputError(f"Tool(execute=...) must be callable, got {type(execute).__name__}")
@@ -108,6 +184,24 @@ class Tool:
         self.needs_approval = needs_approval
         self.compensate_needs_approval = compensate_needs_approval
         self.window_s = float(window_s) if window_s is not None else None
+        # The compensation policy (DESIGN.md §9): None keeps §3 exactly (no timeout, one attempt).
+        self.compensate_timeout = (
+            None
+            if compensate_timeout is None
+            else _seconds("Tool", "compensate_timeout", compensate_timeout, minimum=0.0, inclusive=False)
+        )
+        if compensate_retry is not None and not isinstance(compensate_retry, RetryPolicy):
+            raise InvalidInputError(
+                f"Tool(compensate_retry=...) must be a RetryPolicy or None, got {type(compensate_retry).__name__}"
+            )
+        self.compensate_retry = compensate_retry if compensate_retry is not None else NO_RETRY
+        if compensate is None:
+            for name, given in (
+                ("compensate_timeout", compensate_timeout),
+                ("compensate_retry", compensate_retry),
+            ):
+                if given is not None:
+                    raise InvalidInputError(f"Tool({name}=...) only applies to a tool with a compensate hook")
 
     def call_needs_approval(self, input: Any) -> bool:
         """Must a person approve this call before it executes? A rule that raises says yes (fail closed)."""

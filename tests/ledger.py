@@ -212,9 +212,12 @@ def order_script() -> list[ToolCall]:
     ]
 
 
-def order_tools(ledger: Ledger, *, before_compensate: Hook | None = None) -> dict[str, Tool]:
+def order_tools(
+    ledger: Ledger, *, before_compensate: Hook | None = None, **tool_options: Any
+) -> dict[str, Tool]:
     """Tools whose execute and compensate append to ``ledger``; ``before_compensate(name, input, output,
-    opts)`` runs first in every compensate hook (to fail, pause or die there)."""
+    opts)`` runs first in every compensate hook (to fail, pause or die there). ``tool_options`` go to
+    every ``Tool`` (``compensate_timeout=``, ``compensate_retry=``)."""
 
     def make(name: str) -> Tool:
         def execute(input: Any, opts: CallOptions) -> Any:
@@ -226,6 +229,6 @@ def order_tools(ledger: Ledger, *, before_compensate: Hook | None = None) -> dic
                 before_compensate(name, input, output, opts)
             ledger.effect(opts.idempotency_key, f"compensate:{name}")
 
-        return Tool(execute, compensate)
+        return Tool(execute, compensate, **tool_options)
 
     return {name: make(name) for name in ("charge", "reserve", "notify")}

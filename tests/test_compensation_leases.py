@@ -4,7 +4,6 @@ lease never overwrites the new owner's outcome."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import threading
@@ -228,7 +227,7 @@ def test_unwinder_that_lost_its_lease_mid_hook_leaves_the_new_owners_outcome_sta
     journal: Journal, run_id: str, stack: ExitStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The first holder's renewals stall (a frozen VM, a long GC pause): its lease lapses mid-hook.
-    monkeypatch.setattr(attempt.keeper, "keep", lambda renew, interval: contextlib.nullcontext())
+    monkeypatch.setattr(attempt.keeper, "hold", lambda renew, interval: lambda: None)
     ledger = stack.enter_context(open_ledger(journal.url))
     entered, release = threading.Event(), threading.Event()
     calls: list[str] = []

@@ -28,6 +28,7 @@ from ..keys import compensate_key, execute_key
 from ..locks.base import StepLock
 from ..storable import exception_text
 from ..tools import CallOptions, RecoverRefusal, RecoverResult, Tool, ask_recover, call_hook
+from .hookcall import HookCall
 from .leases import keeper
 from .report import CompensationEntry, CompensationStatus
 
@@ -37,6 +38,19 @@ _HOST = socket.gethostname()[:40]
 _OWNER_NONCE = uuid.uuid4().hex[:6]  # with the pid, tells this process from an earlier one of the same pid
 _owner_counter = itertools.count(1)
 LEASE_LOST = "lease expired before the outcome was written; another unwinder owns the step"
+
+
+def _timed_out(timeout: float | None, call: HookCall, attempt: int, attempts: int) -> str:
+    why = (
+        f"compensate hook timed out after {timeout:g}s"
+        if call.interrupted is None
+        else f"compensate hook interrupted by {type(call.interrupted).__name__} while it runs"
+    )
+    return (
+        f"{why} (attempt {attempt} of {attempts}); it may still land, so the step stays claimed until "
+        "the hook returns (its outcome is then recorded) or its process ends (the claim then lapses "
+        "and a later unwind retries with the same key)"
+    )
 
 
 def new_owner(tag: str = "") -> str:
@@ -385,24 +399,58 @@ class StepAttempt:
         return u.journal.renew_claim(*self._where, self.owner, u.ttl)
 
     def _run_hook(self, tool: Tool, output: Any) -> CompensationEntry:
+        """Call the hook under the tool's policy (DESIGN.md §9): up to ``compensate_retry.attempts``
+        calls, each within ``compensate_timeout``, all with the same key, the claim held throughout.
+
+        A hook that raises is called again after the policy's backoff (the claim taken back by its
+        own owner, which counts the attempt). A hook that times out is not: it may still be running,
+        and a second call would undo the step twice at once. Its step reads failed, and its claim stays
+        held, renewed, until the hook's thread ends (its outcome is then written) or the process dies
+        (the lease lapses, and a later unwind re-drives the step with the same key)."""
         assert tool.compensate is not None
         u, record, key = self.u, self.record, self.key
         opts = CallOptions(key, record.tool_call_id, u.run_id)
-        with keeper.keep(self._renew, u.ttl / 3):
-            started = time.perf_counter()
-            try:
-                faults.point("before_hook", key)
-                call_hook(tool.compensate, record.input, output, opts)
-                metrics.HOOK_SECONDS.labels(record.tool_name, "returned").observe(
-                    time.perf_counter() - started
-                )
-                faults.point("after_hook", key)
-            except Exception as exc:
-                metrics.HOOK_SECONDS.labels(record.tool_name, "raised").observe(time.perf_counter() - started)
-                error = exception_text(exc)  # storable: the claim must be released, whatever the text
-                failed = self._entry(S.FAILED, error)
-                self._finish(ClaimStatus.FAILED, failed, error)  # failed whether or not it is written
-                return failed
+        policy, timeout = tool.compensate_retry, tool.compensate_timeout
+        stop_renewing = keeper.hold(self._renew, u.ttl / 3)
+        handed_over = False  # the renewals now belong to a timed-out hook's thread
+        try:
+            attempt = 1
+            while True:
+                started = time.perf_counter()
+                try:
+                    faults.point("before_hook", key)
+                    pending = self._call(tool.compensate, (record.input, output, opts), timeout)
+                    if pending is not None:
+                        metrics.HOOK_SECONDS.labels(record.tool_name, "timed-out").observe(
+                            time.perf_counter() - started
+                        )
+                        handed_over = True
+                        pending.when_done(lambda call: self._late_outcome(call, stop_renewing))
+                        return self._entry(S.FAILED, _timed_out(timeout, pending, attempt, policy.attempts))
+                    metrics.HOOK_SECONDS.labels(record.tool_name, "returned").observe(
+                        time.perf_counter() - started
+                    )
+                    faults.point("after_hook", key)
+                    break
+                except Exception as exc:
+                    metrics.HOOK_SECONDS.labels(record.tool_name, "raised").observe(
+                        time.perf_counter() - started
+                    )
+                    error = exception_text(exc)  # storable: the claim must be released, whatever the text
+                    if attempt < policy.attempts:
+                        lost = self._take_back(policy.delay(attempt))
+                        if lost is not None:
+                            return lost
+                        attempt += 1
+                        continue
+                    if policy.attempts > 1:
+                        error = f"{error} (attempt {attempt} of {policy.attempts})"
+                    failed = self._entry(S.FAILED, error)
+                    self._finish(ClaimStatus.FAILED, failed, error)  # failed whether or not it is written
+                    return failed
+        finally:
+            if not handed_over:
+                stop_renewing()
         done = self._entry(S.COMPENSATED)
         if not self._finish(ClaimStatus.COMPENSATED, done, late=LEASE_LOST):
             # Our lease lapsed and another unwinder took the step: its outcome stands, ours is not written.
@@ -410,6 +458,58 @@ class StepAttempt:
             return done.model_copy(update={"error": LEASE_LOST})
         faults.point("after_outcome", key)
         return done
+
+    @staticmethod
+    def _call(hook: Any, args: tuple[Any, ...], timeout: float | None) -> HookCall | None:
+        """Call the hook: here without a timeout (as ever), on its own thread with one. None once it
+        has returned (its exception raised); the still-running call when the timeout passed first."""
+        if timeout is None:
+            call_hook(hook, *args)
+            return None
+        call = HookCall(hook, args)
+        if not call.wait(timeout):
+            return call
+        call.result()
+        return None
+
+    def _take_back(self, delay: float) -> CompensationEntry | None:
+        """Wait out the backoff, still holding the step (the keeper renews it), then take the claim
+        back as its own owner: the journal counts the attempt. The entry that ends the step here if
+        the claim was lost meanwhile (a lease that could not be renewed), else None."""
+        if delay > 0:
+            (self.twins.sleep if self.twins is not None else time.sleep)(delay)
+        u = self.u
+        taken = u.journal.claim_compensation(
+            *self._where, via_run_id=u.run_id, owner=self.owner, ttl=u.ttl, idempotency_key=self.key
+        )
+        held = taken.claim
+        if not taken.acquired:
+            if held is not None and held.status is ClaimStatus.COMPENSATED:
+                return entry_for(self.record, S.ALREADY_COMPENSATED, attempts=held.attempts)
+            holder = held.owner if held is not None else "?"
+            attempts = held.attempts if held is not None else self.attempts
+            return entry_for(self.record, S.BUSY, f"step is being compensated by {holder}", attempts)
+        assert held is not None
+        self.attempts = held.attempts
+        return None
+
+    def _late_outcome(self, call: HookCall, stop_renewing: Callable[[], None]) -> None:
+        """A timed-out hook has ended after all: write what it did as the claim's outcome (only while
+        this attempt still owns the claim), then stop renewing. From now on it can no longer land."""
+        status = ClaimStatus.COMPENSATED if call.error is None else ClaimStatus.FAILED
+        error = None if call.error is None else f"after its timeout: {exception_text(call.error)}"
+        try:
+            written = self.u.journal.finish_claim(*self._where, self.owner, status, error)
+            log.warning(
+                "compensate hook of step %s ended after its timeout (%s); outcome %s",
+                self.key,
+                "returned" if call.error is None else "raised",
+                "written" if written else "not written (the claim moved on)",
+            )
+        except Exception:  # the lease lapses once renewals stop, and a later unwind re-drives the step
+            log.warning("could not write the late outcome of step %s", self.key, exc_info=True)
+        finally:
+            stop_renewing()
 
     def _finish(
         self, status: ClaimStatus, entry: CompensationEntry, error: str | None = None, *, late: str = ""

@@ -42,6 +42,16 @@ class LeaseKeeper:
     @contextmanager
     def keep(self, renew: Renew, interval: float) -> Iterator[None]:
         """Call ``renew`` every ``interval`` seconds while the block runs (stops once it returns False)."""
+        stop = self.hold(renew, interval)
+        try:
+            yield
+        finally:
+            stop()
+
+    def hold(self, renew: Renew, interval: float) -> Callable[[], None]:
+        """Call ``renew`` every ``interval`` seconds until the returned ``stop()`` is called (or ``renew``
+        returns False). For a lease that must outlive the block that took it: a compensate hook that
+        timed out still runs on its own thread, and its step stays claimed until that thread ends."""
         lease_id = next(self._ids)
         due = time.monotonic() + interval
         with self._cond:
@@ -49,11 +59,12 @@ class LeaseKeeper:
             self._leases[lease_id] = (due, interval, renew)
             if due < self._wakes_at:  # wake the thread only if it would otherwise look too late
                 self._cond.notify()
-        try:
-            yield
-        finally:
+
+        def stop() -> None:
             with self._cond:
                 self._leases.pop(lease_id, None)
+
+        return stop
 
     def _ensure_thread(self) -> None:
         # A forked child (Celery prefork) inherits the object but not the thread: start its own.

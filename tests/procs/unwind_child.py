@@ -1,13 +1,15 @@
 """A separate OS process that unwinds a run of the sample order (tests/ledger.py ``order_tools``).
 
     python -m tests.procs.unwind_child --journal URL --scope S --run RUN_ID [--mode unwind|exit|hang]
-        [--step reserve] [--ttl 3] [--pause 0.2] [--start-file PATH]
+        [--step reserve] [--ttl 3] [--pause 0.2] [--start-file PATH] [--timeout 0.5]
 
 Prints one JSON line: ``{"pid": ..., "report": <CompensationReport as JSON>}``. Modes:
 - ``unwind``: compensate; every compensate hook first pauses ``--pause`` seconds (to overlap with a rival).
 - ``exit``: the hook of ``--step`` notes that it was entered, then the process dies with ``os._exit(17)``.
 - ``hang``: the hook of ``--step`` notes that it was entered, then sleeps until the test SIGKILLs it.
 With ``--start-file``, the unwind waits for that file to exist, so several processes start together.
+With ``--timeout``, every tool has that ``compensate_timeout``: in ``hang`` mode the unwind then
+returns (the hook times out), prints its report and the process exits with the hook still hanging.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ def spawn(
     ttl: float | None = None,
     pause: float = 0.0,
     start_file: Path | None = None,
+    timeout: float | None = None,
 ) -> subprocess.Popen[str]:
     """Start this module as a child process (from the test's side)."""
     argv = [
@@ -61,6 +64,8 @@ def spawn(
         argv += ["--ttl", str(ttl)]
     if start_file is not None:
         argv += ["--start-file", str(start_file)]
+    if timeout is not None:
+        argv += ["--timeout", str(timeout)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAGA_FAULTS")}
     return subprocess.Popen(
         argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -85,6 +90,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--ttl", type=float, default=None)
     parser.add_argument("--pause", type=float, default=0.0)
     parser.add_argument("--start-file", default=None)
+    parser.add_argument("--timeout", type=float, default=None)
     args = parser.parse_args(argv)
 
     journal = open_journal(args.journal)
@@ -108,7 +114,7 @@ def main(argv: list[str]) -> int:
     report = compensate_run(
         args.run,
         journal=journal,
-        tools=order_tools(ledger, before_compensate=before_compensate),
+        tools=order_tools(ledger, before_compensate=before_compensate, compensate_timeout=args.timeout),
         claim_ttl=args.ttl,
     )
     print(json.dumps({"pid": os.getpid(), "report": report.model_dump(mode="json")}), flush=True)
