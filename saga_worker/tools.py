@@ -184,7 +184,7 @@ class Tool:
         self.needs_approval = needs_approval
         self.compensate_needs_approval = compensate_needs_approval
         self.window_s = float(window_s) if window_s is not None else None
-        # The compensation policy (DESIGN.md §9): None keeps §3 exactly (no timeout, one attempt).
+        # The compensation policy (docs/reference/tools-and-runs.md): None keeps the unwind as it was.
         self.compensate_timeout = (
             None
             if compensate_timeout is None

@@ -1,4 +1,4 @@
-"""A compensate hook's timeout and retry policy (DESIGN.md §9), in-process on every journal.
+"""A compensate hook's timeout and retry policy (docs/reference/tools-and-runs.md), in-process on every journal.
 
 A hook that raises is retried within the unwind after the policy's backoff, with the same key; a hook
 that hangs past its timeout reads failed, and its step stays claimed for as long as the hook may still
@@ -305,3 +305,27 @@ def test_a_timed_out_hook_whose_process_exits_leaves_its_claim_to_lapse_then_it_
         (key, "entered:reserve"),
         (key, "compensate:reserve"),
     ]
+
+
+def test_a_workers_soft_time_limit_raised_in_the_hook_is_not_retried_and_releases_the_claim(
+    journal: Journal, run_id: str, stack: ExitStack
+) -> None:
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    ledger = stack.enter_context(open_ledger(journal.url))
+    recorded(journal, run_id, ledger)
+
+    def out_of_time(name: str, input: Any, output: Any, opts: CallOptions) -> None:
+        if name == "reserve":
+            ledger.call(opts.idempotency_key, "entered:reserve")
+            raise SoftTimeLimitExceeded()  # what Celery raises into a task past its soft_time_limit
+
+    policy = RetryPolicy(3, initial_interval=0.0)
+    tools = order_tools(ledger, before_compensate=out_of_time, compensate_retry=policy)
+    report = compensate_run(run_id, journal=journal, tools=tools)
+
+    assert statuses(report) == ["compensated", "failed", "not-attempted"]
+    assert report.entries[1].attempts == 1 and "SoftTimeLimitExceeded" in (report.entries[1].error or "")
+    assert len(reserve_calls(ledger, run_id)) == 1
+    claim = journal.get_claim(run_id, RESERVE)
+    assert claim is not None and claim.status is ClaimStatus.FAILED  # the hook unwound: it cannot land

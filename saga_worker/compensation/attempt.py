@@ -40,6 +40,13 @@ _owner_counter = itertools.count(1)
 LEASE_LOST = "lease expired before the outcome was written; another unwinder owns the step"
 
 
+def _out_of_time(exc: BaseException) -> bool:
+    """Is this Celery's SoftTimeLimitExceeded (a worker's time limit, raised into the task's thread)?"""
+    return type(exc).__name__ == "SoftTimeLimitExceeded" and type(exc).__module__.startswith(
+        ("celery", "billiard")
+    )
+
+
 def _timed_out(timeout: float | None, call: HookCall, attempt: int, attempts: int) -> str:
     why = (
         f"compensate hook timed out after {timeout:g}s"
@@ -399,7 +406,7 @@ class StepAttempt:
         return u.journal.renew_claim(*self._where, self.owner, u.ttl)
 
     def _run_hook(self, tool: Tool, output: Any) -> CompensationEntry:
-        """Call the hook under the tool's policy (DESIGN.md §9): up to ``compensate_retry.attempts``
+        """Call the hook under the tool's policy (docs/reference/tools-and-runs.md): up to ``compensate_retry.attempts``
         calls, each within ``compensate_timeout``, all with the same key, the claim held throughout.
 
         A hook that raises is called again after the policy's backoff (the claim taken back by its
@@ -437,7 +444,9 @@ class StepAttempt:
                         time.perf_counter() - started
                     )
                     error = exception_text(exc)  # storable: the claim must be released, whatever the text
-                    if attempt < policy.attempts:
+                    # A worker's soft time limit raised in the hook: the task is out of time, so no retry.
+                    # The hook's own frames unwound, so it can no longer land: its claim is released.
+                    if attempt < policy.attempts and not _out_of_time(exc):
                         lost = self._take_back(policy.delay(attempt))
                         if lost is not None:
                             return lost

@@ -1,0 +1,95 @@
+"""A tool's compensation policy (timeout, retries) on real workers: Redis broker, results and step
+locks, a PostgreSQL journal. The step task applies the same policy as the in-process unwind."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from celery import Celery
+
+from saga_worker import Journal
+from saga_worker.journal.records import ClaimStatus
+from saga_worker.keys import compensate_key
+from tests.ledger import Ledger
+
+from .conftest import Setup, Workers, wait_for
+from .policy_tools import TIMEOUT_S
+from .scenarios import place_order, statuses, unwind
+from .test_celery_redis_postgres import redis_setup
+
+pytestmark = [pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def running(tmp_path_factory: pytest.TempPathFactory, pg_database_url: str, module_workers: Workers) -> Setup:
+    setup = redis_setup(tmp_path_factory.mktemp("policy"), pg_database_url)
+    setup.saga["tools"] = "tests.integration.policy_tools:tools"
+    module_workers.start(setup, concurrency=2)
+    return setup
+
+
+@pytest.fixture
+def parts(running: Setup) -> Iterator[tuple[Celery, Journal, Ledger]]:
+    client, journal, ledger = running.client(), running.journal(), running.ledger()
+    yield client, journal, ledger
+    ledger.close()
+    journal.close()
+    client.close()
+
+
+def test_a_hook_that_fails_once_on_a_worker_is_retried_after_the_backoff_with_the_same_key(
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
+    client, journal, ledger = parts
+    place_order(journal, ledger, run_id)
+    running.control_file(run_id, "flaky", "reserve", "1")
+
+    report = unwind(client, run_id)
+
+    assert statuses(report) == ["compensated", "compensated", "compensated"]
+    reserve = report["entries"][1]
+    assert reserve["attempts"] == 2 and reserve["error"] is None
+    key = compensate_key(run_id, "call-2")
+    starts = [c for c in ledger.calls() if c.what == "start:reserve"]
+    assert [c.key for c in starts] == [key, key]
+    assert starts[1].at - starts[0].at >= 0.5  # the policy's initial interval
+    assert ledger.effect_counts("compensate")[key] == 1
+
+
+def test_a_hanging_hook_on_a_worker_times_out_reads_failed_and_its_claim_is_held_until_it_ends(
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
+    client, journal, ledger = parts
+    place_order(journal, ledger, run_id)
+    running.control_file(run_id, "block", "reserve")
+    ttl = running.settings().claim_ttl
+
+    report = unwind(client, run_id)
+
+    assert statuses(report) == ["compensated", "failed", "not-attempted"]
+    error = report["entries"][1]["error"]
+    assert error.startswith(f"compensate hook timed out after {TIMEOUT_S:g}s (attempt 1 of 3)")
+    held = journal.get_claim(run_id, "call-2")
+    assert held is not None and held.status is ClaimStatus.CLAIMED
+
+    time.sleep(ttl * 2.5)  # well past the lease: the worker renews it while the hook can still land
+    still = journal.get_claim(run_id, "call-2")
+    assert still is not None and still.status is ClaimStatus.CLAIMED and still.owner == held.owner
+    again = unwind(client, run_id)
+    assert statuses(again) == ["already-compensated", "busy", "not-attempted"]
+    key = compensate_key(run_id, "call-2")
+    assert [c.key for c in ledger.calls() if c.what == "entered:reserve"] == [key]
+
+    running.control_file(run_id, "release", "reserve")  # the hook returns: it undid the step after all
+    wait_for(
+        lambda: journal.get_claim(run_id, "call-2").status is ClaimStatus.COMPENSATED,  # type: ignore[union-attr]
+        60,
+        "the hook's late outcome",
+    )
+    (running.control / f"{run_id}.block-reserve").unlink()
+    final = unwind(client, run_id)
+    assert statuses(final) == ["already-compensated", "already-compensated", "compensated"]
+    ours = {k: n for k, n in ledger.effect_counts("compensate").items() if k.startswith(f"{run_id}:")}
+    assert ours == {compensate_key(run_id, s): 1 for s in ("call-1", "call-2", "call-3")}
