@@ -101,6 +101,7 @@ def test_runs_lists_status_tombstone_and_a_run_flagged_for_a_person(home: Path) 
 
 
 def test_report_of_a_run_the_journal_never_saw_prints_one_line_and_exits_non_zero(home: Path) -> None:
+    place("order-1")
     result = CliRunner().invoke(main, ["report", "no-such-run"])
     assert result.exit_code == 1
     assert result.output.strip().splitlines() == ["error: run 'no-such-run' is not in the journal"]
@@ -271,3 +272,42 @@ def test_a_record_with_an_unknown_status_makes_compensate_and_report_fail_closed
     with open_journal(get_settings().resolved_journal_url()) as journal:
         run = journal.get_run("order-9")
         assert run is not None and run.condemned and run.unwind_state is not UnwindState.COMPLETE
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["runs"],
+        ["runs", "--json"],
+        ["report", "order-1"],
+        ["audit", "order-1"],
+        ["compensate", "order-1", "--local"],
+    ],
+)
+def test_a_read_command_on_a_mistyped_sqlite_path_says_there_is_no_journal_and_creates_none(
+    demo_tools: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    place("order-1")  # the real journal, in SAGA_HOME
+    typo = demo_tools.parent / "jornal.db"
+    monkeypatch.setenv("SAGA_JOURNAL_URL", f"sqlite:///{typo}")
+    get_settings.cache_clear()
+    result = CliRunner().invoke(main, command)
+    assert result.exit_code == 1, result.output
+    [line] = result.output.strip().splitlines()
+    assert line.startswith(f"error: no journal at sqlite:///{typo}") and "SAGA_JOURNAL_URL" in line
+    assert not typo.exists()
+
+
+def test_a_read_command_on_an_empty_sqlite_file_says_it_holds_no_journal_and_adds_no_tables(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    empty = home.parent / "empty.db"
+    empty.touch()
+    monkeypatch.setenv("SAGA_JOURNAL_URL", f"sqlite:///{empty}")
+    get_settings.cache_clear()
+    result = CliRunner().invoke(main, ["runs"])
+    assert result.exit_code == 1 and "holds no saga-worker journal" in result.output, result.output
+    import sqlite3
+
+    with sqlite3.connect(empty) as db:
+        assert db.execute("select name from sqlite_master").fetchall() == []

@@ -53,7 +53,7 @@ def _place_order(settings: SagaSettings, run_id: str) -> None:
     from .. import demo as sample
     from ..runs import stream_durable
 
-    with configured_journal(settings) as journal:
+    with configured_journal(settings, create=True) as journal:
         for event in stream_durable(
             run_id,
             journal=journal,

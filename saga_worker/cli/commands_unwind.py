@@ -42,7 +42,7 @@ def compensate(
         from .. import executor
         from ..compensation.engine import compensate_run as unwind_here
 
-        ctx = executor.WorkerContext(settings)
+        ctx = executor.WorkerContext(settings, create_journal=False)
         try:
             # Tools first: without them nothing is opened, condemned or planned.
             tools = ctx.require_tools("saga-worker compensate --local" + (" --dry-run" if dry_run else ""))

@@ -36,5 +36,7 @@ class OneLineErrorGroup(click.Group):
             fail(f"{type(exc).__name__}: {exc}")
 
 
-def configured_journal(settings: SagaSettings) -> Journal:
-    return open_journal(settings.resolved_journal_url())
+def configured_journal(settings: SagaSettings, *, create: bool = False) -> Journal:
+    """The journal at the configured URL. Only the demo (which writes a sample run) creates one: every
+    other command reads or acts on a journal that exists, and a mistyped path is an error."""
+    return open_journal(settings.resolved_journal_url(), create=create)

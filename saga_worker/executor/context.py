@@ -103,8 +103,10 @@ class WorkerContext:
         *,
         tools_loader: Callable[[str], dict[str, Tool]] = load_tools,
         tools: ToolsSource | None = None,
+        create_journal: bool = True,
     ) -> None:
         self.settings = settings if settings is not None else get_settings()
+        self._create_journal = create_journal
         self._tools_loader = tools_loader
         self._tools_source = tools
         self._lock = threading.Lock()
@@ -117,7 +119,9 @@ class WorkerContext:
     def journal(self) -> Journal:
         with self._lock:
             if self._journal is None:
-                self._journal = open_journal(self.settings.resolved_journal_url())
+                self._journal = open_journal(
+                    self.settings.resolved_journal_url(), create=self._create_journal
+                )
             return self._journal
 
     @property

@@ -16,11 +16,13 @@ from .records import (
 )
 
 
-def open_journal(url: str, *, migrate: bool | None = None) -> Journal:
+def open_journal(url: str, *, migrate: bool | None = None, create: bool = True) -> Journal:
     """Open the journal a URL names: ``memory://``, ``sqlite:///path.db`` or ``postgresql+psycopg://…``.
 
     SQLite journals are migrated to the newest schema on open; PostgreSQL ones only with
     ``migrate=True`` (production runs ``saga-worker db upgrade`` once, before the workers).
+    ``create=False`` (what commands that read use) opens only a journal that exists: a SQLite path
+    with no file, or a database with no saga-worker schema, is a :class:`JournalError`, nothing made.
     """
     if not isinstance(url, str) or not url.strip():
         raise JournalError(f"journal URL must be a non-empty string, got {url!r}", url=url)
@@ -30,7 +32,7 @@ def open_journal(url: str, *, migrate: bool | None = None) -> Journal:
     from .sql import SqlJournal  # SQLAlchemy is only imported for SQL journals
 
     try:
-        return SqlJournal(url, migrate_schema=migrate)
+        return SqlJournal(url, migrate_schema=migrate, create=create)
     except JournalError:
         raise
     except Exception as exc:  # sqlalchemy.exc.ArgumentError and friends for a URL that does not parse

@@ -15,6 +15,7 @@ import functools
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -84,9 +85,16 @@ class SqlJournal(Journal):
     """A journal in a SQL database. Every process that opens the same URL sees the same journal."""
 
     def __init__(
-        self, url: str, *, migrate_schema: bool | None = None, engine: sa.Engine | None = None
+        self,
+        url: str,
+        *,
+        migrate_schema: bool | None = None,
+        engine: sa.Engine | None = None,
+        create: bool = True,
     ) -> None:
         self.url = url
+        if not create and engine is None:
+            _refuse_missing_sqlite_file(url)
         self.engine = engine if engine is not None else _create_engine(url)
         self.dialect = self.engine.dialect.name
         self.policy = policy_for(self.dialect)
@@ -96,6 +104,13 @@ class SqlJournal(Journal):
             migrate_schema = self.policy.migrates_on_open
         try:
             current = migrate.current_revision(self.engine)
+            if current is None and not create:
+                self.engine.dispose()
+                raise JournalError(
+                    f"{redact_url(url)} holds no saga-worker journal (no schema): check SAGA_JOURNAL_URL; "
+                    "a command that reads never creates one",
+                    url=redact_url(url),
+                )
             if current != migrate.head_revision():
                 if not migrate_schema:
                     raise JournalError(
@@ -1127,6 +1142,21 @@ def normalize_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix) :]
     return url
+
+
+def _refuse_missing_sqlite_file(url: str) -> None:
+    """SQLite creates a missing file on connect: a read of a mistyped path would make an empty journal
+    and list ``runs (0)``. A reader asks for the file to exist first."""
+    parsed = sa.engine.make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return
+    if parsed.database.startswith("file:") or Path(parsed.database).exists():
+        return
+    raise JournalError(
+        f"no journal at {redact_url(url)}: the file does not exist (check SAGA_JOURNAL_URL, or SAGA_HOME "
+        "for the embedded default); a command that reads never creates one",
+        url=redact_url(url),
+    )
 
 
 def _create_engine(url: str) -> sa.Engine:
