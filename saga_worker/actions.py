@@ -64,6 +64,30 @@ def celery_enqueue() -> Enqueue:
     return enqueue
 
 
+Workers = Callable[[], "list[str] | None"]
+
+
+def celery_workers(queue: str, timeout: float = 1.0) -> Workers:
+    """The names of the workers that consume ``queue`` (asked over the broker, answering within
+    ``timeout`` seconds), or None when the broker cannot tell (its transport has no broadcast, as
+    the embedded SQLite broker)."""
+    tasks: Any = importlib.import_module("saga_worker.celery")
+
+    def alive() -> list[str] | None:
+        app = tasks.compensate_run.app
+        try:
+            with app.connection_for_read() as connection:
+                if "fanout" not in connection.transport.implements.exchange_type:
+                    return None  # a broadcast would go nowhere and read as "no worker"
+            replies = app.control.inspect(timeout=timeout).active_queues() or {}
+        except Exception:  # noqa: BLE001 - broker down: "cannot tell", not an error page
+            log.debug("cannot ask the workers which queues they consume", exc_info=True)
+            return None
+        return sorted(w for w, queues in replies.items() if any(q.get("name") == queue for q in queues or []))
+
+    return alive
+
+
 def plan(run_id: str, *, context: WorkerContext) -> CompensationReport:
     """The dry run: what an unwind would do now (writes nothing; ``recover`` probes are reads)."""
     check_run_id(run_id)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
@@ -62,17 +62,22 @@ def registry() -> CollectorRegistry:
 
 
 class AttentionCollector(Collector):
-    """``saga_runs_needing_attention``: runs whose unwind the sweeper gave up on, counted at scrape time."""
+    """``saga_runs_needing_attention{kind=…}``: runs waiting for a person, by what they wait for
+    (``suspended``, ``gated``, ``attention``, ``uncertain``: the inbox's kinds), counted at scrape time."""
 
-    def __init__(self, count: Callable[[], int]) -> None:
+    def __init__(self, count: Callable[[], Mapping[str, int]]) -> None:
         self._count = count
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         gauge = GaugeMetricFamily(
-            "saga_runs_needing_attention", "Runs whose unwind needs a person (retry budget spent)."
+            "saga_runs_needing_attention",
+            "Runs waiting for a person, by kind: a suspended call, a gated compensation, an unwind the "
+            "sweeper gave up on (attention), a call whose outcome was never recorded (uncertain).",
+            labels=["kind"],
         )
         try:
-            gauge.add_metric([], float(self._count()))
+            for kind, runs in self._count().items():
+                gauge.add_metric([kind], float(runs))
         except Exception:  # a journal that cannot be read must not break the scrape of the rest
             log.warning("cannot count the runs needing attention", exc_info=True)
             return

@@ -47,6 +47,14 @@ _ID_PREFIX = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
 
 
 @dataclass(frozen=True)
+class ListingQuery(RunQuery):
+    """A listing's query: the journal's, and whether only runs with a suspended call are wanted (the
+    status filter ``suspended``: such a run's journal status is ``running``)."""
+
+    suspended: bool = False
+
+
+@dataclass(frozen=True)
 class RunsPage:
     runs: list[RunInfo]
     next_cursor: str | None  # None on the last page
@@ -112,8 +120,10 @@ def parse_run_query(
         raise InvalidInputError(f"limit {limit!r} is not a number", limit=limit) from None
     if not 1 <= size <= MAX_PAGE:
         raise InvalidInputError(f"limit {size} must be between 1 and {MAX_PAGE}", limit=size)
-    return RunQuery(
-        status=_choice(RunStatus, status, "status"),
+    suspended = status == SUSPENDED
+    return ListingQuery(
+        suspended=suspended,
+        status=RunStatus.RUNNING if suspended else _choice(RunStatus, status, "status"),
         condemned=condemned,
         unwind_state=_choice(UnwindState, unwind, "unwind"),
         search=search,
@@ -124,16 +134,43 @@ def parse_run_query(
 
 def runs_page(journal: Journal, query: RunQuery) -> RunsPage:
     """One page, and the cursor of the next (read one row more than asked, to know there is one)."""
-    found = journal.page_runs(RunQuery(**{**query.__dict__, "limit": query.limit + 1}))
+    if isinstance(query, ListingQuery) and query.suspended:
+        found = _suspended_runs(journal, query)
+    else:
+        fields = {k: v for k, v in query.__dict__.items() if k != "suspended"}
+        found = journal.page_runs(RunQuery(**{**fields, "limit": query.limit + 1}))
     more = len(found) > query.limit
     found = found[: query.limit]
     return RunsPage(found, encode_cursor(found[-1]) if more and found else None)
 
 
-def run_summary(run: RunInfo) -> dict[str, Any]:
+def _suspended_runs(journal: Journal, query: RunQuery) -> list[RunInfo]:
+    """The listing's page of runs with a suspended call: few by nature (each waits for a person), read
+    from the inbox's index and filtered and ordered here as the journal orders a page."""
+    found = [r for r in map(journal.get_run, sorted(waiting_runs(journal))) if r is not None]
+    if query.condemned is not None:
+        found = [r for r in found if r.condemned == query.condemned]
+    if query.unwind_state is not None:
+        found = [r for r in found if r.unwind_state is query.unwind_state]
+    if query.search is not None:
+        found = [r for r in found if r.run_id.startswith(query.search)]
+    if query.before is not None:
+        found = [r for r in found if (r.updated_at, r.run_id) < query.before]
+    found.sort(key=lambda r: (r.updated_at, r.run_id), reverse=True)
+    return found[: query.limit + 1]
+
+
+SUSPENDED = "suspended"  # a status a run reads while a call of it waits for a person (not stored)
+
+
+def run_summary(run: RunInfo, suspended: bool = False) -> dict[str, Any]:
+    """A run's row. ``suspended``: a call of it waits for a person, and the run, still ``running`` in
+    the journal, reads ``suspended`` (``journal_status`` keeps what the journal says)."""
+    waits = suspended and run.status is RunStatus.RUNNING and not run.condemned
     return {
         "run_id": run.run_id,
-        "status": run.status.value,
+        "status": SUSPENDED if waits else run.status.value,
+        "journal_status": run.status.value,
         "condemned": run.condemned,
         "condemned_at": run.condemned_at,
         "unwind_state": run.unwind_state.value,
@@ -357,12 +394,140 @@ def run_view(
     moving = run.unwind_state is UnwindState.PENDING or any(
         (s["compensation"] or {}).get("lease_live") for s in steps
     )
+    suspended = any(s["status"] == RecordStatus.SUSPENDED.value for s in steps)
     return {
-        "run": run_summary(run),
+        "run": run_summary(run, suspended),
         "steps": steps,
         "unwinds": unwinds,
         "approvals": pending_approvals(steps, run_id) + awaiting_gates(journal, run, steps, tools or {}),
         "audit": [audit_row(r) for r in journal.read_audit(run_id)],
         "in_progress": moving,
         "can_redrive": run.condemned and run.unwind_state is UnwindState.ATTENTION,
+    }
+
+
+# -- the inbox: what waits for a person, across runs ----------------------------------------------------
+
+# kind -> what it waits for (the inbox's headings, the CLI's and the metric's label).
+INBOX_KINDS: dict[str, str] = {
+    "suspended": "a suspended call: approve or deny it",
+    "gated": "a gated compensation: approve or deny undoing it",
+    "attention": "an unwind the sweeper gave up on: re-drive it",
+    "uncertain": "a call whose outcome was never recorded: resume the run (recover probes it) or compensate it",
+}
+INBOX_LIMIT = 500
+
+
+def _inbox_item(
+    kind: str, run: RunInfo, since: float, record: ToolRecord | None = None, **extra: Any
+) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "run_id": run.run_id,
+        "run_status": run.status.value,
+        "unwind_state": run.unwind_state.value,
+        "since": since,
+        "suffix": record.suffix if record else None,
+        "tool_call_id": record.tool_call_id if record else None,
+        "tool_name": record.tool_name if record else None,
+        "target": None,
+        "actions": [],
+        "note": None,
+        **extra,
+    }
+
+
+def inbox(
+    journal: Journal,
+    tools: Mapping[str, Tool] | None = None,
+    *,
+    secret_keys: tuple[str, ...] = SECRET_KEYS,
+    limit: int = INBOX_LIMIT,
+) -> dict[str, Any]:
+    """Everything that waits for a person, across runs, oldest first: suspended calls (approve or
+    deny), gated compensations of condemned runs (approve or deny undoing them), unwinds flagged
+    ``attention`` (re-drive), and calls left ``running`` whose executor's lease ran out (nobody
+    knows whether their effect happened). ``counts`` has the items of each kind and ``runs`` the
+    runs of each kind (the metric ``saga_runs_needing_attention``). At most ``limit`` of each."""
+    now = journal.now()
+    runs: dict[str, RunInfo | None] = {}
+
+    def run_of(run_id: str) -> RunInfo | None:
+        if run_id not in runs:
+            runs[run_id] = journal.get_run(run_id)
+        return runs[run_id]
+
+    items: list[dict[str, Any]] = []
+    for record in journal.waiting_records(limit=limit):
+        run = run_of(record.run_id)
+        if run is None:
+            continue
+        if record.status is RecordStatus.SUSPENDED:
+            if run.condemned:  # never to run: the unwind leaves it out, nobody needs to decide
+                continue
+            items.append(
+                _inbox_item(
+                    "suspended",
+                    run,
+                    record.updated_at,
+                    record,
+                    target=record.tool_call_id,
+                    input_preview=preview(record.input, secret_keys=secret_keys),
+                    actions=_decisions(run.run_id, "approve", "deny"),
+                )
+            )
+            continue
+        lease = record.exec_lease_expires_at
+        if (lease is not None and lease > now) or (
+            run.condemned and run.unwind_state is UnwindState.COMPLETE
+        ):
+            continue  # still executing under a live lease, or an unwind has settled it since
+        items.append(
+            _inbox_item(
+                "uncertain",
+                run,
+                record.updated_at,
+                record,
+                input_preview=preview(record.input, secret_keys=secret_keys),
+                note="execute started and its outcome was never recorded",
+            )
+        )
+    for state, kind in ((UnwindState.ATTENTION, "attention"), (UnwindState.AWAITING, "gated")):
+        for run in journal.page_runs(RunQuery(unwind_state=state, limit=limit)):
+            if kind == "attention":
+                note = None if run.unwind_note is None else redact_text(run.unwind_note)
+                redrive = {"name": "redrive", "label": "Re-drive", "url": f"/runs/{run.run_id}/redrive"}
+                items.append(_inbox_item(kind, run, run.updated_at, note=note, actions=[redrive]))
+                continue
+            steps = journal_steps(journal, run.run_id, secret_keys)
+            gates = awaiting_gates(journal, run, steps, tools or {})
+            if not gates:  # the console does not know the tools (SAGA_TOOLS): the run page tells
+                items.append(_inbox_item(kind, run, run.updated_at, note="halted at a compensation gate"))
+            for gate in gates:
+                items.append(
+                    _inbox_item(
+                        kind,
+                        run,
+                        run.updated_at,
+                        suffix=gate["suffix"],
+                        tool_call_id=gate["tool_call_id"],
+                        tool_name=gate["tool_name"],
+                        target=gate["target"],
+                        actions=gate["actions"],
+                    )
+                )
+    items.sort(key=lambda i: (i["since"], i["run_id"], i["suffix"] or ""))
+    return {
+        "counts": {kind: sum(1 for i in items if i["kind"] == kind) for kind in INBOX_KINDS},
+        "runs": {kind: len({i["run_id"] for i in items if i["kind"] == kind}) for kind in INBOX_KINDS},
+        "total": len(items),
+        "items": items,
+        "now": now,
+    }
+
+
+def waiting_runs(journal: Journal) -> set[str]:
+    """The runs with a suspended call (a run's status reads ``suspended`` while one waits)."""
+    return {
+        r.run_id for r in journal.waiting_records(limit=INBOX_LIMIT * 4) if r.status is RecordStatus.SUSPENDED
     }

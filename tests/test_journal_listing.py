@@ -96,3 +96,21 @@ def test_a_prefix_most_runs_share_finds_the_same_runs_by_the_other_plan(
     assert [r.run_id for r in journal.page_runs(RunQuery(search="ord", limit=100))] == by_range
     assert {r.run_id for r in journal.page_runs(RunQuery(search="ord_", limit=100))} == {"ord_x"}
     assert len(by_range) == 8
+
+
+def test_the_inbox_read_finds_suspended_and_running_calls_across_runs_oldest_first(journal: Journal) -> None:
+    from saga_worker import run_durable, scripted
+    from saga_worker.journal.records import NewRecord, RecordStatus
+    from tests.ledger import MemoryLedger, order_script, order_tools
+
+    run_durable("done-1", journal=journal, tools=order_tools(MemoryLedger()), planner=scripted(*order_script()))
+    for run_id, status in (("waits-1", RecordStatus.SUSPENDED), ("crashed-1", RecordStatus.RUNNING)):
+        journal.start_run(run_id, "")
+        new = NewRecord("call-1", 0, "call-1", "charge", "call", {"amount": 1}, run_id, status=status)
+        journal.claim_record(run_id, new, gated=True, owner="w", ttl=30.0)
+    found = journal.waiting_records()
+    assert [(r.run_id, r.status) for r in found] == [
+        ("waits-1", RecordStatus.SUSPENDED),
+        ("crashed-1", RecordStatus.RUNNING),
+    ]
+    assert [r.run_id for r in journal.waiting_records(limit=1)] == ["waits-1"]

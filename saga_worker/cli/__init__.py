@@ -12,6 +12,7 @@ import click
 from .commands_approvals import approve, approve_compensation, audit, deny, deny_compensation
 from .commands_console import serve, token
 from .commands_demo import demo
+from .commands_inbox import inbox_command
 from .commands_journal import report, runs
 from .commands_processes import beat, db, worker
 from .commands_unwind import compensate, redrive
@@ -30,6 +31,7 @@ def main() -> None:
 
 for _command in (
     runs,
+    inbox_command,
     report,
     audit,
     compensate,

@@ -1,6 +1,6 @@
 """The console's JSON API: the same reads and actions as its pages (and as the CLI).
 
-``GET /api/runs`` (filters: status, condemned, unwind, search, cursor, limit), ``GET /api/runs/{id}``,
+``GET /api/inbox`` (what waits for a person, across runs), ``GET /api/runs`` (filters: status, condemned, unwind, search, cursor, limit), ``GET /api/runs/{id}``,
 ``POST /api/runs/{id}/plan`` (the dry run; any role), ``POST /api/runs/{id}/compensate``
 (``{"reason": …}``; operator), ``POST /api/runs/{id}/redrive`` (operator), ``POST
 /api/runs/{id}/decide`` (``{"decision": "approve" | "deny" | "approve-compensation" |
@@ -19,7 +19,7 @@ from starlette.routing import Route
 from .. import actions, views
 from ..errors import InvalidInputError, UnknownRunError
 from ..journal.records import CompensationGate
-from .service import blocking, console_of, operator, principal, run_id_of
+from .service import blocking, console_of, operator, principal, request_unwind, run_id_of
 
 
 async def list_runs(request: Request) -> JSONResponse:
@@ -33,8 +33,15 @@ async def list_runs(request: Request) -> JSONResponse:
         cursor=q.get("cursor"),
         limit=q.get("limit"),
     )
-    page = await blocking(views.runs_page, console_of(request).journal, query)
-    return JSONResponse({"runs": [views.run_summary(r) for r in page.runs], "next_cursor": page.next_cursor})
+    journal = console_of(request).journal
+    page = await blocking(views.runs_page, journal, query)
+    waiting = (
+        await blocking(views.waiting_runs, journal)
+        if any(r.status.value == "running" for r in page.runs)
+        else set()
+    )
+    summaries = [views.run_summary(r, r.run_id in waiting) for r in page.runs]
+    return JSONResponse({"runs": summaries, "next_cursor": page.next_cursor})
 
 
 async def get_run(request: Request) -> JSONResponse:
@@ -89,16 +96,8 @@ async def compensate(request: Request) -> JSONResponse:
     reason = (await _body(request)).get("reason")
     if not isinstance(reason, str):
         raise InvalidInputError("a reason (a string) is required to compensate a run", run_id=run_id)
-    console = console_of(request)
-    task_id = await blocking(
-        actions.unwind,
-        run_id,
-        journal=console.journal,
-        enqueue=console.enqueue,
-        actor=who.name,
-        reason=reason,
-    )
-    return JSONResponse({"run_id": run_id, "task_id": task_id, "actor": who.name}, status_code=202)
+    queued = await blocking(request_unwind, console_of(request), run_id, who.name, reason)
+    return JSONResponse({"run_id": run_id, "actor": who.name, **queued}, status_code=202)
 
 
 async def redrive(request: Request) -> JSONResponse:
@@ -123,8 +122,8 @@ async def decide(request: Request) -> JSONResponse:
     decision, target, reason = body.get("decision"), body.get("target"), body.get("reason", "")
     if not isinstance(decision, str) or not isinstance(target, str) or not target:
         raise InvalidInputError("a decision and a target (strings) are required", run_id=run_id)
-    if not isinstance(reason, str):
-        raise InvalidInputError("the reason must be a string", run_id=run_id)
+    if not isinstance(reason, str) or not reason.strip():
+        raise InvalidInputError("a reason (a non-empty string) is required with a decision", run_id=run_id)
     outcome = await blocking(
         actions.decide,
         decision,
@@ -141,7 +140,18 @@ async def decide(request: Request) -> JSONResponse:
     )
 
 
+async def inbox(request: Request) -> JSONResponse:
+    """Everything waiting for a person, across runs, oldest first (``views.inbox``)."""
+    principal(request)
+    console = console_of(request)
+    found = await blocking(
+        views.inbox, console.journal, console.context.tools_if_configured, secret_keys=console.settings.secret_keys()
+    )
+    return JSONResponse(found)
+
+
 routes = [
+    Route("/api/inbox", inbox),
     Route("/api/runs", list_runs),
     Route("/api/runs/{run_id:str}", get_run),
     Route("/api/runs/{run_id:str}/plan", plan, methods=["POST"]),

@@ -24,11 +24,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Scope
 
-from .. import metrics
-from ..actions import ActionRefusedError, Enqueue, celery_enqueue
+from .. import metrics, views
+from ..actions import ActionRefusedError, Enqueue, Workers, celery_enqueue, celery_workers
 from ..errors import ApprovalError, CompensatedRunError, InvalidInputError, SagaError, UnknownRunError
 from ..executor.context import WorkerContext
-from ..journal.records import UnwindState
 from ..redact import redact_text
 from ..settings import SagaSettings, get_settings
 from . import api, pages
@@ -92,10 +91,26 @@ async def _saga_error(request: Request, exc: Exception) -> Response:
     return _answer(request, 500, str(exc), "Error")
 
 
+# The console runs no unwind: its own counters would read 0 for everything the workers did.
+WORKER_FIGURES = (
+    "# saga-worker console: this page counts the runs waiting for a person (saga_runs_needing_attention).\n"
+    "# The unwind counters (saga_unwinds_*, saga_compensation_steps_*, saga_compensate_hook_seconds, ...)\n"
+    "# are the workers': scrape each `saga-worker worker` at SAGA_METRICS_PORT/metrics (served here only\n"
+    "# when the console shares the workers' PROMETHEUS_MULTIPROC_DIR).\n"
+)
+
+
 def _metrics_registry(console: Console) -> CollectorRegistry:
     merged = CollectorRegistry()
-    merged.register(_Forward(metrics.registry()))
-    merged.register(metrics.AttentionCollector(lambda: console.journal.count_runs(UnwindState.ATTENTION)))
+    if metrics.multiprocess_dir() is not None:  # on the workers' host, sharing their counts folder
+        merged.register(_Forward(metrics.registry()))
+    merged.register(
+        metrics.AttentionCollector(
+            lambda: views.inbox(
+                console.journal, console.context.tools_if_configured, secret_keys=console.settings.secret_keys()
+            )["runs"]
+        )
+    )
     return merged
 
 
@@ -117,7 +132,7 @@ async def metrics_endpoint(request: Request) -> Response:
     principal(request)
     registry: CollectorRegistry = request.app.state.metrics
     body = await blocking(generate_latest, registry)
-    return Response(body, media_type=CONTENT_TYPE_LATEST)
+    return Response(WORKER_FIGURES.encode() + body, media_type=CONTENT_TYPE_LATEST)
 
 
 def _lifespan(console: Console) -> Callable[[Starlette], contextlib.AbstractAsyncContextManager[None]]:
@@ -136,9 +151,11 @@ def create_app(
     *,
     context: WorkerContext | None = None,
     enqueue: Enqueue | None = None,
+    workers: Workers | None = None,
 ) -> Starlette:
     """The console for ``settings`` (default: the environment's). Raises ConsoleConfigError without
-    tokens. ``enqueue`` defaults to the Celery task ``saga.compensate_run``."""
+    tokens. ``enqueue`` defaults to the Celery task ``saga.compensate_run``, ``workers`` (who
+    consumes the queue) to a Celery ping."""
     settings = settings if settings is not None else get_settings()
     secret = settings.console_tokens.get_secret_value() if settings.console_tokens else None
     tokens = Tokens(secret)
@@ -155,6 +172,7 @@ def create_app(
         sessions=Sessions(settings.console_session_ttl),
         limiter=LoginLimiter(settings.console_login_attempts),
         network=network,
+        workers=workers if workers is not None else celery_workers(settings.queue),
     )
     app = Starlette(
         routes=[

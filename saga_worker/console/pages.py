@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from markupsafe import Markup
+from markupsafe import Markup, escape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -31,8 +31,24 @@ from .service import (
     console_of,
     operator,
     principal,
+    request_unwind,
     run_id_of,
+    workers_sentence,
 )
+
+# What happens after a decision, said on the page the operator comes back to.
+NEXT_STEP = {
+    "approve": "Approved {target}. It executes when your application resumes run {run_id} "
+    "(resume_run): the console does not resume runs.",
+    "deny": "Denied {target}. When your application resumes run {run_id}, its planner gets the call's "
+    "error instead of a result.",
+    "approve-compensation": "Approved undoing {target}. The beat sweeper re-drives the unwind of {run_id} "
+    "at its next sweep and calls the hook; or compensate the run again now.",
+    "deny-compensation": "Denied undoing {target}: it reads skipped-denied, and the unwind of {run_id} "
+    "goes on past it at the sweeper's next sweep.",
+    "redrive": "Re-drive of {run_id} queued on the workers.",
+}
+COUNTS_TTL_S = 5.0
 
 templates = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
 
@@ -75,11 +91,51 @@ STATUS_CLASS = {
 }
 
 
-def _when(ts: float | None) -> str:
-    return "" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) + "Z"
+def exact(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts)) + "Z"
 
 
-templates.env.filters["when"] = _when
+def relative(seconds: float) -> str:
+    """``3 s``, ``4 min``, ``2 h 5 min``, ``3 d``: how long, to the unit an operator reads."""
+    seconds = abs(seconds)
+    if seconds < 60:
+        return f"{int(seconds)} s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)} min"
+    if seconds < 86400:
+        hours, minutes = divmod(int(seconds // 60), 60)
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    return f"{int(seconds // 86400)} d"
+
+
+def _time(ts: float | None, now: float | None = None) -> Markup:
+    """A moment as the page shows it: relative (``4 min ago``), the exact UTC time on hover."""
+    if ts is None:
+        return Markup("")
+    ago = (time.time() if now is None else now) - ts
+    text = f"{relative(ago)} ago" if ago >= 0 else f"in {relative(ago)}"
+    iso = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+    return Markup('<time datetime="{}" title="{}">{}</time>').format(iso, exact(ts), text)
+
+
+def _duration(start: float | None, end: float | None) -> str:
+    if start is None or end is None:
+        return ""
+    took = max(0.0, end - start)
+    return f"{took * 1000:.0f} ms" if took < 1 else (f"{took:.1f} s" if took < 60 else relative(took))
+
+
+def _breakable(text: object) -> Markup:
+    """A key that may wrap only after its ``:`` separators (and, as browsers do, its hyphens): never in
+    the middle of a token."""
+    return Markup(":<wbr>").join(escape(str(text)).split(":"))
+
+
+templates.env.filters["breakable"] = _breakable
+templates.env.filters["when"] = _time
+templates.env.filters["ago"] = _time
+templates.env.filters["exact"] = lambda ts: "" if ts is None else exact(ts)
+templates.env.globals["duration"] = _duration
 templates.env.globals["status_class"] = lambda s: STATUS_CLASS.get(str(s), "")
 
 
@@ -102,6 +158,7 @@ def render(
             "who": who,
             "csrf": session.csrf if who is not None and session is not None else "",
             "journal": journal_summary(console.settings.resolved_journal_url()) if who is not None else "",
+            "inbox_counts": getattr(request.state, "inbox_counts", None) if who is not None else None,
             **context,
         },
         status_code=status_code,
@@ -109,12 +166,52 @@ def render(
     )
 
 
+async def inbox_counts(request: Request) -> None:
+    """The header's counts of what waits for a person, read at most every few seconds."""
+    console = console_of(request)
+    cached = getattr(console, "_inbox_counts", None)
+    now = time.monotonic()
+    if cached is None or now - cached[0] > COUNTS_TTL_S:
+        found = await blocking(
+            views.inbox, console.journal, console.context.tools_if_configured, secret_keys=console.settings.secret_keys()
+        )
+        cached = (now, {"total": found["total"], **found["counts"]})
+        console._inbox_counts = cached  # type: ignore[attr-defined]
+    request.state.inbox_counts = cached[1]
+
+
+def next_step(request: Request) -> str | None:
+    q = request.query_params
+    template = NEXT_STEP.get(q.get("done", ""))
+    if template is None:
+        return None
+    return template.format(target=q.get("target", "")[:300], run_id=q.get("run", "")[:200])
+
+
+async def inbox_page(request: Request) -> Response:
+    who = principal(request)
+    console = console_of(request)
+    found = await blocking(
+        views.inbox, console.journal, console.context.tools_if_configured, secret_keys=console.settings.secret_keys()
+    )
+    console._inbox_counts = (time.monotonic(), {"total": found["total"], **found["counts"]})  # type: ignore[attr-defined]
+    await inbox_counts(request)
+    return render(request, "inbox.html", who, inbox=found, kinds=views.INBOX_KINDS, done=next_step(request))
+
+
 async def runs_list(request: Request) -> Response:
     who = principal(request)
     q = request.query_params
     filters = {k: q.get(k, "") for k in ("status", "condemned", "unwind", "search")}
     query = views.parse_run_query(**filters, cursor=q.get("cursor"), limit=q.get("limit"))
-    page = await blocking(views.runs_page, console_of(request).journal, query)
+    journal = console_of(request).journal
+    page = await blocking(views.runs_page, journal, query)
+    waiting = (
+        await blocking(views.waiting_runs, journal)
+        if any(r.status.value == "running" for r in page.runs)
+        else set()
+    )
+    await inbox_counts(request)
     kept = {k: v for k, v in filters.items() if v}
     next_url = None
     if page.next_cursor:
@@ -123,7 +220,7 @@ async def runs_list(request: Request) -> Response:
         request,
         "runs.html",
         who,
-        runs=[views.run_summary(r) for r in page.runs],
+        runs=[views.run_summary(r, r.run_id in waiting) for r in page.runs],
         filters=filters,
         next_url=next_url,
         first_url="/?" + urlencode(kept) if q.get("cursor") else None,
@@ -147,8 +244,23 @@ async def _view(request: Request) -> tuple[str, dict[str, Any]]:
 
 async def run_page(request: Request) -> Response:
     who = principal(request)
-    _, view = await _view(request)
-    return render(request, "run.html", who, view=view, watch=request.query_params.get("watch") == "1")
+    run_id, view = await _view(request)
+    console = console_of(request)
+    queued = None
+    task = request.query_params.get("task")
+    if task and console.queued.get(run_id, ("",))[0] == task:  # only a task this console queued
+        alive = await blocking(console.workers)
+        queued = {"task_id": task, "workers": alive, "note": workers_sentence(alive, console.settings.queue)}
+    await inbox_counts(request)
+    return render(
+        request,
+        "run.html",
+        who,
+        view=view,
+        watch=request.query_params.get("watch") == "1",
+        queued=queued,
+        done=next_step(request),
+    )
 
 
 async def run_live(request: Request) -> Response:
@@ -164,6 +276,7 @@ async def plan_page(request: Request) -> Response:
     who = principal(request)
     run_id, view = await _view(request)
     report = await blocking(actions.plan, run_id, context=console_of(request).context)
+    await inbox_counts(request)
     return render(request, "plan.html", who, view=view, plan=report.model_dump(mode="json"))
 
 
@@ -173,15 +286,12 @@ async def compensate_form(request: Request) -> Response:
     run_id = run_id_of(request)
     console = console_of(request)
     reason = form.get("reason")
-    await blocking(
-        actions.unwind,
-        run_id,
-        journal=console.journal,
-        enqueue=console.enqueue,
-        actor=who.name,
-        reason=reason if isinstance(reason, str) else "",
+    queued = await blocking(
+        request_unwind, console, run_id, who.name, reason if isinstance(reason, str) else ""
     )
-    return RedirectResponse(f"/runs/{run_id}?watch=1", status_code=303)
+    return RedirectResponse(
+        f"/runs/{run_id}?" + urlencode({"watch": 1, "task": queued["task_id"]}), status_code=303
+    )
 
 
 async def redrive_form(request: Request) -> Response:
@@ -197,7 +307,9 @@ async def redrive_form(request: Request) -> Response:
         actor=who.name,
         claim_ttl=console.settings.claim_ttl,
     )
-    return RedirectResponse(f"/runs/{run_id}?watch=1", status_code=303)
+    return RedirectResponse(
+        f"/runs/{run_id}?" + urlencode({"watch": 1, "done": "redrive", "run": run_id}), status_code=303
+    )
 
 
 async def decide_form(request: Request) -> Response:
@@ -210,6 +322,11 @@ async def decide_form(request: Request) -> Response:
     decision, target, reason = (form.get(k) for k in ("decision", "target", "reason"))
     if not isinstance(decision, str) or not isinstance(target, str) or not target:
         raise InvalidInputError("the form needs a decision and a target (a call id or a step)", run_id=run_id)
+    reason = " ".join(reason.split()) if isinstance(reason, str) else ""
+    if not reason:
+        raise InvalidInputError("a decision needs a reason (it is recorded with your name)", run_id=run_id)
+    if decision.startswith("deny") and form.get("confirm") != "yes":
+        raise InvalidInputError("a denial needs its confirmation box ticked", run_id=run_id)
     await blocking(
         actions.decide,
         decision,
@@ -217,10 +334,13 @@ async def decide_form(request: Request) -> Response:
         target,
         journal=console_of(request).journal,
         actor=who.name,
-        reason=reason if isinstance(reason, str) else "",
+        reason=reason,
         via="console",
     )
-    return RedirectResponse(f"/runs/{run_id}?watch=1", status_code=303)
+    done = urlencode({"done": decision, "target": target, "run": run_id})
+    if form.get("back") == "inbox":
+        return RedirectResponse(f"/inbox?{done}", status_code=303)
+    return RedirectResponse(f"/runs/{run_id}?watch=1&{done}", status_code=303)
 
 
 async def login(request: Request) -> Response:
@@ -272,6 +392,7 @@ routes = [
     Route("/login", login, methods=["GET", "POST"]),
     Route("/logout", logout, methods=["POST"]),
     Route("/healthz", healthz),
+    Route("/inbox", inbox_page),
     Route("/runs/{run_id:str}", run_page),
     Route("/runs/{run_id:str}/live", run_live),
     Route("/runs/{run_id:str}/plan", plan_page, methods=["POST"]),

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import hmac
 import logging
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from ..actions import Enqueue
+from .. import actions
+from ..actions import ActionRefusedError, Enqueue, Workers
 from ..errors import InvalidInputError
 from ..executor.context import WorkerContext
 from ..journal.base import Journal
@@ -50,6 +52,9 @@ class Console:
     sessions: Sessions
     limiter: LoginLimiter
     network: Network
+    workers: Workers  # who consumes the queue (a ping), None: the broker cannot tell
+    queued: dict[str, tuple[str, float]] = field(default_factory=dict)  # run -> (task id, journal time)
+    queued_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def journal(self) -> Journal:
@@ -144,3 +149,39 @@ def run_id_of(request: Request) -> str:
 async def blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Journal and Celery calls block: run them off the event loop."""
     return await run_in_threadpool(fn, *args, **kwargs)
+
+
+def request_unwind(console: Console, run_id: str, actor: str, reason: str) -> dict[str, Any]:
+    """Enqueue the run's unwind, unless one this console queued has not started yet (409: a second
+    click must not queue a second unwind). The answer names the task and the workers alive."""
+    with console.queued_lock:
+        earlier = console.queued.get(run_id)
+        if earlier is not None:
+            task_id, at = earlier
+            started = any(u.created_at >= at - 1.0 for u in console.journal.list_unwinds(run_id, limit=1))
+            if not started and console.journal.now() - at < console.settings.visibility_timeout:
+                alive = console.workers()
+                raise ActionRefusedError(
+                    run_id,
+                    "queue another unwind of",
+                    f"the unwind queued {int(console.journal.now() - at)} s ago (task {task_id}) has not started: "
+                    + workers_sentence(alive, console.settings.queue),
+                )
+        task_id = actions.unwind(
+            run_id, journal=console.journal, enqueue=console.enqueue, actor=actor, reason=reason
+        )
+        console.queued[run_id] = (task_id, console.journal.now())
+    alive = console.workers()
+    return {
+        "task_id": task_id,
+        "workers": alive,
+        "workers_note": workers_sentence(alive, console.settings.queue),
+    }
+
+
+def workers_sentence(alive: list[str] | None, queue: str) -> str:
+    if alive is None:
+        return f"whether a worker consumes queue {queue!r} cannot be told from this broker"
+    if not alive:
+        return f"no worker consumes queue {queue!r} now: the unwind starts when one does"
+    return f"{len(alive)} worker(s) consume queue {queue!r}: " + ", ".join(alive[:5])

@@ -114,6 +114,12 @@ class Journal(abc.ABC):
     def list_records(self, run_id: str, statuses: Sequence[RecordStatus] | None = None) -> list[ToolRecord]:
         """In execution order (sequence number)."""
 
+    @abc.abstractmethod
+    def waiting_records(self, *, limit: int = 500) -> list[ToolRecord]:
+        """Across runs, the records that may wait for a person (the inbox): ``suspended`` calls and
+        ``running`` ones (an execute whose outcome was never recorded), least recently updated first,
+        at most ``limit`` (served by a partial index, migration 0006)."""
+
     def read_worklist(self, run_id: str, statuses: Sequence[RecordStatus]) -> WorklistView:
         """The run, its records of ``statuses``, their claims and who condemned the run, read together
         (see ``WorklistView``)."""

@@ -204,6 +204,12 @@ class MemoryJournal(Journal):
             rows = [r for r in rows if r.status in statuses]
         return sorted(rows, key=lambda r: r.seq)
 
+    def waiting_records(self, *, limit: int = 500) -> list[ToolRecord]:
+        wanted = (RecordStatus.SUSPENDED, RecordStatus.RUNNING)
+        with self._lock:
+            rows = [_out(r) for r in self._records.values() if r.status in wanted]
+        return sorted(rows, key=lambda r: (r.updated_at, r.run_id, r.suffix))[:limit]
+
     def _tombstone_gate(self, run_id: str, gated: bool, *, ended: bool = True) -> None:
         """Under the lock, as SQL's statement on the run's row: refuse a condemned run (``gated``) and
         one that has ended (``ended``: a call, never a person's word on one already suspended)."""

@@ -79,6 +79,21 @@ records = sa.Table(
 )
 sa.Index("ix_saga_tool_records_order", records.c.run_id, records.c.seq)
 
+
+def records_waiting_clause() -> sa.ColumnElement[bool]:
+    """The records that may wait for a person (the inbox): the partial index's condition, as literal
+    SQL so that the index and the query match it word for word."""
+    return sa.text("status IN ('suspended', 'running')")  # type: ignore[return-value]
+
+
+# Migration 0006: the inbox's read, across runs, oldest first; only the few waiting rows are indexed.
+sa.Index(
+    "ix_saga_tool_records_waiting",
+    records.c.updated_at,
+    postgresql_where=records_waiting_clause(),
+    sqlite_where=records_waiting_clause(),
+)
+
 claims = sa.Table(
     "saga_compensations",
     metadata,

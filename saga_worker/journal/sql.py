@@ -452,6 +452,12 @@ class SqlJournal(Journal):
         rows = self._fetch(lambda tx: tx.all(self._q.records_of_run, {"run": run_id}))
         return self._records(rows, statuses)
 
+    def waiting_records(self, *, limit: int = 500) -> list[ToolRecord]:
+        # Filtered on the column (unlike _records): a row of a status this code does not know is
+        # not one a person is asked about; it still fails closed wherever a run's records are read.
+        rows = self._fetch(lambda tx: tx.all(self._q.records_waiting, {"max_rows": int(limit)}))
+        return [self._record(r) for r in rows]
+
     def _records(self, rows: list[driver.Row], statuses: Sequence[RecordStatus] | None) -> list[ToolRecord]:
         # Every row is parsed before any is left out: a status this code does not know (another case, a
         # newer writer's value) fails closed, naming the run and the step, instead of silently dropping

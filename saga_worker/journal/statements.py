@@ -21,7 +21,18 @@ import sqlalchemy as sa
 from .dialects import policy_for
 from .driver import Prepared
 from .records import AuditAction, ClaimStatus, RecordStatus, RunStatus, SharedStatus, UnwindState
-from .schema import audit, claims, decisions, gates, records, runs, shared, unwind_entries, unwinds
+from .schema import (
+    audit,
+    claims,
+    decisions,
+    gates,
+    records,
+    records_waiting_clause,
+    runs,
+    shared,
+    unwind_entries,
+    unwinds,
+)
 
 b = sa.bindparam
 CLAIM_PREFIX = "claim_"
@@ -38,6 +49,7 @@ NOT_ENDED = sa.and_(*(runs.c.status != s.value for s in (RunStatus.FINISHED, Run
 # Bound parameters and values more than one area shares.
 NOW = b("now", type_=sa.Double)
 MAX_ROWS = b("max_rows", type_=sa.Integer)
+WAITING = records_waiting_clause()
 RUN = runs.c.run_id == b("run")
 # An audit row's values but its run and time (see SqlJournal._audit_params).
 AUDIT_VALUES: dict[str, sa.BindParameter[Any]] = {
@@ -323,6 +335,12 @@ class Statements:
         self.record_get = p(sa.select(records).where(*record))
         self.records_of_run = p(
             sa.select(records).where(records.c.run_id == b("run")).order_by(records.c.seq)
+        )
+        self.records_waiting = p(  # the inbox, on the partial index ix_saga_tool_records_waiting
+            sa.select(records)
+            .where(WAITING)
+            .order_by(records.c.updated_at, records.c.run_id, records.c.suffix)
+            .limit(MAX_ROWS)
         )
         self.record_insert = p(
             insert(records)

@@ -108,9 +108,15 @@ def test_a_gate_awaiting_approval_is_listed_and_approving_it_then_denying_it_is_
     run_id = halted_at_gate(app, tools)
     view = app.get(f"/api/runs/{run_id}", headers=bearer(tokens.operator)).json()
     assert [(a["kind"], a["target"]) for a in view["approvals"]] == [("compensation", "call-2")]
-    answer = decide(app, tokens.operator, run_id, decision="approve-compensation", target="call-2")
+    assert (
+        decide(app, tokens.operator, run_id, decision="approve-compensation", target="call-2").status_code
+        == 400
+    )
+    answer = decide(
+        app, tokens.operator, run_id, decision="approve-compensation", target="call-2", reason="stock counted"
+    )
     assert answer.status_code == 200 and answer.json()["state"] == "approved"
-    again = decide(app, tokens.operator, run_id, decision="deny-compensation", target="call-2")
+    again = decide(app, tokens.operator, run_id, decision="deny-compensation", target="call-2", reason="no")
     assert again.status_code == 409 and "already approved by alice" in again.json()["error"]
     view = app.get(f"/api/runs/{run_id}", headers=bearer(tokens.operator)).json()
     assert view["approvals"] == []
@@ -129,10 +135,14 @@ def test_a_condemned_runs_call_cannot_be_approved_and_bad_decisions_are_400(
     run_id = suspended(app, tools)
     assert decide(app, tokens.operator, run_id, decision="maybe", target="call-2").status_code == 400
     assert decide(app, tokens.operator, run_id, decision="approve").status_code == 400
-    assert decide(app, tokens.operator, run_id, decision="approve", target="call-9").status_code == 409
-    assert decide(app, tokens.operator, "nope-1", decision="approve", target="call-2").status_code == 404
+    assert decide(app, tokens.operator, run_id, decision="approve", target="call-2").status_code == 400
+    ok = {"reason": "checked"}
+    assert decide(app, tokens.operator, run_id, decision="approve", target="call-9", **ok).status_code == 409
+    assert (
+        decide(app, tokens.operator, "nope-1", decision="approve", target="call-2", **ok).status_code == 404
+    )
     compensate_run(run_id, journal=journal_of(app), tools=tools)
-    answer = decide(app, tokens.operator, run_id, decision="approve", target="call-2")
+    answer = decide(app, tokens.operator, run_id, decision="approve", target="call-2", **ok)
     assert answer.status_code == 409 and "condemned" in answer.json()["error"]
     record = journal_of(app).get_record(run_id, "call-2")
     assert record is not None and record.status is RecordStatus.SUSPENDED
@@ -148,8 +158,12 @@ def test_the_decide_form_needs_the_csrf_token_from_a_browser_and_then_denies_as_
     form = {"decision": "deny", "target": "call-2", "reason": "looks like fraud"}
     assert app.post(f"/runs/{run_id}/decide", data=form, follow_redirects=False).status_code == 403
     csrf = page.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
+    # A denial needs its confirmation (and a reason), like a compensation.
+    assert app.post(f"/runs/{run_id}/decide", data={**form, "csrf": csrf}).status_code == 400
+    form["confirm"] = "yes"
     answer = app.post(f"/runs/{run_id}/decide", data={**form, "csrf": csrf}, follow_redirects=False)
-    assert answer.status_code == 303 and answer.headers["location"] == f"/runs/{run_id}?watch=1"
+    assert answer.status_code == 303
+    assert answer.headers["location"] == f"/runs/{run_id}?watch=1&done=deny&target=call-2&run={run_id}"
     record = journal_of(app).get_record(run_id, "call-2")
     assert record is not None and record.status is RecordStatus.DENIED
     page = app.get(f"/runs/{run_id}")

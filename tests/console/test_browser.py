@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -79,7 +80,9 @@ def test_an_operator_goes_from_the_list_to_a_run_plans_it_and_watches_its_steps_
 
     page.fill("#reason", "customer cancelled order 7")
     page.click("#compensate")
-    expect(page).to_have_url(f"{deployment.console.url}/runs/{run_id}?watch=1")
+    expect(page).to_have_url(re.compile(rf"/runs/{run_id}\?watch=1&task=[0-9a-f-]{{36}}$"))
+    # The page names the queued task and that a worker consumes the queue.
+    expect(page.locator("#queued")).to_contain_text("1 worker(s) consume queue")
     page.evaluate("window.__notReloaded = true")
     # The steps turn compensated on the page by themselves (polling), without a reload.
     expect(comp_statuses(page)).to_have_text(["compensated"] * 3, timeout=WAIT_MS)
@@ -170,7 +173,8 @@ def test_an_operator_approves_a_gated_compensation_on_the_run_page_and_the_trail
     approve_form = gate.locator("form").filter(has=page.locator("button", has_text="Approve"))
     approve_form.locator("input[name=reason]").fill("stock counted")
     approve_form.locator("button").click()
-    expect(page).to_have_url(f"{deployment.console.url}/runs/{run_id}?watch=1")
+    expect(page).to_have_url(re.compile(rf"/runs/{run_id}\?watch=1&done=approve-compensation"))
+    expect(page.locator("#next-step")).to_contain_text("beat sweeper re-drives the unwind")
     expect(page.locator("tr[data-approval]")).to_have_count(0)
     approved = page.locator("table.audit tr[data-action=compensation-approved]")
     expect(approved).to_contain_text("alice")
@@ -209,6 +213,7 @@ def test_a_suspended_call_is_denied_by_an_operator_and_a_viewer_sees_no_buttons(
         has=page.locator("button", has_text="Deny")
     )
     deny_form.locator("input[name=reason]").fill("looks like fraud")
+    deny_form.locator("input[name=confirm]").check()  # a denial is confirmed, like a compensation
     deny_form.locator("button").click()
     expect(page.locator("tr[data-approval]")).to_have_count(0)
     expect(page.locator("#steps tr[data-suffix=call-2]")).to_contain_text("denied")

@@ -109,12 +109,12 @@ def test_the_consoles_metrics_need_a_token_and_count_the_runs_needing_attention(
         with urllib.request.urlopen(request, timeout=5) as answer:
             return samples(answer.read().decode())
 
-    before = value(scrape(), "saga_runs_needing_attention")
+    before = value(scrape(), "saga_runs_needing_attention", kind="attention")
     stuck = f"m-stuck-{uuid.uuid4().hex[:6]}"
     place_order(journal, ledger, stuck)
     journal.condemn(stuck)
     journal.set_unwind_state(stuck, UnwindState.ATTENTION, note="gave up after 8 re-drives")
-    assert value(scrape(), "saga_runs_needing_attention") == before + 1
+    assert value(scrape(), "saga_runs_needing_attention", kind="attention") == before + 1
     with pytest.raises(urllib.error.HTTPError) as info:
         urllib.request.urlopen(url, timeout=5)
     assert info.value.code == 401

@@ -30,7 +30,7 @@ from .test_api import BASE, Sent, bearer, place
 
 
 def client_for(settings: SagaSettings, ledger: MemoryLedger, sent: Sent, **kwargs: Any) -> TestClient:
-    context = WorkerContext(settings, tools_loader=lambda _spec: order_tools(ledger))
+    context = WorkerContext(settings, tools=lambda: order_tools(ledger))
     return TestClient(create_app(settings, context=context, enqueue=sent), base_url=BASE, **kwargs)
 
 

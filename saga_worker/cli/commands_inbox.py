@@ -1,0 +1,48 @@
+"""``inbox``: everything that waits for a person, across runs, oldest first (the console's inbox)."""
+
+from __future__ import annotations
+
+import click
+
+from ..executor.context import load_tools
+from ..settings import get_settings
+from ..views import INBOX_KINDS, INBOX_LIMIT, inbox
+from .common import configured_journal
+from .render import dump, when
+
+# What to type next, per kind (the console offers the same as buttons).
+NEXT = {
+    "suspended": "saga-worker approve|deny {run_id} {target} --reason …",
+    "gated": "saga-worker approve-compensation|deny-compensation {run_id} {target} --reason …",
+    "attention": "saga-worker redrive {run_id}",
+    "uncertain": "saga-worker report {run_id}; resume the run, or saga-worker compensate {run_id}",
+}
+
+
+@click.command("inbox")
+@click.option("--limit", default=INBOX_LIMIT, show_default=True, help="At most this many of each kind.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def inbox_command(limit: int, as_json: bool) -> None:
+    """What waits for a person, across runs, oldest first: suspended calls, gated compensations,
+    unwinds flagged for attention, calls whose outcome was never recorded."""
+    settings = get_settings()
+    tools = {}
+    if settings.tools:  # which compensations are gated is the tools' to say
+        try:
+            tools = load_tools(settings.tools)
+        except Exception:  # noqa: BLE001 - without them a gated run is still listed, by its unwind state
+            tools = {}
+    with configured_journal(settings) as journal:
+        found = inbox(journal, tools, secret_keys=settings.secret_keys(), limit=limit)
+    if as_json:
+        dump(found)
+        return
+    counts = ", ".join(f"{found['counts'][k]} {k}" for k in INBOX_KINDS)
+    click.echo(f"waiting for a person: {found['total']} ({counts}), oldest first")
+    for item in found["items"]:
+        step = " ".join(x for x in (item["suffix"], item["tool_name"]) if x)
+        click.echo(f"{when(item['since'])}  {item['kind']:<10} {item['run_id']}  {step}".rstrip())
+        if item.get("note"):
+            click.echo(f"    {item['note']}")
+        target = item["target"] or item["suffix"] or ""
+        click.echo("    next: " + NEXT[item["kind"]].format(run_id=item["run_id"], target=target))

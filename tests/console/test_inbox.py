@@ -1,0 +1,251 @@
+"""A person's inbox (issue 23): everything that waits for a person across runs, in the console's
+pages, its API, its /metrics and `saga-worker inbox`; the decisions taken from it; the feedback of an
+unwind nobody consumes. In process on a real SQLite journal (the browser tests use a real worker)."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from starlette.testclient import TestClient
+
+from saga_worker import Journal, ToolCall, compensate_run, run_durable, scripted
+from saga_worker.console.app import create_app
+from saga_worker.executor.context import WorkerContext
+from saga_worker.journal.records import NewRecord, RecordStatus, UnwindState
+from saga_worker.settings import SagaSettings
+from tests.integration.worker_tools import approval_tools
+from tests.ledger import MemoryLedger, order_script, order_tools
+
+from .conftest import Tokens
+from .test_api import BASE, Sent, bearer
+
+
+@pytest.fixture
+def ledger() -> MemoryLedger:
+    return MemoryLedger()
+
+
+@pytest.fixture
+def tools(ledger: MemoryLedger) -> dict[str, Any]:
+    return {**order_tools(ledger), **approval_tools(ledger)}
+
+
+@pytest.fixture
+def settings(tmp_path: Path, tokens: Tokens) -> SagaSettings:
+    return SagaSettings(
+        home=tmp_path,
+        journal_url=f"sqlite:///{tmp_path}/journal.db",
+        console_tokens=tokens.spec,
+        claim_ttl=2.0,
+    )
+
+
+@pytest.fixture
+def sent() -> Sent:
+    return Sent()
+
+
+@pytest.fixture
+def app(settings: SagaSettings, tools: dict[str, Any], sent: Sent) -> Iterator[TestClient]:
+    context = WorkerContext(settings, tools=lambda: tools)
+    console = create_app(settings, context=context, enqueue=sent, workers=lambda: [])
+    with TestClient(console, base_url=BASE) as client:
+        yield client
+
+
+def journal_of(app: TestClient) -> Journal:
+    return app.app.state.console.journal  # type: ignore[attr-defined,no-any-return]
+
+
+def suspended(app: TestClient, tools: dict[str, Any], prefix: str = "refund") -> str:
+    run_id = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    script = scripted(ToolCall("charge", {"amount": 10}), ToolCall("refund", {"amount": 500}))
+    assert run_durable(run_id, journal=journal_of(app), tools=tools, planner=script).status == "suspended"
+    return run_id
+
+
+def gated(app: TestClient, tools: dict[str, Any]) -> str:
+    run_id = f"gated-{uuid.uuid4().hex[:8]}"
+    script = scripted(ToolCall("charge", {"amount": 900}), ToolCall("restock", {"sku": "A1"}))
+    assert run_durable(run_id, journal=journal_of(app), tools=tools, planner=script).status == "finished"
+    compensate_run(run_id, journal=journal_of(app), tools=tools, actor="ops-bot", reason="cancelled")
+    assert journal_of(app).get_run(run_id).unwind_state is UnwindState.AWAITING  # type: ignore[union-attr]
+    return run_id
+
+
+def flagged(app: TestClient, tools: dict[str, Any]) -> str:
+    run_id = f"stuck-{uuid.uuid4().hex[:8]}"
+    journal = journal_of(app)
+    run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order_script()))
+    journal.condemn(run_id)
+    journal.set_unwind_state(run_id, UnwindState.ATTENTION, note="gave up after 8 re-drives")
+    return run_id
+
+
+def uncertain(app: TestClient) -> str:
+    """A call whose execute began and whose process died: no outcome, its lease run out."""
+    run_id = f"crashed-{uuid.uuid4().hex[:8]}"
+    journal = journal_of(app)
+    journal.start_run(run_id, "ship it")
+    new = NewRecord("call-1", 0, "call-1", "charge", "call", {"amount": 5}, run_id)
+    journal.claim_record(run_id, new, gated=True, owner="dead-worker", ttl=0.001)
+    return run_id
+
+
+def test_the_inbox_lists_every_kind_across_runs_oldest_first_with_counts_in_the_header_and_the_metric(
+    app: TestClient, tools: dict[str, Any], tokens: Tokens
+) -> None:
+    first = suspended(app, tools)
+    gate = gated(app, tools)
+    stuck = flagged(app, tools)
+    crashed = uncertain(app)
+    journal_of(app).condemn(suspended(app, tools, "dropped"))  # condemned: its call waits for nobody
+    body = app.get("/api/inbox", headers=bearer(tokens.viewer)).json()
+    assert [(i["kind"], i["run_id"]) for i in body["items"]] == [
+        ("suspended", first),
+        ("gated", gate),
+        ("attention", stuck),
+        ("uncertain", crashed),
+    ]
+    assert [i["since"] for i in body["items"]] == sorted(i["since"] for i in body["items"])
+    assert body["counts"] == {"suspended": 1, "gated": 1, "attention": 1, "uncertain": 1}
+    by_kind = {i["kind"]: i for i in body["items"]}
+    assert by_kind["suspended"]["target"] == "call-2" and by_kind["suspended"]["tool_name"] == "refund"
+    assert [a["name"] for a in by_kind["suspended"]["actions"]] == ["approve", "deny"]
+    assert by_kind["gated"]["target"] == "call-2" and by_kind["gated"]["tool_name"] == "restock"
+    assert [a["name"] for a in by_kind["gated"]["actions"]] == ["approve-compensation", "deny-compensation"]
+    assert [a["name"] for a in by_kind["attention"]["actions"]] == ["redrive"]
+    assert by_kind["attention"]["note"] == "gave up after 8 re-drives"
+
+    app.post("/login", data={"token": tokens.operator})
+    page = app.get("/inbox")
+    assert page.status_code == 200
+    rows = re.findall(r'<tr data-kind="([a-z]+)" data-run="([^"]+)"', page.text)
+    assert rows == [("suspended", first), ("gated", gate), ("attention", stuck), ("uncertain", crashed)]
+    header = app.get("/").text
+    assert re.search(r'id="inbox-total">4<', header)
+    for kind in ("suspended", "gated", "attention", "uncertain"):
+        assert f'data-kind="{kind}">1 {kind}<' in header
+
+    metrics = app.get("/metrics", headers=bearer(tokens.viewer)).text
+    for kind in ("suspended", "gated", "attention", "uncertain"):
+        assert f'saga_runs_needing_attention{{kind="{kind}"}} 1.0' in metrics
+
+
+def test_a_run_with_a_suspended_call_reads_suspended_and_the_filters_find_it_and_awaiting_runs(
+    app: TestClient, tools: dict[str, Any], tokens: Tokens
+) -> None:
+    waiting, gate = suspended(app, tools), gated(app, tools)
+    listing = app.get("/api/runs", headers=bearer(tokens.viewer)).json()["runs"]
+    status = {r["run_id"]: r["status"] for r in listing}
+    assert status[waiting] == "suspended" and status[gate] == "finished"
+    assert (
+        app.get(f"/api/runs/{waiting}", headers=bearer(tokens.viewer)).json()["run"]["status"] == "suspended"
+    )
+    found = app.get("/api/runs", params={"status": "suspended"}, headers=bearer(tokens.viewer)).json()["runs"]
+    assert [r["run_id"] for r in found] == [waiting]
+    page = app.get("/", params={"status": "suspended"}, headers=bearer(tokens.viewer))
+    assert page.status_code == 200 and f'data-run="{waiting}"' in page.text and gate not in page.text
+    awaiting = app.get("/", params={"unwind": "awaiting"}, headers=bearer(tokens.viewer))
+    assert (
+        awaiting.status_code == 200 and f'data-run="{gate}"' in awaiting.text and waiting not in awaiting.text
+    )
+    assert '<option value="awaiting"' in awaiting.text
+
+
+def csrf_of(html: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]*)"', html)
+    assert found is not None
+    return found.group(1)
+
+
+def test_a_decision_from_the_inbox_needs_a_reason_a_denial_its_confirmation_and_the_page_says_what_next(
+    app: TestClient, tools: dict[str, Any], tokens: Tokens
+) -> None:
+    call_run, deny_run, gate = suspended(app, tools), suspended(app, tools), gated(app, tools)
+    app.post("/login", data={"token": tokens.operator})
+    csrf = csrf_of(app.get("/inbox").text)
+    approve = {"csrf": csrf, "decision": "approve", "target": "call-2", "back": "inbox"}
+    assert app.post(f"/runs/{call_run}/decide", data=approve).status_code == 400  # no reason
+    answer = app.post(f"/runs/{call_run}/decide", data={**approve, "reason": "customer called back"})
+    assert answer.status_code == 200 and answer.url.path == "/inbox"
+    assert f"executes when your application resumes run {call_run}" in answer.text
+    assert journal_of(app).get_record(call_run, "call-2").status is RecordStatus.APPROVED  # type: ignore[union-attr]
+
+    deny = {"csrf": csrf, "decision": "deny", "target": "call-2", "back": "inbox", "reason": "fraud"}
+    assert app.post(f"/runs/{deny_run}/decide", data=deny).status_code == 400  # not confirmed
+    assert journal_of(app).get_record(deny_run, "call-2").status is RecordStatus.SUSPENDED  # type: ignore[union-attr]
+    answer = app.post(f"/runs/{deny_run}/decide", data={**deny, "confirm": "yes"})
+    assert answer.status_code == 200 and "its planner gets the call&#39;s error" in answer.text
+
+    allow = {"csrf": csrf, "decision": "approve-compensation", "target": "call-2", "back": "inbox"}
+    answer = app.post(f"/runs/{gate}/decide", data={**allow, "reason": "stock counted"})
+    assert answer.status_code == 200 and "beat sweeper re-drives the unwind" in answer.text
+    assert app.get("/api/inbox", headers=bearer(tokens.viewer)).json()["items"] == []
+    assert "Nothing waits for a person." in app.get("/inbox").text
+    for page in (app.get("/inbox").text, app.get("/").text):
+        assert "{{" not in page  # every template rendered
+
+
+def test_a_second_unwind_is_refused_while_the_first_is_queued_and_the_page_says_no_worker_consumes_it(
+    app: TestClient, tools: dict[str, Any], tokens: Tokens, sent: Sent
+) -> None:
+    run_id = f"order-{uuid.uuid4().hex[:8]}"
+    run_durable(run_id, journal=journal_of(app), tools=tools, planner=scripted(*order_script()))
+    app.post("/login", data={"token": tokens.operator})
+    csrf = csrf_of(app.get(f"/runs/{run_id}").text)
+    answer = app.post(f"/runs/{run_id}/compensate", data={"csrf": csrf, "reason": "customer cancelled"})
+    assert answer.status_code == 200 and "task=task-1" in str(answer.url)
+    assert "Unwind queued as task" in answer.text and "task-1" in answer.text
+    assert "no worker consumes" in answer.text and "queue &#39;saga&#39;" in answer.text
+    again = app.post(f"/runs/{run_id}/compensate", data={"csrf": csrf, "reason": "clicked twice"})
+    assert again.status_code == 409 and "task-1" in again.text and "has not started" in again.text
+    api = app.post(
+        f"/api/runs/{run_id}/compensate", json={"reason": "again"}, headers=bearer(tokens.operator)
+    )
+    assert api.status_code == 409
+    assert sent.calls == [(run_id, False)]  # one unwind queued, not three
+
+    # Once the unwind has started (the worker recorded it), asking again is allowed.
+    compensate_run(run_id, journal=journal_of(app), tools=tools, actor="worker", reason="customer cancelled")
+    plan = app.post(f"/runs/{run_id}/plan", data={"csrf": csrf})
+    assert 'id="compensate"' not in plan.text and "nothing left to condemn" in plan.text  # already unwound
+
+
+def test_saga_worker_inbox_prints_what_waits_for_a_person_and_json_for_programs(
+    app: TestClient, tools: dict[str, Any], settings: SagaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from saga_worker.cli import main
+    from saga_worker.settings import get_settings
+
+    waiting, stuck = suspended(app, tools), flagged(app, tools)
+    monkeypatch.setenv("SAGA_JOURNAL_URL", str(settings.journal_url))
+    monkeypatch.setenv("SAGA_HOME", str(settings.home))
+    get_settings.cache_clear()
+    try:
+        table = CliRunner().invoke(main, ["inbox"])
+        as_json = CliRunner().invoke(main, ["inbox", "--json"])
+    finally:
+        get_settings.cache_clear()
+    assert table.exit_code == 0, table.output
+    assert waiting in table.output and stuck in table.output and "suspended" in table.output
+    assert "saga-worker approve" in table.output and "saga-worker redrive" in table.output
+    import json
+
+    body = json.loads(as_json.output)
+    assert [(i["kind"], i["run_id"]) for i in body["items"]] == [("suspended", waiting), ("attention", stuck)]
+
+
+def test_the_consoles_metrics_say_where_the_workers_figures_are_instead_of_reading_zero(
+    app: TestClient, tokens: Tokens
+) -> None:
+    text = app.get("/metrics", headers=bearer(tokens.viewer)).text
+    assert "are the workers'" in text and "SAGA_METRICS_PORT" in text
+    assert "saga_unwinds_started_total" not in text  # not a 0 that reads as "nothing happened"
+    assert 'saga_runs_needing_attention{kind="attention"} 0.0' in text
