@@ -68,7 +68,7 @@ bench: $(STAMP)
 
 # Regenerate the screenshots the docs show (docs/*.png) from the browser tests: the console's, Flower's.
 screenshots: $(STAMP) browser
-	SAGA_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/console/test_browser.py
+	SAGA_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/console/test_browser.py tests/console/test_browser_inbox.py
 	SAGA_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/integration/test_flower.py -k screenshot
 
 soak: $(STAMP)

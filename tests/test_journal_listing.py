@@ -103,7 +103,9 @@ def test_the_inbox_read_finds_suspended_and_running_calls_across_runs_oldest_fir
     from saga_worker.journal.records import NewRecord, RecordStatus
     from tests.ledger import MemoryLedger, order_script, order_tools
 
-    run_durable("done-1", journal=journal, tools=order_tools(MemoryLedger()), planner=scripted(*order_script()))
+    run_durable(
+        "done-1", journal=journal, tools=order_tools(MemoryLedger()), planner=scripted(*order_script())
+    )
     for run_id, status in (("waits-1", RecordStatus.SUSPENDED), ("crashed-1", RecordStatus.RUNNING)):
         journal.start_run(run_id, "")
         new = NewRecord("call-1", 0, "call-1", "charge", "call", {"amount": 1}, run_id, status=status)

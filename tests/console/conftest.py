@@ -92,11 +92,13 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
 class ConsoleServer:
     """``python -m saga_worker.cli serve`` with a deployment's settings and the tokens."""
 
-    def __init__(self, setup: Setup, tokens: Tokens, log: Path) -> None:
+    def __init__(self, setup: Setup, tokens: Tokens, log: Path, **extra_env: str) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        env = dict(setup.env(), SAGA_CONSOLE_TOKENS=tokens.spec, SAGA_CONSOLE_PORT=str(self.port))
+        env = dict(
+            setup.env(), SAGA_CONSOLE_TOKENS=tokens.spec, SAGA_CONSOLE_PORT=str(self.port), **extra_env
+        )
         self._out = open(log, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "saga_worker.cli", "serve"],
