@@ -145,7 +145,10 @@ async def inbox(request: Request) -> JSONResponse:
     principal(request)
     console = console_of(request)
     found = await blocking(
-        views.inbox, console.journal, console.context.tools_if_configured, secret_keys=console.settings.secret_keys()
+        views.inbox,
+        console.journal,
+        console.context.tools_if_configured,
+        secret_keys=console.settings.secret_keys(),
     )
     return JSONResponse(found)
 

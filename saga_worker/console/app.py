@@ -107,7 +107,9 @@ def _metrics_registry(console: Console) -> CollectorRegistry:
     merged.register(
         metrics.AttentionCollector(
             lambda: views.inbox(
-                console.journal, console.context.tools_if_configured, secret_keys=console.settings.secret_keys()
+                console.journal,
+                console.context.tools_if_configured,
+                secret_keys=console.settings.secret_keys(),
             )["runs"]
         )
     )

@@ -173,7 +173,10 @@ async def inbox_counts(request: Request) -> None:
     now = time.monotonic()
     if cached is None or now - cached[0] > COUNTS_TTL_S:
         found = await blocking(
-            views.inbox, console.journal, console.context.tools_if_configured, secret_keys=console.settings.secret_keys()
+            views.inbox,
+            console.journal,
+            console.context.tools_if_configured,
+            secret_keys=console.settings.secret_keys(),
         )
         cached = (now, {"total": found["total"], **found["counts"]})
         console._inbox_counts = cached  # type: ignore[attr-defined]
@@ -192,7 +195,10 @@ async def inbox_page(request: Request) -> Response:
     who = principal(request)
     console = console_of(request)
     found = await blocking(
-        views.inbox, console.journal, console.context.tools_if_configured, secret_keys=console.settings.secret_keys()
+        views.inbox,
+        console.journal,
+        console.context.tools_if_configured,
+        secret_keys=console.settings.secret_keys(),
     )
     console._inbox_counts = (time.monotonic(), {"total": found["total"], **found["counts"]})  # type: ignore[attr-defined]
     await inbox_counts(request)
