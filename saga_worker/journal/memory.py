@@ -119,11 +119,6 @@ class MemoryJournal(Journal):
             run = self._runs.get(run_id)
             return None if run is None else _run_out(run)
 
-    def list_runs(self, *, limit: int = 100, condemned_only: bool = False) -> list[RunInfo]:
-        with self._lock:
-            runs = [_run_out(r) for r in self._runs.values() if r.condemned or not condemned_only]
-        return sorted(runs, key=lambda r: (r.updated_at, r.run_id), reverse=True)[:limit]
-
     def page_runs(self, query: RunQuery) -> list[RunInfo]:
         def wanted(r: RunInfo) -> bool:
             return (
@@ -638,7 +633,7 @@ class MemoryJournal(Journal):
         return due
 
     # -- distributed unwinds ----------------------------------------------------------------------
-    def record_unwind(
+    def insert_unwind(
         self,
         unwind_id: str,
         run_id: str,
@@ -649,8 +644,6 @@ class MemoryJournal(Journal):
         reason: str = "",
         via: str = "worker",
         run_epoch: int | None = None,
-        hold_grace: float | None = None,
-        hold_note: str = "",
     ) -> UnwindInfo:
         with self._lock:
             stored = self._unwinds.get(unwind_id)
@@ -667,9 +660,11 @@ class MemoryJournal(Journal):
                     run_epoch=run_epoch,
                 )
                 self._unwinds[unwind_id] = stored
-            if hold_grace is not None and stored.run_id == run_id and not stored.dry_run:
-                self.hold_sweep(run_id, hold_grace, hold_note)
             return stored
+
+    def record_unwind(self, unwind_id: str, run_id: str, **kw: Any) -> UnwindInfo:
+        with self._lock:  # reentrant: the unwind and its hold are one step for every other thread
+            return super().record_unwind(unwind_id, run_id, **kw)
 
     def get_unwind(self, unwind_id: str) -> UnwindInfo | None:
         with self._lock:
@@ -687,25 +682,10 @@ class MemoryJournal(Journal):
                 entries[position] = _copy(entry)
             return _copy(entries[position])  # type: ignore[no-any-return]
 
-    def finish_step(
-        self,
-        origin_run_id: str,
-        suffix: str,
-        owner: str,
-        status: ClaimStatus,
-        error: str | None = None,
-        *,
-        unwind_id: str,
-        position: int,
-        won: dict[str, Any],
-        lost: dict[str, Any],
-    ) -> StepFinish:
+    def finish_step(self, *args: Any, won: dict[str, Any], lost: dict[str, Any], **kw: Any) -> StepFinish:
         won, lost = _copy(won), _copy(lost)  # an entry that cannot be stored fails before any write
         with self._lock:  # reentrant: the two writes are one step for every other thread
-            written = self.finish_claim(origin_run_id, suffix, owner, status, error)
-            entries = self._unwind_entries.setdefault(unwind_id, {})
-            entries.setdefault(position, won if written else lost)
-            return StepFinish(written, _copy(entries[position]))
+            return super().finish_step(*args, won=won, lost=lost, **kw)
 
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
         with self._lock:

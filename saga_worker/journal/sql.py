@@ -314,10 +314,6 @@ class SqlJournal(Journal):
         row = self._fetch(lambda tx: tx.one(self._q.run_get, {"run": run_id}))
         return None if row is None else self._run(row)
 
-    def list_runs(self, *, limit: int = 100, condemned_only: bool = False) -> list[RunInfo]:
-        stmt = self._q.condemned_newest if condemned_only else self._q.runs_newest
-        return [self._run(r) for r in self._fetch(lambda tx: tx.all(stmt, {"max_rows": int(limit)}))]
-
     def page_runs(self, query: RunQuery) -> list[RunInfo]:
         shape = (
             query.status is not None,
@@ -977,6 +973,47 @@ class SqlJournal(Journal):
             run_epoch=m.get("run_epoch"),
         )
 
+    def _unwind_params(
+        self,
+        unwind_id: str,
+        run_id: str,
+        dry_run: bool,
+        suffixes: Sequence[str],
+        actor: str,
+        reason: str,
+        via: str,
+        run_epoch: int | None,
+    ) -> dict[str, Any]:
+        return {
+            "epoch": run_epoch,
+            "unwind": unwind_id,
+            "run": run_id,
+            "plan_only": bool(dry_run),
+            "worklist": _dump(list(suffixes)),
+            "who": actor,
+            "why": reason,
+            "through": via,
+            "now": time.time(),
+        }
+
+    def insert_unwind(
+        self,
+        unwind_id: str,
+        run_id: str,
+        *,
+        dry_run: bool,
+        suffixes: Sequence[str],
+        actor: str = "",
+        reason: str = "",
+        via: str = "worker",
+        run_epoch: int | None = None,
+    ) -> UnwindInfo:
+        q = self._q
+        params = self._unwind_params(unwind_id, run_id, dry_run, suffixes, actor, reason, via, run_epoch)
+        row = self._write(lambda tx: tx.one(q.unwind_insert, params) or tx.one(q.unwind_get, params))
+        assert row is not None
+        return self._unwind(row)
+
     def record_unwind(
         self,
         unwind_id: str,
@@ -991,22 +1028,19 @@ class SqlJournal(Journal):
         hold_grace: float | None = None,
         hold_note: str = "",
     ) -> UnwindInfo:
-        q = self._q
-        params = {
-            "epoch": run_epoch,
-            "unwind": unwind_id,
-            "run": run_id,
-            "plan_only": bool(dry_run),
-            "worklist": _dump(list(suffixes)),
-            "who": actor,
-            "why": reason,
-            "through": via,
-            "now": time.time(),
-        }
         if hold_grace is None:
-            row = self._write(lambda tx: tx.one(q.unwind_insert, params) or tx.one(q.unwind_get, params))
-            assert row is not None
-            return self._unwind(row)
+            return self.insert_unwind(
+                unwind_id,
+                run_id,
+                dry_run=dry_run,
+                suffixes=suffixes,
+                actor=actor,
+                reason=reason,
+                via=via,
+                run_epoch=run_epoch,
+            )
+        q = self._q
+        params = self._unwind_params(unwind_id, run_id, dry_run, suffixes, actor, reason, via, run_epoch)
         hold = {
             "run": run_id,
             "grace": float(hold_grace),

@@ -251,14 +251,8 @@ class Statements:
         )
 
     def _build_listings(self) -> None:
-        """Listings of runs for the CLI and the console."""
+        """Counts of runs for the console (its pages are ``run_page``)."""
         p = self._prepare
-        # Newest first; the limit is a parameter too.
-        newest_first = (runs.c.updated_at.desc(), runs.c.run_id.desc())
-        self.runs_newest = p(sa.select(runs).order_by(*newest_first).limit(MAX_ROWS))
-        self.condemned_newest = p(
-            sa.select(runs).where(runs.c.condemned_at.is_not(None)).order_by(*newest_first).limit(MAX_ROWS)
-        )
         self.runs_in_unwind_state = p(
             sa.select(sa.func.count()).select_from(runs).where(runs.c.unwind_state == b("state"))
         )
