@@ -34,7 +34,7 @@ from .journal import Journal, MemoryJournal, open_journal
 from .journal.records import AuditAction, AuditRecord, AuditVia, CompensationGate, GateDecision
 from .planning import CallResult, Finish, Planner, RunState, ToolCall, scripted
 from .runs import PendingCall, RunEvent, RunResult, fork_run, resume_run, run_durable, stream_durable
-from .tools import CallOptions, RecoverResult, RetryPolicy, Tool
+from .tools import CallOptions, NoEffect, RecoverResult, RetryPolicy, Tool
 
 # One source for the version: pyproject.toml, read back from the installed package's metadata.
 try:
@@ -57,6 +57,7 @@ __all__ = [
     "CallOptions",
     "CallResult",
     "Finish",
+    "NoEffect",
     "Planner",
     "RecoverResult",
     "RetryPolicy",

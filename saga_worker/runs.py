@@ -24,6 +24,7 @@ from .errors import (
 )
 from .journal.base import Journal
 from .journal.records import (
+    NO_EFFECT_OUTPUT,
     NewRecord,
     RecordStatus,
     RunInfo,
@@ -45,7 +46,16 @@ from .keys import (
 from .planning import CallResult, Finish, Planner, RunState, ToolCall
 from .settings import get_settings
 from .storable import bounded_error, check_storable_text, exception_text, storable_text
-from .tools import CallOptions, RecoverRefusal, RecoverResult, Tool, ask_recover, call_hook, check_tools
+from .tools import (
+    CallOptions,
+    NoEffect,
+    RecoverRefusal,
+    RecoverResult,
+    Tool,
+    ask_recover,
+    call_hook,
+    check_tools,
+)
 
 _MAX_RACE_RETRIES = 5
 # How long a call waits for another process that is executing the same record before giving up.
@@ -639,7 +649,10 @@ class _RunLoop:
 
     def _recover_or_retry(self, step: int, tool: Tool, record: ToolRecord) -> RunEvent | None:
         """A failed or running record: the side effect may or may not have happened (docs/reference/tools-and-runs.md)."""
-        if tool.recover is not None:
+        # A record whose tool said nothing happened (NoEffect) needs no probe: it is executed again.
+        if record.had_no_effect:
+            pass
+        elif tool.recover is not None:
             opts = CallOptions(self._execute_key(record), record.tool_call_id, self.run_id)
             answer = self._recovered(record, ask_recover(tool, record.input, opts))
             if answer.done:
@@ -716,7 +729,9 @@ class _RunLoop:
                 output = call_hook(tool.execute, record.input, opts)
         except Exception as exc:
             error = exception_text(exc)
-            failed = self._complete(step, record, owner, RecordStatus.FAILED, None, error)
+            # NoEffect: the tool says nothing happened; the record says so, for the unwind and a resume.
+            marker = NO_EFFECT_OUTPUT if isinstance(exc, NoEffect) else None
+            failed = self._complete(step, record, owner, RecordStatus.FAILED, marker, error)
             return (
                 failed if isinstance(failed, RunEvent) else self._event(step, failed, "failed", error=error)
             )

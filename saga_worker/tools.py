@@ -32,6 +32,14 @@ class RecoverResult:
     output: Any = None
 
 
+class NoEffect(Exception):  # noqa: N818 - it names what the tool declares, not an error kind
+    """Raised by ``execute`` to say the call failed **before any side effect** (a declined card, a
+    request the provider refused): its record is ``failed`` and says so, an unwind reads the step
+    ``skipped-not-executed`` without asking ``recover``, and a resume may execute the call again
+    (with the same key). Raise it only when nothing can have happened; any other exception leaves
+    the question to ``recover``."""
+
+
 Hook = Callable[..., Any]
 
 

@@ -317,6 +317,8 @@ class StepAttempt:
         record = self.record
         if record.status is RecordStatus.SUCCEEDED:
             return RecoverResult(done=True, output=record.output)
+        if record.had_no_effect:
+            return self._entry(S.SKIPPED_NOT_EXECUTED, "the tool said the call had no effect (NoEffect)")
         if tool is None or tool.recover is None:
             why = (
                 f"tool {record.tool_name!r} is not in tools"

@@ -79,6 +79,11 @@ class RunInfo:
         return self.status in (RunStatus.FINISHED, RunStatus.FAILED)
 
 
+# The output of a failed record whose tool raised NoEffect: nothing happened, nothing to undo. A failed
+# execute never stores an output otherwise, so no tool can write this marker by what it raises.
+NO_EFFECT_OUTPUT = {"no_effect": True}
+
+
 @dataclass(frozen=True)
 class ToolRecord:
     """One tool execution, keyed ``(run_id, suffix)``; ``origin_run_id`` is whose effect it is (forks)."""
@@ -102,6 +107,11 @@ class ToolRecord:
     shared_id: str | None = None
     exec_owner: str | None = None  # the token of the process that last claimed it to execute
     exec_lease_expires_at: float | None = None  # journal clock; renewed while execute runs
+
+    @property
+    def had_no_effect(self) -> bool:
+        """A failed call whose tool said nothing happened (it raised ``NoEffect``)."""
+        return self.status is RecordStatus.FAILED and self.output == NO_EFFECT_OUTPUT
 
 
 @dataclass(frozen=True)
