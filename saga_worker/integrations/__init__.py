@@ -10,8 +10,9 @@ name to :func:`hooks` (the same mapping a Celery worker loads through ``SAGA_TOO
 
 from __future__ import annotations
 
+from contextlib import suppress
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, TypeVar
 
 from ..errors import InvalidInputError
 from ..tools import CallOptions, Hook, Tool
@@ -23,8 +24,13 @@ _EXTRAS = {
 }
 
 
-# The call a framework tool function is executing right now, set around it by the adapter.
+# The call a framework tool function is executing right now, set around it by the adapter, and
+# what that call has said about itself (``no_effect``), read back by the adapter once it returns.
 _CURRENT_CALL: ContextVar[CallOptions | None] = ContextVar("saga_current_call", default=None)
+_CURRENT_NOTES: ContextVar[dict[str, Any] | None] = ContextVar("saga_current_notes", default=None)
+_NO_EFFECT_ATTR = "__saga_no_effect__"
+
+E = TypeVar("E", bound=BaseException)
 
 
 def call_options() -> CallOptions:
@@ -37,6 +43,29 @@ def call_options() -> CallOptions:
             "with the saga capability, middleware or runner)"
         )
     return opts
+
+
+def no_effect(error: E) -> E:
+    """Mark the error a framework tool is about to raise (or return as an error result) as one raised
+    **before any side effect**, and hand it back: ``raise no_effect(ModelRetry("amount must be
+    positive"))``, ``raise no_effect(ToolException("card declined"))``.
+
+    The call is journaled ``failed`` with the mark (``saga_worker.NoEffect``): an unwind reads it
+    ``skipped-not-executed`` without asking ``recover``, and a re-run may execute it again under the
+    same key. Without the mark a failed call is a question for ``recover`` (``uncertain`` when the
+    tool has none). Use it only when nothing can have happened."""
+    with suppress(AttributeError):  # an exception type without a __dict__: the call's notes still say it
+        setattr(error, _NO_EFFECT_ATTR, True)
+    notes = _CURRENT_NOTES.get()
+    if notes is not None:
+        notes["no_effect"] = True
+    return error
+
+
+def said_no_effect(error: BaseException | None) -> bool:
+    """Whether the call executing now, or ``error``, was marked with :func:`no_effect`."""
+    notes = _CURRENT_NOTES.get()
+    return bool((notes or {}).get("no_effect")) or bool(getattr(error, _NO_EFFECT_ATTR, False))
 
 
 def _executed_by_the_agent(input: Any, opts: CallOptions) -> Any:
@@ -80,4 +109,4 @@ def missing_extra(module: str, error: ImportError) -> ImportError:
     )
 
 
-__all__ = ["call_options", "hooks", "missing_extra"]
+__all__ = ["call_options", "hooks", "missing_extra", "no_effect"]

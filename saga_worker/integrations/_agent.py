@@ -39,11 +39,19 @@ from ..compensation import assert_not_compensated
 from ..errors import CompensatedRunError, InvalidInputError, OutOfLineCallError, ToolFailedError
 from ..journal.base import Journal
 from ..keys import canonical_json, check_run_id, check_tool_name, hash16
-from ..tools import CallOptions, Tool, check_tools
-from . import _CURRENT_CALL
+from ..storable import exception_text
+from ..tools import CallOptions, NoEffect, Tool, check_tools
+from . import _CURRENT_CALL, _CURRENT_NOTES, said_no_effect
 from . import hooks as make_hooks
 
 JsonOf = Callable[[Any], Any]
+# The text of an error result (a framework tool that returned its failure instead of raising it), or None.
+ErrorOf = Callable[[Any], "str | None"]
+
+
+class ErrorResult(Exception):  # noqa: N818 - it is what the record's error says the call gave
+    """The tool gave an error result (say a ``ToolMessage`` with ``status="error"``): a failed call."""
+
 
 # Tools the caller gave no hooks for are still journaled: side-effecting, nothing to undo them with.
 _NO_HOOKS = make_hooks()
@@ -62,6 +70,10 @@ class Outcome:
 
 def _plain_json(value: Any) -> Any:
     return value
+
+
+def _no_error(value: Any) -> str | None:
+    return None
 
 
 _POSITIONAL = re.compile(r"call-([1-9][0-9]*)")
@@ -143,16 +155,19 @@ class AgentJournal:
         slot: Slot,
         execute: Callable[[], Any],
         json_of: JsonOf = _plain_json,
+        error_of: ErrorOf = _no_error,
     ) -> Outcome:
         """Settle one call: replay it from the journal, or claim it and run ``execute()`` once.
 
         An exception from ``execute`` is re-raised as it was (the framework's own control flow, such
-        as a retry request, keeps working), after the record says ``failed``."""
+        as a retry request, keeps working), after the record says ``failed``. A return value that
+        ``error_of`` reads as an error result is a failed call too, handed back as it was. Either is
+        journaled with the ``NoEffect`` mark when the tool said so (:func:`no_effect`)."""
         self._check_arguments(tool_name, input)
         call_id = self.call_id(tool_name, input, slot.position)
         self._check_in_line(call_id, tool_name, input, slot)
         box: dict[str, Any] = {}
-        tool = self._framework_tool(tool_name, _boxed_execute(tool_name, execute, json_of, box))
+        tool = self._framework_tool(tool_name, _boxed_execute(tool_name, execute, json_of, error_of, box))
         failed: ToolFailedError | None = None
         # finish=False: an agent run's end is not one call's; the adapter says when the run is over.
         with saga(
@@ -163,6 +178,8 @@ class AgentJournal:
             except ToolFailedError as exc:  # caught inside, so the block does not end the run failed
                 failed = exc
         if failed is not None:
+            if box.get("error_result"):
+                return Outcome(None, True, box.get("live"))  # journaled failed; the framework gets its result
             error = box.get("error")
             if isinstance(error, BaseException):
                 raise error
@@ -221,6 +238,7 @@ class AgentJournal:
         slot: Slot,
         execute: Callable[[], Awaitable[Any]],
         json_of: JsonOf = _plain_json,
+        error_of: ErrorOf = _no_error,
     ) -> Outcome:
         """``call`` from the framework's event loop. The journal is written on a worker thread (its
         I/O does not block the loop) and the framework's coroutine is run back on the loop it belongs
@@ -230,7 +248,7 @@ class AgentJournal:
         def on_loop() -> Any:
             return asyncio.run_coroutine_threadsafe(_awaited(execute), loop).result()
 
-        return await asyncio.to_thread(self.call, tool_name, input, slot, on_loop, json_of)
+        return await asyncio.to_thread(self.call, tool_name, input, slot, on_loop, json_of, error_of)
 
     def finish(self) -> None:
         """End the run ``finished`` (its agent run is over): a later re-run replays, executes nothing.
@@ -247,22 +265,37 @@ class AgentJournal:
 
 
 def _boxed_execute(
-    tool_name: str, execute: Callable[[], Any], json_of: JsonOf, box: dict[str, Any]
+    tool_name: str, execute: Callable[[], Any], json_of: JsonOf, error_of: ErrorOf, box: dict[str, Any]
 ) -> Callable[[Any, CallOptions], Any]:
     """A ``Tool.execute`` hook around the framework's ``execute()``: it journals the JSON of the
     result, and leaves in ``box`` the framework's own return value (``"live"``) or the exception
-    it raised (``"error"``), so ``call`` can hand either back to the framework as it was."""
+    it raised (``"error"``), so ``call`` can hand either back to the framework as it was.
+
+    A failure (an exception, or an error result) the tool marked with ``no_effect`` is raised to the
+    run machinery as ``NoEffect``, which journals it ``failed`` with that mark."""
 
     def run_it(_input: Any, opts: CallOptions) -> Any:
+        notes: dict[str, Any] = {}
         token = _CURRENT_CALL.set(opts)
+        notes_token = _CURRENT_NOTES.set(notes)
         try:
             live = execute()
-        except BaseException as exc:  # re-raised to the framework by ``call``, once the record is written
+        except Exception as exc:  # re-raised to the framework by ``call``, once the record is written
+            box["error"] = exc
+            if notes.get("no_effect") or said_no_effect(exc):
+                raise NoEffect(exception_text(exc)) from exc
+            raise
+        except BaseException as exc:
             box["error"] = exc
             raise
         finally:
+            _CURRENT_NOTES.reset(notes_token)
             _CURRENT_CALL.reset(token)
         box["live"] = live
+        error = error_of(live)
+        if error is not None:
+            box["error_result"] = True
+            raise NoEffect(error) if notes.get("no_effect") else ErrorResult(error)
         try:
             return json_of(live)
         except Exception as exc:

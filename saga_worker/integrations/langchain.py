@@ -89,7 +89,9 @@ class SagaMiddleware(AgentMiddleware[Any, Any, Any]):
         if not _reaches(request.tool, request.tool_call):
             return handler(request)  # the tool node answers it with its error; nothing to journal
         journal, name, args, slot = self._call(request)
-        outcome = journal.call(name, args, slot, lambda: handler(request), _json_of_message)
+        outcome = journal.call(
+            name, args, slot, lambda: handler(request), _json_of_message, _error_of_message
+        )
         return _message(request, outcome)
 
     async def awrap_tool_call(
@@ -100,7 +102,9 @@ class SagaMiddleware(AgentMiddleware[Any, Any, Any]):
         if not _reaches(request.tool, request.tool_call):
             return await handler(request)
         journal, name, args, slot = self._call(request)
-        outcome = await journal.acall(name, args, slot, lambda: handler(request), _json_of_message)
+        outcome = await journal.acall(
+            name, args, slot, lambda: handler(request), _json_of_message, _error_of_message
+        )
         return _message(request, outcome)
 
     def _call(self, request: ToolCallRequest) -> tuple[AgentJournal, str, Any, Slot]:
@@ -163,6 +167,13 @@ def _json_of_message(result: Any) -> Any:
             f"the tool returned a {type(result).__name__}; only ToolMessage results can be journaled and replayed"
         )
     return {"content": result.content, "artifact": result.artifact, "status": result.status}
+
+
+def _error_of_message(result: Any) -> str | None:
+    """An error result (``status="error"``: the tool raised and LangChain caught it) is a failed call."""
+    if isinstance(result, ToolMessage) and result.status == "error":
+        return result.content if isinstance(result.content, str) else str(result.content)
+    return None
 
 
 def _message(request: ToolCallRequest, outcome: Outcome) -> ToolMessage | Command[Any]:
