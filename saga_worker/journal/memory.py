@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 from ..errors import CompensatedRunError, MalformedRecordError, RunEndedError, RunExistsError, UnknownRunError
-from ..keys import canonical_json
 from ..storable import storable_or_none
 from .base import Journal, check_not_condemned_row
+from .memory_parts.claims import MemoryClaims
+from .memory_parts.common import copy_json as _copy
 from .records import (
     AuditRecord,
-    ClaimAttempt,
-    ClaimStatus,
     CompensationClaim,
     CompensationGate,
     NewAudit,
@@ -38,11 +35,6 @@ from .records import (
 _SETTLED = frozenset(s for s in UnwindState if s not in (UnwindState.PENDING, UnwindState.INCOMPLETE))
 
 
-def _copy(value: Any) -> Any:
-    """Values go in and out as JSON, as they do in SQL, so callers can never alias journal state."""
-    return None if value is None else json.loads(canonical_json(value))
-
-
 def _out(record: ToolRecord) -> ToolRecord:
     """A record as handed out: its input and output are copies, as a SQL row's would be, and its
     status is parsed as a SQL row's is (an unknown one fails closed: see ``parse_status``)."""
@@ -54,11 +46,6 @@ def _run_out(run: RunInfo) -> RunInfo:
     parse_status(RunStatus, run.status, run.run_id, "run status")
     parse_status(UnwindState, run.unwind_state, run.run_id, "unwind state")
     return run
-
-
-def _claim_out(claim: CompensationClaim) -> CompensationClaim:
-    parse_status(ClaimStatus, claim.status, claim.origin_run_id, f"compensation {claim.suffix!r}")
-    return claim
 
 
 def _shared_out(action: SharedAction) -> SharedAction:
@@ -81,7 +68,7 @@ def _new_run(
     )
 
 
-class MemoryJournal(Journal):
+class MemoryJournal(MemoryClaims, Journal):
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
         self._lock = threading.RLock()
@@ -98,9 +85,6 @@ class MemoryJournal(Journal):
         self._audit_keys: set[str] = set()
         self._audit_seq = 0
         self._shared: dict[tuple[str, int], SharedAction] = {}
-
-    def now(self) -> float:
-        return time.time()
 
     # -- runs -------------------------------------------------------------------------------------
     def start_run(self, run_id: str, prompt: str) -> tuple[RunInfo, bool]:
@@ -507,82 +491,6 @@ class MemoryJournal(Journal):
                 current = replace(current, status=status, output=_copy(output), error=storable_or_none(error))
             self._shared[(key, int(generation))] = current
             return _shared_out(current)
-
-    # -- compensation claims ----------------------------------------------------------------------
-    def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None:
-        with self._lock:
-            claim = self._claims.get((origin_run_id, suffix))
-            return None if claim is None else _claim_out(claim)
-
-    def get_claims(
-        self, origin_and_suffixes: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], CompensationClaim]:
-        with self._lock:
-            return {k: _claim_out(self._claims[k]) for k in origin_and_suffixes if k in self._claims}
-
-    def claim_compensation(
-        self,
-        origin_run_id: str,
-        suffix: str,
-        *,
-        via_run_id: str,
-        owner: str,
-        ttl: float,
-        idempotency_key: str,
-    ) -> ClaimAttempt:
-        with self._lock:
-            now = self.now()
-            key = (origin_run_id, suffix)
-            current = self._claims.get(key)
-            if current is not None:
-                _claim_out(current)  # an unknown status fails closed, as SQL's compare-and-set does
-            taken: dict[str, Any] = {
-                "status": ClaimStatus.CLAIMED,
-                "owner": owner,
-                "lease_expires_at": now + ttl,
-                "via_run_id": via_run_id,
-                "error": None,
-                "started_at": now,
-                "finished_at": None,
-            }
-            if current is None:
-                claim = CompensationClaim(
-                    origin_run_id=origin_run_id,
-                    suffix=suffix,
-                    attempts=1,
-                    idempotency_key=idempotency_key,
-                    **taken,
-                )
-            else:
-                takeable = current.status is ClaimStatus.FAILED or (
-                    current.status is ClaimStatus.CLAIMED
-                    and (current.lease_expires_at < now or current.owner == owner)
-                )
-                if not takeable:
-                    return ClaimAttempt(False, current)
-                claim = replace(current, attempts=current.attempts + 1, **taken)
-            self._claims[key] = claim
-            return ClaimAttempt(True, claim)
-
-    def renew_claim(self, origin_run_id: str, suffix: str, owner: str, ttl: float) -> bool:
-        with self._lock:
-            current = self._claims.get((origin_run_id, suffix))
-            if current is None or current.owner != owner or current.status is not ClaimStatus.CLAIMED:
-                return False
-            self._claims[(origin_run_id, suffix)] = replace(current, lease_expires_at=self.now() + ttl)
-            return True
-
-    def finish_claim(
-        self, origin_run_id: str, suffix: str, owner: str, status: ClaimStatus, error: str | None = None
-    ) -> bool:
-        with self._lock:
-            current = self._claims.get((origin_run_id, suffix))
-            if current is None or current.owner != owner or current.status is not ClaimStatus.CLAIMED:
-                return False
-            self._claims[(origin_run_id, suffix)] = replace(
-                current, status=status, error=storable_or_none(error), finished_at=self.now()
-            )
-            return True
 
     # -- unwind bookkeeping -----------------------------------------------------------------------
     def set_unwind_state(

@@ -11,10 +11,8 @@ time, with a busy timeout).
 
 from __future__ import annotations
 
-import functools
-import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,7 +26,6 @@ from ..errors import (
     RunExistsError,
     UnknownRunError,
 )
-from ..keys import canonical_json
 from ..redact import redact_url
 from ..storable import storable_or_none
 from . import driver, migrate
@@ -38,9 +35,7 @@ from .records import (
     AuditAction,
     AuditRecord,
     AuditVia,
-    ClaimAttempt,
     ClaimStatus,
-    CompensationClaim,
     CompensationGate,
     GateDecision,
     NewAudit,
@@ -59,29 +54,17 @@ from .records import (
     WorklistView,
     parse_status,
 )
-from .statements import CLAIM_PREFIX, RECORD_PREFIX, Statements, prefix_count, run_page
+from .sql_parts.claims import SqlClaims, claim_row
+from .sql_parts.common import CLAIM_PREFIX, RECORD_PREFIX
+from .sql_parts.common import Conflict as _Conflict
+from .sql_parts.common import dump_json as _dump
+from .sql_parts.common import load_json as _load
+from .statements import Statements, prefix_count, run_page
 
 T = TypeVar("T")
 
 
-class _Conflict(Exception):
-    """Raised inside a transaction to roll it back when an insert-if-absent lost its race."""
-
-
-def _dump(value: Any) -> str:
-    return canonical_json(value)
-
-
-def _load(text: str | None, run_id: str, what: str) -> Any:
-    if text is None:
-        return None
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise MalformedRecordError(run_id, what, f"stored value is not JSON ({exc})") from exc
-
-
-class SqlJournal(Journal):
+class SqlJournal(SqlClaims, Journal):
     """A journal in a SQL database. Every process that opens the same URL sees the same journal."""
 
     def __init__(
@@ -147,31 +130,6 @@ class SqlJournal(Journal):
             self.policy.release_guard(token)
         else:
             super()._release_guard(token)
-
-    # -- plumbing ---------------------------------------------------------------------------------
-    @functools.cached_property
-    def _q(self) -> Statements:
-        return Statements(self.engine.dialect)
-
-    def _write(self, work: Callable[[driver.Tx], T], *, atomic: bool = False, durable: bool = False) -> T:
-        """Run ``work``, which writes, on the driver (the hot path: see ``driver.transaction``).
-
-        ``atomic`` when its statements must commit together (a claim's gate and insert, a fork);
-        otherwise each statement is atomic alone and the work allows for writers between them.
-        ``durable`` when the commit must be on stable storage before this returns (SQLite's other
-        commits are synced lazily, at checkpoints: see ``driver.transaction``)."""
-        return driver.transaction(self._connections, work, write=True, atomic=atomic, durable=durable)
-
-    def _fetch(self, work: Callable[[driver.Tx], T]) -> T:
-        """Run ``work``, which only reads; each read is a fresh look, as under READ COMMITTED."""
-        return driver.transaction(self._connections, work, write=False, atomic=False)
-
-    def now(self) -> float:
-        if not self.policy.clock_is_the_servers:
-            return time.time()
-        row = self._fetch(lambda tx: tx.one(self._q.clock, {}))
-        assert row is not None
-        return float(next(iter(row.values())))
 
     # -- rows to values ---------------------------------------------------------------------------
     @staticmethod
@@ -276,24 +234,6 @@ class SqlJournal(Journal):
             "event": entry.event_key,
             "now": time.time(),
         }
-
-    @staticmethod
-    def _claim(m: Mapping[Any, Any]) -> CompensationClaim:
-        return CompensationClaim(
-            origin_run_id=m["origin_run_id"],
-            suffix=m["suffix"],
-            status=parse_status(
-                ClaimStatus, m["status"], m["origin_run_id"], f"compensation {m['suffix']!r}"
-            ),
-            owner=m["owner"],
-            lease_expires_at=m["lease_expires_at"],
-            attempts=m["attempts"],
-            idempotency_key=m["idempotency_key"],
-            via_run_id=m["via_run_id"],
-            error=m["error"],
-            started_at=m["started_at"],
-            finished_at=m["finished_at"],
-        )
 
     # -- runs -------------------------------------------------------------------------------------
     def start_run(self, run_id: str, prompt: str) -> tuple[RunInfo, bool]:
@@ -475,7 +415,7 @@ class SqlJournal(Journal):
         run, rows, claim_rows = self._fetch(work)
         found = self._records(rows, statuses)
         wanted = {(r.origin_run_id, r.suffix) for r in found}
-        owned = [c for c in map(self._claim, claim_rows) if (c.origin_run_id, c.suffix) in wanted]
+        owned = [c for c in map(claim_row, claim_rows) if (c.origin_run_id, c.suffix) in wanted]
         claims = {(c.origin_run_id, c.suffix): c for c in owned}
         if run is None:
             return WorklistView(None, found, claims)
@@ -821,80 +761,6 @@ class SqlJournal(Journal):
         row = self._write(work, atomic=gated_run is not None)
         return None if row is None else self._shared_row(row)
 
-    # -- compensation claims ----------------------------------------------------------------------
-    def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None:
-        row = self._fetch(
-            lambda tx: tx.one(self._q.claim_get, {"origin": origin_run_id, "step_suffix": suffix})
-        )
-        return None if row is None else self._claim(row)
-
-    def get_claims(
-        self, origin_and_suffixes: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], CompensationClaim]:
-        wanted = set(origin_and_suffixes)
-        origins = sorted({o for o, _ in wanted})
-
-        def work(tx: driver.Tx) -> list[driver.Row]:
-            # One indexed read per origin run (a run's own, plus one per fork it shares effects with).
-            return [row for o in origins for row in tx.all(self._q.claims_of_origin, {"origin": o})]
-
-        rows = self._fetch(work) if wanted else []
-        found = [c for c in map(self._claim, rows) if (c.origin_run_id, c.suffix) in wanted]  # all parsed
-        return {(c.origin_run_id, c.suffix): c for c in found}
-
-    def claim_compensation(
-        self,
-        origin_run_id: str,
-        suffix: str,
-        *,
-        via_run_id: str,
-        owner: str,
-        ttl: float,
-        idempotency_key: str,
-    ) -> ClaimAttempt:
-        q = self._q
-        params = {
-            "origin": origin_run_id,
-            "step_suffix": suffix,
-            "holder": owner,
-            "ttl": float(ttl),
-            "key": idempotency_key,
-            "via": via_run_id,
-            "now": time.time(),
-        }
-
-        def work(tx: driver.Tx) -> ClaimAttempt:
-            row = tx.one(q.claim_insert, params) or tx.one(q.claim_take, params)
-            if row is not None:
-                return ClaimAttempt(True, self._claim(row))
-            current = tx.one(q.claim_get, params)
-            return ClaimAttempt(False, None if current is None else self._claim(current))
-
-        return self._write(work)
-
-    def renew_claim(self, origin_run_id: str, suffix: str, owner: str, ttl: float) -> bool:
-        params = {
-            "origin": origin_run_id,
-            "step_suffix": suffix,
-            "holder": owner,
-            "ttl": float(ttl),
-            "now": time.time(),
-        }
-        return self._write(lambda tx: tx.one(self._q.claim_renew, params)) is not None
-
-    def finish_claim(
-        self, origin_run_id: str, suffix: str, owner: str, status: ClaimStatus, error: str | None = None
-    ) -> bool:
-        params = {
-            "origin": origin_run_id,
-            "step_suffix": suffix,
-            "holder": owner,
-            "new_status": status.value,
-            "new_error": storable_or_none(error),
-            "now": time.time(),
-        }
-        return self._write(lambda tx: tx.one(self._q.claim_finish, params)) is not None
-
     # -- unwind bookkeeping -----------------------------------------------------------------------
     def set_unwind_state(
         self,
@@ -1147,7 +1013,7 @@ class SqlJournal(Journal):
         claim = {k[len(CLAIM_PREFIX) :]: v for k, v in both.items() if k.startswith(CLAIM_PREFIX)}
         has_claim = claim["origin_run_id"] is not None
         return StepView(
-            unwind, at, entry, self._record(both), self._claim(claim) if has_claim else None, previous
+            unwind, at, entry, self._record(both), claim_row(claim) if has_claim else None, previous
         )
 
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:

@@ -6,10 +6,8 @@ shared executions, unwinds): a new statement goes into its area's builder, a new
 of its own. What differs between SQLite and PostgreSQL is the dialect policy's (``dialects.py``),
 never a branch here.
 
-Parameter names never repeat a column name (SQLAlchemy reserves those inside VALUES and SET):
-``run`` a run id, ``step_suffix`` a step's suffix, ``origin`` the run whose effect a claim is about,
-``unwind`` an unwind id, ``now`` this machine's clock. Leases and the tombstone read PostgreSQL's clock instead, so that skewed worker
-clocks cannot shorten a lease; on SQLite (one machine) they read ``now`` too.
+The bound parameters the areas share, and their names, are in ``sql_parts/common.py``; an area
+moved into a part of its own (``sql_parts/``) keeps its statements there, beside its methods.
 """
 
 from __future__ import annotations
@@ -27,61 +25,34 @@ from .schema import (
     decisions,
     gates,
     records,
-    records_waiting_clause,
     runs,
     shared,
     unwind_entries,
     unwinds,
 )
-
-b = sa.bindparam
-CLAIM_PREFIX = "claim_"
-RECORD_PREFIX = "record_"
-# The unwind states the sweeper re-drives; every other known state is settled (or never asked).
-UNSWEPT = frozenset({UnwindState.PENDING, UnwindState.INCOMPLETE})
-
-
-# A run in one of these accepts no new call and no new decision (RunInfo.ended).
-# (Written out, not as IN: an IN-list parameter cannot be prepared once.)
-ENDED = sa.or_(*(runs.c.status == s.value for s in (RunStatus.FINISHED, RunStatus.FAILED)))
-NOT_ENDED = sa.and_(*(runs.c.status != s.value for s in (RunStatus.FINISHED, RunStatus.FAILED)))
-
-# Bound parameters and values more than one area shares.
-NOW = b("now", type_=sa.Double)
-MAX_ROWS = b("max_rows", type_=sa.Integer)
-WAITING = records_waiting_clause()
-RUN = runs.c.run_id == b("run")
-# An audit row's values but its run and time (see SqlJournal._audit_params).
-AUDIT_VALUES: dict[str, sa.BindParameter[Any]] = {
-    "action": b("what", type_=sa.String),
-    "actor": b("who", type_=sa.String),
-    "via": b("through", type_=sa.String),
-    "reason": b("why", type_=sa.String),
-    "target": b("which", type_=sa.String),
-    "detail": b("details", type_=sa.Text),
-    "event_key": b("event", type_=sa.String),
-}
-NEW_RUN = {
-    "run_id": b("run"),
-    "status": RunStatus.RUNNING.value,
-    "prompt": b("new_prompt"),
-    "text": "",
-    "created_at": NOW,
-    "updated_at": NOW,
-}
+from .sql_parts.claims import ClaimStatements
+from .sql_parts.common import (
+    AUDIT_VALUES,
+    CLAIM_PREFIX,
+    ENDED,
+    MAX_ROWS,
+    NEW_RUN,
+    NOT_ENDED,
+    NOW,
+    RECORD_PREFIX,
+    RUN,
+    UNSWEPT,
+    WAITING,
+    StatementsBase,
+    b,
+)
 
 
-def server_clock(dialect_name: str) -> sa.ColumnElement[float]:
-    """The clock leases are judged by: PostgreSQL's own, or the bound ``now`` on SQLite."""
-    return policy_for(dialect_name).clock()
-
-
-class Statements:
+class Statements(ClaimStatements, StatementsBase):
     """The prepared statements of one dialect, as attributes named for what they do."""
 
     def __init__(self, dialect: sa.Dialect) -> None:
-        self.dialect = dialect
-        self.policy = policy_for(dialect.name)
+        super().__init__(dialect)
         self._build_runs()
         self._build_tombstone_and_its_gate()
         self._build_sweeps()
@@ -98,9 +69,6 @@ class Statements:
         self._build_unwinds()
         self._build_step_view()
         self._build_step_finish()
-
-    def _prepare(self, statement: sa.ClauseElement) -> Prepared:
-        return Prepared(statement, self.dialect)
 
     def _build_runs(self) -> None:
         """A run: start, read, end."""
@@ -404,65 +372,6 @@ class Statements:
             )
             .values(exec_lease_expires_at=lease)
             .returning(records.c.exec_owner)
-        )
-
-    def _build_claims(self) -> None:
-        """Compensation claims: the journal's truth about who undoes a step."""
-        insert = self.policy.insert
-        clock = self.policy.clock()
-        p = self._prepare
-        pk = (claims.c.origin_run_id == b("origin"), claims.c.suffix == b("step_suffix"))
-        mine = (*pk, claims.c.owner == b("holder"), claims.c.status == ClaimStatus.CLAIMED.value)
-        lease = clock + b("ttl", type_=sa.Double)
-        # The same owner may take its own claim back: a redelivered task re-drives its dead attempt.
-        takeable = sa.or_(
-            claims.c.status == ClaimStatus.FAILED.value,
-            sa.and_(
-                claims.c.status == ClaimStatus.CLAIMED.value,
-                sa.or_(claims.c.lease_expires_at < clock, claims.c.owner == b("holder")),
-            ),
-        )
-        self.claim_insert = p(
-            insert(claims)
-            .values(
-                origin_run_id=b("origin"),
-                suffix=b("step_suffix"),
-                status=ClaimStatus.CLAIMED.value,
-                owner=b("holder"),
-                lease_expires_at=lease,
-                attempts=1,
-                idempotency_key=b("key"),
-                via_run_id=b("via"),
-                started_at=clock,
-            )
-            .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
-            .returning(*claims.c)
-        )
-        self.claim_take = p(
-            sa.update(claims)
-            .where(*pk, takeable)
-            .values(
-                status=ClaimStatus.CLAIMED.value,
-                owner=b("holder"),
-                lease_expires_at=lease,
-                attempts=claims.c.attempts + 1,
-                via_run_id=b("via"),
-                error=None,
-                started_at=clock,
-                finished_at=None,
-            )
-            .returning(*claims.c)
-        )
-        self.claim_get = p(sa.select(claims).where(*pk))
-        self.claims_of_origin = p(sa.select(claims).where(claims.c.origin_run_id == b("origin")))
-        self.claim_renew = p(
-            sa.update(claims).where(*mine).values(lease_expires_at=lease).returning(claims.c.owner)
-        )
-        self.claim_finish = p(
-            sa.update(claims)
-            .where(*mine)
-            .values(status=b("new_status"), error=b("new_error"), finished_at=clock)
-            .returning(claims.c.owner)
         )
 
     def _build_compensation_gates(self) -> None:

@@ -1,0 +1,1 @@
+"""The memory journal's parts by area (composed in ``memory.py``)."""

@@ -1,0 +1,169 @@
+"""Compensation claims (the journal's truth about who undoes a step) in SQL: statements and part."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import sqlalchemy as sa
+
+from ...storable import storable_or_none
+from .. import driver
+from ..records import ClaimAttempt, ClaimStatus, CompensationClaim, parse_status
+from ..schema import claims
+from .common import SqlPlumbing, StatementsBase, b
+
+
+class ClaimStatements(StatementsBase):
+    def _build_claims(self) -> None:
+        """Compensation claims: the journal's truth about who undoes a step."""
+        insert = self.policy.insert
+        clock = self.policy.clock()
+        p = self._prepare
+        pk = (claims.c.origin_run_id == b("origin"), claims.c.suffix == b("step_suffix"))
+        mine = (*pk, claims.c.owner == b("holder"), claims.c.status == ClaimStatus.CLAIMED.value)
+        lease = clock + b("ttl", type_=sa.Double)
+        # The same owner may take its own claim back: a redelivered task re-drives its dead attempt.
+        takeable = sa.or_(
+            claims.c.status == ClaimStatus.FAILED.value,
+            sa.and_(
+                claims.c.status == ClaimStatus.CLAIMED.value,
+                sa.or_(claims.c.lease_expires_at < clock, claims.c.owner == b("holder")),
+            ),
+        )
+        self.claim_insert = p(
+            insert(claims)
+            .values(
+                origin_run_id=b("origin"),
+                suffix=b("step_suffix"),
+                status=ClaimStatus.CLAIMED.value,
+                owner=b("holder"),
+                lease_expires_at=lease,
+                attempts=1,
+                idempotency_key=b("key"),
+                via_run_id=b("via"),
+                started_at=clock,
+            )
+            .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
+            .returning(*claims.c)
+        )
+        self.claim_take = p(
+            sa.update(claims)
+            .where(*pk, takeable)
+            .values(
+                status=ClaimStatus.CLAIMED.value,
+                owner=b("holder"),
+                lease_expires_at=lease,
+                attempts=claims.c.attempts + 1,
+                via_run_id=b("via"),
+                error=None,
+                started_at=clock,
+                finished_at=None,
+            )
+            .returning(*claims.c)
+        )
+        self.claim_get = p(sa.select(claims).where(*pk))
+        self.claims_of_origin = p(sa.select(claims).where(claims.c.origin_run_id == b("origin")))
+        self.claim_renew = p(
+            sa.update(claims).where(*mine).values(lease_expires_at=lease).returning(claims.c.owner)
+        )
+        self.claim_finish = p(
+            sa.update(claims)
+            .where(*mine)
+            .values(status=b("new_status"), error=b("new_error"), finished_at=clock)
+            .returning(claims.c.owner)
+        )
+
+
+def claim_row(m: Mapping[Any, Any]) -> CompensationClaim:
+    return CompensationClaim(
+        origin_run_id=m["origin_run_id"],
+        suffix=m["suffix"],
+        status=parse_status(ClaimStatus, m["status"], m["origin_run_id"], f"compensation {m['suffix']!r}"),
+        owner=m["owner"],
+        lease_expires_at=m["lease_expires_at"],
+        attempts=m["attempts"],
+        idempotency_key=m["idempotency_key"],
+        via_run_id=m["via_run_id"],
+        error=m["error"],
+        started_at=m["started_at"],
+        finished_at=m["finished_at"],
+    )
+
+
+class SqlClaims(SqlPlumbing):
+    """``ClaimsPart`` (``journal/parts.py``) on the statements above."""
+
+    def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None:
+        row = self._fetch(
+            lambda tx: tx.one(self._q.claim_get, {"origin": origin_run_id, "step_suffix": suffix})
+        )
+        return None if row is None else claim_row(row)
+
+    def get_claims(
+        self, origin_and_suffixes: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], CompensationClaim]:
+        wanted = set(origin_and_suffixes)
+        origins = sorted({o for o, _ in wanted})
+
+        def work(tx: driver.Tx) -> list[driver.Row]:
+            # One indexed read per origin run (a run's own, plus one per fork it shares effects with).
+            return [row for o in origins for row in tx.all(self._q.claims_of_origin, {"origin": o})]
+
+        rows = self._fetch(work) if wanted else []
+        found = [c for c in map(claim_row, rows) if (c.origin_run_id, c.suffix) in wanted]  # all parsed
+        return {(c.origin_run_id, c.suffix): c for c in found}
+
+    def claim_compensation(
+        self,
+        origin_run_id: str,
+        suffix: str,
+        *,
+        via_run_id: str,
+        owner: str,
+        ttl: float,
+        idempotency_key: str,
+    ) -> ClaimAttempt:
+        q = self._q
+        params = {
+            "origin": origin_run_id,
+            "step_suffix": suffix,
+            "holder": owner,
+            "ttl": float(ttl),
+            "key": idempotency_key,
+            "via": via_run_id,
+            "now": time.time(),
+        }
+
+        def work(tx: driver.Tx) -> ClaimAttempt:
+            row = tx.one(q.claim_insert, params) or tx.one(q.claim_take, params)
+            if row is not None:
+                return ClaimAttempt(True, claim_row(row))
+            current = tx.one(q.claim_get, params)
+            return ClaimAttempt(False, None if current is None else claim_row(current))
+
+        return self._write(work)
+
+    def renew_claim(self, origin_run_id: str, suffix: str, owner: str, ttl: float) -> bool:
+        params = {
+            "origin": origin_run_id,
+            "step_suffix": suffix,
+            "holder": owner,
+            "ttl": float(ttl),
+            "now": time.time(),
+        }
+        return self._write(lambda tx: tx.one(self._q.claim_renew, params)) is not None
+
+    def finish_claim(
+        self, origin_run_id: str, suffix: str, owner: str, status: ClaimStatus, error: str | None = None
+    ) -> bool:
+        params = {
+            "origin": origin_run_id,
+            "step_suffix": suffix,
+            "holder": owner,
+            "new_status": status.value,
+            "new_error": storable_or_none(error),
+            "now": time.time(),
+        }
+        return self._write(lambda tx: tx.one(self._q.claim_finish, params)) is not None
