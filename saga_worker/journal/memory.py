@@ -12,6 +12,7 @@ from ..storable import storable_or_none
 from .base import Journal, check_not_condemned_row
 from .memory_parts.claims import MemoryClaims
 from .memory_parts.common import copy_json as _copy
+from .memory_parts.shared import MemoryShared
 from .records import (
     AuditRecord,
     CompensationClaim,
@@ -23,7 +24,6 @@ from .records import (
     RunQuery,
     RunStatus,
     SharedAction,
-    SharedStatus,
     StepFinish,
     ToolRecord,
     UnwindInfo,
@@ -48,10 +48,6 @@ def _run_out(run: RunInfo) -> RunInfo:
     return run
 
 
-def _shared_out(action: SharedAction) -> SharedAction:
-    return replace(action, input=_copy(action.input), output=_copy(action.output))
-
-
 def _new_run(
     run_id: str, status: RunStatus, prompt: str, now: float, *, source_run_id: str | None = None
 ) -> RunInfo:
@@ -68,7 +64,7 @@ def _new_run(
     )
 
 
-class MemoryJournal(MemoryClaims, Journal):
+class MemoryJournal(MemoryShared, MemoryClaims, Journal):
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
         self._lock = threading.RLock()
@@ -188,17 +184,6 @@ class MemoryJournal(MemoryClaims, Journal):
         with self._lock:
             rows = [_out(r) for r in self._records.values() if r.status in wanted]
         return sorted(rows, key=lambda r: (r.updated_at, r.run_id, r.suffix))[:limit]
-
-    def _tombstone_gate(self, run_id: str, gated: bool, *, ended: bool = True) -> None:
-        """Under the lock, as SQL's statement on the run's row: refuse a condemned run (``gated``) and
-        one that has ended (``ended``: a call, never a person's word on one already suspended)."""
-        run = self._runs.get(run_id)
-        if run is None:
-            raise UnknownRunError(run_id)
-        if gated and run.condemned:
-            raise CompensatedRunError(run_id)
-        if ended and run.ended:
-            raise RunEndedError(run_id, str(getattr(run.status, "value", run.status)))
 
     def claim_record(
         self,
@@ -418,79 +403,6 @@ class MemoryJournal(MemoryClaims, Journal):
     def read_audit(self, run_id: str) -> list[AuditRecord]:
         with self._lock:
             return [replace(r, detail=_copy(r.detail)) for r in self._audit.get(run_id, [])]
-
-    # -- cross-run shared executions --------------------------------------------------------------
-    def latest_shared(self, key: str) -> SharedAction | None:
-        with self._lock:
-            found = [a for (k, _), a in self._shared.items() if k == key]
-            return _shared_out(max(found, key=lambda a: a.generation)) if found else None
-
-    def get_shared(self, shared_id: str) -> SharedAction | None:
-        key, _, generation = shared_id.rpartition(":")
-        with self._lock:
-            found = self._shared.get((key, int(generation))) if generation.isdigit() else None
-            return None if found is None else _shared_out(found)
-
-    def insert_shared(
-        self,
-        key: str,
-        generation: int,
-        tool_name: str,
-        input: Any,
-        run_id: str,
-        window_s: float,
-        *,
-        gated_run: str | None = None,
-    ) -> SharedAction | None:
-        with self._lock:
-            if gated_run is not None:
-                self._tombstone_gate(gated_run, True)
-            if (key, generation) in self._shared:
-                return None
-            now = self.now()
-            action = SharedAction(
-                shared_id=f"{key}:{generation}",
-                key=key,
-                generation=generation,
-                tool_name=tool_name,
-                input=_copy(input),
-                status=SharedStatus.RUNNING,
-                output=None,
-                error=None,
-                attempts=1,
-                run_id=run_id,
-                created_at=now,
-                expires_at=now + window_s,
-            )
-            self._shared[(key, generation)] = action
-            return _shared_out(action)
-
-    def settle_shared(
-        self,
-        shared_id: str,
-        expected: SharedStatus,
-        status: SharedStatus,
-        *,
-        output: Any = None,
-        error: str | None = None,
-        reclaim: bool = False,
-        gated_run: str | None = None,
-    ) -> SharedAction | None:
-        key, _, generation = shared_id.rpartition(":")
-        with self._lock:
-            if gated_run is not None:
-                self._tombstone_gate(gated_run, True)
-            current = self._shared.get((key, int(generation)))
-            if current is None or current.status is not expected:
-                return None
-            if reclaim:
-                current = replace(
-                    current, status=SharedStatus.RUNNING, attempts=current.attempts + 1, error=None
-                )
-            else:
-                current = replace(current, status=status, output=_copy(output), error=storable_or_none(error))
-            self._shared[(key, int(generation))] = current
-            return _shared_out(current)
 
     # -- unwind bookkeeping -----------------------------------------------------------------------
     def set_unwind_state(

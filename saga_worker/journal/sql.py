@@ -22,7 +22,6 @@ from ..errors import (
     CompensatedRunError,
     JournalError,
     MalformedRecordError,
-    RunEndedError,
     RunExistsError,
     UnknownRunError,
 )
@@ -44,8 +43,6 @@ from .records import (
     RunInfo,
     RunQuery,
     RunStatus,
-    SharedAction,
-    SharedStatus,
     StepFinish,
     StepView,
     ToolRecord,
@@ -59,12 +56,15 @@ from .sql_parts.common import CLAIM_PREFIX, RECORD_PREFIX
 from .sql_parts.common import Conflict as _Conflict
 from .sql_parts.common import dump_json as _dump
 from .sql_parts.common import load_json as _load
+from .sql_parts.records import record_row
+from .sql_parts.runs import refusal, run_row, tombstone_gate
+from .sql_parts.shared import SqlShared
 from .statements import Statements, prefix_count, run_page
 
 T = TypeVar("T")
 
 
-class SqlJournal(SqlClaims, Journal):
+class SqlJournal(SqlShared, SqlClaims, Journal):
     """A journal in a SQL database. Every process that opens the same URL sees the same journal."""
 
     def __init__(
@@ -133,49 +133,6 @@ class SqlJournal(SqlClaims, Journal):
 
     # -- rows to values ---------------------------------------------------------------------------
     @staticmethod
-    def _run(m: Mapping[Any, Any]) -> RunInfo:
-        return RunInfo(
-            run_id=m["run_id"],
-            status=parse_status(RunStatus, m["status"], m["run_id"], "run status"),
-            prompt=m["prompt"],
-            text=m["text"],
-            error=m["error"],
-            condemned_at=m["condemned_at"],
-            created_at=m["created_at"],
-            updated_at=m["updated_at"],
-            source_run_id=m["source_run_id"],
-            unwind_state=parse_status(UnwindState, m["unwind_state"], m["run_id"], "unwind state"),
-            unwind_attempts=m["unwind_attempts"],
-            unwind_next_at=m["unwind_next_at"],
-            unwind_note=m["unwind_note"],
-            unwind_epoch=m.get("unwind_epoch") or 0,
-        )
-
-    @staticmethod
-    def _record(m: Mapping[Any, Any]) -> ToolRecord:
-        rid, what = m["run_id"], f"{m['suffix']!r}"
-        return ToolRecord(
-            run_id=rid,
-            suffix=m["suffix"],
-            seq=m["seq"],
-            step=m["step"],
-            tool_call_id=m["tool_call_id"],
-            tool_name=m["tool_name"],
-            mode=m["mode"],
-            input=_load(m["input"], rid, what + " input"),
-            status=parse_status(RecordStatus, m["status"], rid, what),
-            output=_load(m["output"], rid, what + " output"),
-            error=m["error"],
-            attempts=m["attempts"],
-            origin_run_id=m["origin_run_id"],
-            created_at=m["created_at"],
-            updated_at=m["updated_at"],
-            shared_id=m.get("shared_id"),
-            exec_owner=m.get("exec_owner"),
-            exec_lease_expires_at=m.get("exec_lease_expires_at"),
-        )
-
-    @staticmethod
     def _gate_row(m: Mapping[Any, Any]) -> CompensationGate:
         return CompensationGate(
             origin_run_id=m["origin_run_id"],
@@ -204,24 +161,6 @@ class SqlJournal(SqlClaims, Journal):
         )
 
     @staticmethod
-    def _shared_row(m: Mapping[Any, Any]) -> SharedAction:
-        sid = f"{m['key']}:{m['generation']}"
-        return SharedAction(
-            shared_id=sid,
-            key=m["key"],
-            generation=int(m["generation"]),
-            tool_name=m["tool_name"],
-            input=_load(m["input"], m["run_id"], f"shared action {sid!r} input"),
-            status=parse_status(SharedStatus, m["status"], m["run_id"], f"shared action {sid!r}"),
-            output=_load(m["output"], m["run_id"], f"shared action {sid!r} output"),
-            error=m["error"],
-            attempts=m["attempts"],
-            run_id=m["run_id"],
-            created_at=m["created_at"],
-            expires_at=m["expires_at"],
-        )
-
-    @staticmethod
     def _audit_params(entry: NewAudit) -> dict[str, Any]:
         return {
             "run": entry.run_id,
@@ -245,14 +184,14 @@ class SqlJournal(SqlClaims, Journal):
 
         row, created = self._write(work)
         assert row is not None  # the insert lost to an existing row, and rows are never deleted
-        run = self._run(row)
+        run = run_row(row)
         if not created and run.condemned:
             raise CompensatedRunError(run_id)
         return run, created
 
     def get_run(self, run_id: str) -> RunInfo | None:
         row = self._fetch(lambda tx: tx.one(self._q.run_get, {"run": run_id}))
-        return None if row is None else self._run(row)
+        return None if row is None else run_row(row)
 
     def page_runs(self, query: RunQuery) -> list[RunInfo]:
         shape = (
@@ -286,7 +225,7 @@ class SqlJournal(SqlClaims, Journal):
             params["id_lo"], params["id_hi"] = query.search, query.search + "~"
         if query.before is not None:
             params["before_at"], params["before_id"] = float(query.before[0]), query.before[1]
-        return [self._run(r) for r in self._fetch(lambda tx: tx.all(stmt, params))]
+        return [run_row(r) for r in self._fetch(lambda tx: tx.all(stmt, params))]
 
     # A prefix shared by more runs than this is searched by walking the page index, not its id range.
     COMMON_PREFIX = 5000
@@ -322,7 +261,7 @@ class SqlJournal(SqlClaims, Journal):
         row = self._write(work)
         if row is None:
             raise UnknownRunError(run_id)
-        return self._run(row)
+        return run_row(row)
 
     def condemn(self, run_id: str, *, audit: NewAudit | None = None) -> float:
         q = self._q
@@ -369,7 +308,7 @@ class SqlJournal(SqlClaims, Journal):
         def work(tx: driver.Tx) -> driver.Row:
             row = tx.one(q.decision_insert, params) or tx.one(q.decision_get, params)
             if row is None:  # not inserted and not there: the run has ended
-                raise self._refusal(tx, run_id, gated=False)
+                raise refusal(tx, self._q, run_id, gated=False)
             return row
 
         row = self._write(work)
@@ -382,7 +321,7 @@ class SqlJournal(SqlClaims, Journal):
     # -- records ----------------------------------------------------------------------------------
     def get_record(self, run_id: str, suffix: str) -> ToolRecord | None:
         row = self._fetch(lambda tx: tx.one(self._q.record_get, {"run": run_id, "step_suffix": suffix}))
-        return None if row is None else self._record(row)
+        return None if row is None else record_row(row)
 
     def list_records(self, run_id: str, statuses: Sequence[RecordStatus] | None = None) -> list[ToolRecord]:
         rows = self._fetch(lambda tx: tx.all(self._q.records_of_run, {"run": run_id}))
@@ -392,13 +331,13 @@ class SqlJournal(SqlClaims, Journal):
         # Filtered on the column (unlike _records): a row of a status this code does not know is
         # not one a person is asked about; it still fails closed wherever a run's records are read.
         rows = self._fetch(lambda tx: tx.all(self._q.records_waiting, {"max_rows": int(limit)}))
-        return [self._record(r) for r in rows]
+        return [record_row(r) for r in rows]
 
     def _records(self, rows: list[driver.Row], statuses: Sequence[RecordStatus] | None) -> list[ToolRecord]:
         # Every row is parsed before any is left out: a status this code does not know (another case, a
         # newer writer's value) fails closed, naming the run and the step, instead of silently dropping
         # the step from an unwind. So the filter is on parsed values, never on the column in SQL.
-        parsed = [self._record(r) for r in rows]
+        parsed = [record_row(r) for r in rows]
         if statuses is None:
             return parsed
         return [r for r in parsed if r.status in statuses]
@@ -420,33 +359,7 @@ class SqlJournal(SqlClaims, Journal):
         if run is None:
             return WorklistView(None, found, claims)
         who = (run["condemner_actor"], run["condemner_reason"] or None)
-        return WorklistView(self._run(run), found, claims, who)
-
-    def _tombstone_gate(self, tx: driver.Tx, run_id: str, gated: bool) -> int:
-        """Lock the run's row and take the next sequence number, refusing a condemned run if ``gated``.
-
-        This row lock is what orders a claim against the tombstone: ``condemn`` updates the same row,
-        so whichever commits second sees the other."""
-        params = {"run": run_id}
-        row = tx.one(self._q.tombstone_gate if gated else self._q.next_seq_ungated, params)
-        if row is not None:
-            return int(row["next_seq"])
-        raise self._refusal(tx, run_id, gated=gated)
-
-    def _call_gate(self, tx: driver.Tx, run_id: str) -> None:
-        """The gated tombstone gate without a sequence number (a shared execution's claim)."""
-        if tx.one(self._q.call_gate_lock, {"run": run_id}) is None:
-            raise self._refusal(tx, run_id, gated=True)
-
-    def _refusal(self, tx: driver.Tx, run_id: str, *, gated: bool) -> Exception:
-        """Why the gate refused: an unknown run, a condemned one (``gated``), or one that has ended."""
-        row = tx.one(self._q.run_get, {"run": run_id})
-        if row is None:
-            return UnknownRunError(run_id)
-        run = self._run(row)
-        if run.ended and not (gated and run.condemned):
-            return RunEndedError(run_id, run.status.value)
-        return CompensatedRunError(run_id)
+        return WorklistView(run_row(run), found, claims, who)
 
     def claim_record(
         self,
@@ -507,13 +420,13 @@ class SqlJournal(SqlClaims, Journal):
         sequence number as ``at_seq``); None, with nothing written, if the statement changed no row."""
 
         def work(tx: driver.Tx) -> driver.Row:
-            row = tx.one(stmt, {**params, "at_seq": self._tombstone_gate(tx, run_id, gated)})
+            row = tx.one(stmt, {**params, "at_seq": tombstone_gate(tx, self._q, run_id, gated)})
             if row is None:
                 raise _Conflict  # roll back the sequence number we took
             return row
 
         try:
-            return self._record(self._write(work, atomic=True, durable=durable))
+            return record_row(self._write(work, atomic=True, durable=durable))
         except _Conflict:
             return None
 
@@ -560,7 +473,7 @@ class SqlJournal(SqlClaims, Journal):
             return row
 
         row = self._write(work)
-        return None if row is None else self._record(row)
+        return None if row is None else record_row(row)
 
     def renew_execution(self, run_id: str, suffix: str, owner: str, ttl: float) -> bool:
         params = {
@@ -577,7 +490,7 @@ class SqlJournal(SqlClaims, Journal):
     ) -> ToolRecord | None:
         params = self._settle_params(run_id, suffix, expected, RecordStatus.SUCCEEDED, output, None)
         row = self._write(lambda tx: tx.one(self._q.record_settle, params))
-        return None if row is None else self._record(row)
+        return None if row is None else record_row(row)
 
     def fork(self, source_run_id: str, step: int, new_run_id: str) -> None:
         q = self._q
@@ -587,7 +500,7 @@ class SqlJournal(SqlClaims, Journal):
             source = tx.one(q.fork_lock_source, params)
             if source is None:
                 raise UnknownRunError(source_run_id)
-            if self._run(source).condemned:
+            if run_row(source).condemned:
                 raise CompensatedRunError(source_run_id)
             made = tx.one(
                 q.fork_insert, {**params, "new_prompt": source["prompt"], "at_seq": source["next_seq"]}
@@ -631,7 +544,7 @@ class SqlJournal(SqlClaims, Journal):
             return row
 
         try:
-            return self._record(self._write(work, atomic=True))
+            return record_row(self._write(work, atomic=True))
         except _Conflict:
             return None
 
@@ -686,81 +599,6 @@ class SqlJournal(SqlClaims, Journal):
         rows = self._fetch(lambda tx: tx.all(self._q.audit_of_run, {"run": run_id}))
         return [self._audit_row(r) for r in rows]
 
-    # -- cross-run shared executions --------------------------------------------------------------
-    def latest_shared(self, key: str) -> SharedAction | None:
-        row = self._fetch(lambda tx: tx.one(self._q.shared_latest, {"k": key, "max_rows": 1}))
-        return None if row is None else self._shared_row(row)
-
-    def get_shared(self, shared_id: str) -> SharedAction | None:
-        key, _, generation = shared_id.rpartition(":")
-        if not generation.isdigit():
-            return None
-        row = self._fetch(lambda tx: tx.one(self._q.shared_get, {"k": key, "gen": int(generation)}))
-        return None if row is None else self._shared_row(row)
-
-    def insert_shared(
-        self,
-        key: str,
-        generation: int,
-        tool_name: str,
-        input: Any,
-        run_id: str,
-        window_s: float,
-        *,
-        gated_run: str | None = None,
-    ) -> SharedAction | None:
-        params = {
-            "k": key,
-            "gen": int(generation),
-            "name": tool_name,
-            "call_input": _dump(input),
-            "run": run_id,
-            "window": float(window_s),
-            "now": time.time(),
-        }
-        if gated_run is None:
-            row = self._write(lambda tx: tx.one(self._q.shared_insert, params))
-            return None if row is None else self._shared_row(row)
-        run_id_gated = gated_run
-
-        def gated(tx: driver.Tx) -> driver.Row | None:
-            self._call_gate(tx, run_id_gated)
-            return tx.one(self._q.shared_insert, params)
-
-        row = self._write(gated, atomic=True)
-        return None if row is None else self._shared_row(row)
-
-    def settle_shared(
-        self,
-        shared_id: str,
-        expected: SharedStatus,
-        status: SharedStatus,
-        *,
-        output: Any = None,
-        error: str | None = None,
-        reclaim: bool = False,
-        gated_run: str | None = None,
-    ) -> SharedAction | None:
-        key, _, generation = shared_id.rpartition(":")
-        params = {
-            "k": key,
-            "gen": int(generation),
-            "expected": expected.value,
-            "new_status": status.value,
-            "new_output": None if output is None else _dump(output),
-            "new_error": storable_or_none(error),
-            "now": time.time(),
-        }
-        stmt = self._q.shared_reclaim if reclaim else self._q.shared_settle
-
-        def work(tx: driver.Tx) -> driver.Row | None:
-            if gated_run is not None:
-                self._call_gate(tx, gated_run)  # a re-execution is a claim: behind the run's gate
-            return tx.one(stmt, params)
-
-        row = self._write(work, atomic=gated_run is not None)
-        return None if row is None else self._shared_row(row)
-
     # -- unwind bookkeeping -----------------------------------------------------------------------
     def set_unwind_state(
         self,
@@ -812,7 +650,7 @@ class SqlJournal(SqlClaims, Journal):
         due: list[RunInfo] = []
         for row in self._fetch(lambda tx: tx.all(self._q.runs_due, params)):
             try:
-                due.append(self._run(row))
+                due.append(run_row(row))
             except MalformedRecordError as exc:
                 if unreadable is None:
                     raise
@@ -1013,7 +851,7 @@ class SqlJournal(SqlClaims, Journal):
         claim = {k[len(CLAIM_PREFIX) :]: v for k, v in both.items() if k.startswith(CLAIM_PREFIX)}
         has_claim = claim["origin_run_id"] is not None
         return StepView(
-            unwind, at, entry, self._record(both), claim_row(claim) if has_claim else None, previous
+            unwind, at, entry, record_row(both), claim_row(claim) if has_claim else None, previous
         )
 
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:

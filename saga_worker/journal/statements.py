@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from .dialects import policy_for
 from .driver import Prepared
-from .records import AuditAction, ClaimStatus, RecordStatus, RunStatus, SharedStatus, UnwindState
+from .records import AuditAction, ClaimStatus, RecordStatus, RunStatus, UnwindState
 from .schema import (
     audit,
     claims,
@@ -26,7 +26,6 @@ from .schema import (
     gates,
     records,
     runs,
-    shared,
     unwind_entries,
     unwinds,
 )
@@ -46,9 +45,10 @@ from .sql_parts.common import (
     StatementsBase,
     b,
 )
+from .sql_parts.shared import SharedStatements
 
 
-class Statements(ClaimStatements, StatementsBase):
+class Statements(ClaimStatements, SharedStatements, StatementsBase):
     """The prepared statements of one dialect, as attributes named for what they do."""
 
     def __init__(self, dialect: sa.Dialect) -> None:
@@ -461,52 +461,6 @@ class Statements(ClaimStatements, StatementsBase):
             self.policy.insert(audit)
             .from_select(columns, source)
             .on_conflict_do_nothing(index_elements=["event_key"])
-        )
-
-    def _build_shared(self) -> None:
-        """Cross-run shared executions: one execution for identical calls within a window."""
-        insert = self.policy.insert
-        clock = self.policy.clock()
-        p = self._prepare
-        one_shared = (shared.c.key == b("k"), shared.c.generation == b("gen", type_=sa.Integer))
-        self.shared_latest = p(
-            sa.select(shared).where(shared.c.key == b("k")).order_by(shared.c.generation.desc()).limit(1)
-        )
-        self.shared_get = p(sa.select(shared).where(*one_shared))
-        self.shared_insert = p(
-            insert(shared)
-            .values(
-                key=b("k"),
-                generation=b("gen", type_=sa.Integer),
-                tool_name=b("name"),
-                input=b("call_input"),
-                status=SharedStatus.RUNNING.value,
-                attempts=1,
-                run_id=b("run"),
-                created_at=clock,
-                expires_at=clock + b("window", type_=sa.Double),
-                updated_at=NOW,
-            )
-            .on_conflict_do_nothing(index_elements=["key", "generation"])
-            .returning(*shared.c)
-        )
-        expected_shared = (*one_shared, shared.c.status == b("expected"))
-        self.shared_settle = p(
-            sa.update(shared)
-            .where(*expected_shared)
-            .values(status=b("new_status"), output=b("new_output"), error=b("new_error"), updated_at=NOW)
-            .returning(*shared.c)
-        )
-        self.shared_reclaim = p(
-            sa.update(shared)
-            .where(*expected_shared)
-            .values(
-                status=SharedStatus.RUNNING.value,
-                attempts=shared.c.attempts + 1,
-                error=None,
-                updated_at=NOW,
-            )
-            .returning(*shared.c)
         )
 
     def _build_unwinds(self) -> None:

@@ -1,4 +1,4 @@
-"""What the memory journal's parts share: its lock, and values copied in and out as JSON."""
+"""What the memory journal's parts share: its lock and runs (the tombstone gate), values copied as JSON."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import threading
 import time
 from typing import Any
 
+from ...errors import CompensatedRunError, RunEndedError, UnknownRunError
 from ...keys import canonical_json
+from ..records import RunInfo
 
 
 def copy_json(value: Any) -> Any:
@@ -19,6 +21,18 @@ class MemoryState:
     """The lock every part of ``MemoryJournal`` takes (reentrant: one part's write may call another's)."""
 
     _lock: threading.RLock
+    _runs: dict[str, RunInfo]
 
     def now(self) -> float:
         return time.time()
+
+    def _tombstone_gate(self, run_id: str, gated: bool, *, ended: bool = True) -> None:
+        """Under the lock, as SQL's statement on the run's row: refuse a condemned run (``gated``) and
+        one that has ended (``ended``: a call, never a person's word on one already suspended)."""
+        run = self._runs.get(run_id)
+        if run is None:
+            raise UnknownRunError(run_id)
+        if gated and run.condemned:
+            raise CompensatedRunError(run_id)
+        if ended and run.ended:
+            raise RunEndedError(run_id, str(getattr(run.status, "value", run.status)))
