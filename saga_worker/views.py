@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,15 +32,16 @@ from .journal.records import (
     ToolRecord,
     UnwindInfo,
     UnwindState,
+    contains_words,
 )
 from .keys import canonical_json, check_run_id, compensate_key, execute_key
-from .redact import SECRET_KEYS, redact_secrets, redact_text
+from .redact import SECRET_KEYS, redact_secrets, redact_text, redact_value
 from .tools import Tool
 
 PREVIEW_CHARS = 240
+WHOLE_INLINE_CHARS = 20_000  # a value up to this long is also shown whole on the page; beyond, downloaded
 MAX_PAGE = 500
 _HALTING = frozenset(s.value for s in HALTING)
-_ID_PREFIX = re.compile(r"^[A-Za-z0-9_.\-]{1,200}$")
 
 
 # -- the runs listing ------------------------------------------------------------------------------
@@ -109,11 +110,9 @@ def parse_run_query(
         if condemned.lower() not in flags:
             raise InvalidInputError(f"condemned {condemned!r} must be yes or no", condemned=condemned)
         condemned = flags[condemned.lower()]
-    search = (search or "").strip() or None
-    if search is not None and not _ID_PREFIX.match(search):
-        raise InvalidInputError(
-            f"search {search[:60]!r}: run ids hold only letters, digits, '_', '.' and '-'", search=search
-        )
+    # Any part of the id, any case; words separated by spaces match in order ("order 7" finds
+    # "Order-7-…"). Text no id can hold matches nothing: an empty page, not a 400.
+    search = " ".join((search or "").split())[:200] or None
     try:
         size = 50 if limit in (None, "") else int(limit)
     except ValueError:
@@ -126,7 +125,7 @@ def parse_run_query(
         status=RunStatus.RUNNING if suspended else _choice(RunStatus, status, "status"),
         condemned=condemned,
         unwind_state=_choice(UnwindState, unwind, "unwind"),
-        search=search,
+        contains=search,
         before=decode_cursor(cursor) if cursor else None,
         limit=size,
     )
@@ -154,6 +153,8 @@ def _suspended_runs(journal: Journal, query: RunQuery) -> list[RunInfo]:
         found = [r for r in found if r.unwind_state is query.unwind_state]
     if query.search is not None:
         found = [r for r in found if r.run_id.startswith(query.search)]
+    if query.contains is not None:
+        found = [r for r in found if contains_words(r.run_id, query.contains)]
     if query.before is not None:
         found = [r for r in found if (r.updated_at, r.run_id) < query.before]
     found.sort(key=lambda r: (r.updated_at, r.run_id), reverse=True)
@@ -161,6 +162,24 @@ def _suspended_runs(journal: Journal, query: RunQuery) -> list[RunInfo]:
 
 
 SUSPENDED = "suspended"  # a status a run reads while a call of it waits for a person (not stored)
+
+
+def iso(ts: float | None) -> str | None:
+    """An epoch time as ISO 8601 UTC with milliseconds (the API gives both)."""
+    if ts is None:
+        return None
+    whole = int(ts)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)) + f".{int((ts - whole) * 1000):03d}Z"
+
+
+def _span(start: float | None, end: float | None, prefix: str = "") -> dict[str, Any]:
+    """Start, end and duration, in epoch seconds and ISO 8601 (``prefix`` names them)."""
+    return {
+        f"{prefix}started_at_iso": iso(start),
+        f"{prefix}ended_at": end,
+        f"{prefix}ended_at_iso": iso(end),
+        f"{prefix}duration_s": None if start is None or end is None else round(max(0.0, end - start), 3),
+    }
 
 
 def run_summary(run: RunInfo, suspended: bool = False) -> dict[str, Any]:
@@ -179,7 +198,10 @@ def run_summary(run: RunInfo, suspended: bool = False) -> dict[str, Any]:
         "unwind_note": None if run.unwind_note is None else redact_text(run.unwind_note),
         "source_run_id": run.source_run_id,
         "created_at": run.created_at,
+        "created_at_iso": iso(run.created_at),
         "updated_at": run.updated_at,
+        "updated_at_iso": iso(run.updated_at),
+        "condemned_at_iso": iso(run.condemned_at),
     }
 
 
@@ -201,6 +223,67 @@ def preview(value: Any, limit: int = PREVIEW_CHARS, secret_keys: tuple[str, ...]
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+_ENDED = frozenset({RecordStatus.SUCCEEDED, RecordStatus.FAILED, RecordStatus.DENIED, RecordStatus.MIRRORED})
+
+
+def _cut(text: str, limit: int = PREVIEW_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def pretty(value: Any, secret_keys: tuple[str, ...] = SECRET_KEYS) -> str:
+    """A value's whole JSON, indented, with the secrets hidden as in a preview."""
+    try:
+        return redact_text(
+            json.dumps(redact_secrets(value, secret_keys), indent=2, sort_keys=True, default=repr)
+        )
+    except (TypeError, ValueError, RecursionError):
+        return "(cannot be shown as JSON)"
+
+
+def whole(value: Any, secret_keys: tuple[str, ...] = SECRET_KEYS) -> str | None:
+    """The whole value, indented, when its preview is cut and it is short enough to show inline;
+    None otherwise (its preview is whole, or it is only downloaded)."""
+    if value is None or len(preview(value, secret_keys=secret_keys)) < PREVIEW_CHARS:
+        return None
+    text = pretty(value, secret_keys)
+    return text if len(text) <= WHOLE_INLINE_CHARS else None
+
+
+def call_values(
+    journal: Journal, run_id: str, suffix: str, secret_keys: tuple[str, ...] = SECRET_KEYS
+) -> dict[str, Any] | None:
+    """One call's input, output and error, whole (secrets hidden): the page's JSON download."""
+    record = journal.get_record(check_run_id(run_id), suffix)
+    if record is None:
+        return None
+    return {
+        "run_id": run_id,
+        "suffix": record.suffix,
+        "tool_call_id": record.tool_call_id,
+        "tool_name": record.tool_name,
+        "status": record.status.value,
+        "input": redact_value(redact_secrets(record.input, secret_keys)),
+        "output": redact_value(redact_secrets(record.output, secret_keys)),
+        "error": None if record.error is None else redact_text(record.error),
+    }
+
+
+def run_values(
+    journal: Journal, run_id: str, secret_keys: tuple[str, ...] = SECRET_KEYS
+) -> dict[str, Any] | None:
+    """The run's prompt, final text, error and planner decisions, whole (secrets hidden)."""
+    run = journal.get_run(check_run_id(run_id))
+    if run is None:
+        return None
+    return {
+        "run_id": run_id,
+        "prompt": redact_text(run.prompt),
+        "text": redact_text(run.text),
+        "error": None if run.error is None else redact_text(run.error),
+        "decisions": [redact_value(redact_secrets(d, secret_keys)) for d in journal.list_decisions(run_id)],
+    }
+
+
 def _claim_dict(claim: CompensationClaim | None, now: float) -> dict[str, Any] | None:
     if claim is None:
         return None
@@ -214,6 +297,11 @@ def _claim_dict(claim: CompensationClaim | None, now: float) -> dict[str, Any] |
         "error": None if claim.error is None else redact_text(claim.error),
         "started_at": claim.started_at,
         "finished_at": claim.finished_at,
+        "started_at_iso": iso(claim.started_at),
+        "finished_at_iso": iso(claim.finished_at),
+        "duration_s": None
+        if claim.finished_at is None or claim.started_at is None
+        else round(max(0.0, claim.finished_at - claim.started_at), 3),
         "lease_expires_at": claim.lease_expires_at,
         # A claim whose lease ran out is a dead holder's: the next unwind takes it over.
         "lease_live": live,
@@ -238,6 +326,10 @@ def step_dict(
         "origin_run_id": record.origin_run_id,
         "input_preview": preview(record.input, secret_keys=secret_keys),
         "output_preview": preview(record.output, secret_keys=secret_keys),
+        "input_whole": whole(record.input, secret_keys),
+        "output_whole": whole(record.output, secret_keys),
+        "started_at": record.created_at,
+        **_span(record.created_at, record.updated_at if record.status in _ENDED else None),
         "execute_key": execute_key(
             record.origin_run_id, record.mode, record.tool_name, record.tool_call_id, record.input
         ),
@@ -257,7 +349,10 @@ def journal_steps(
 
 
 def unwind_dict(
-    journal: Journal, info: UnwindInfo, steps_by_suffix: Mapping[str, Mapping[str, Any]] | None = None
+    journal: Journal,
+    info: UnwindInfo,
+    steps_by_suffix: Mapping[str, Mapping[str, Any]] | None = None,
+    ended: Mapping[str, AuditRecord] | None = None,
 ) -> dict[str, Any]:
     """One distributed unwind: each worklist step with the entry stored for it (None: not yet).
     ``steps_by_suffix`` (the run's steps) names the tool and key of steps the unwind never reached."""
@@ -281,12 +376,30 @@ def unwind_dict(
                 entry = {**entry, "error": redact_text(str(entry["error"]))}
             halted = entry.get("status") in _HALTING
         steps.append({"position": position, "suffix": suffix, "entry": entry})
+    done = halted or len(stored) >= len(info.suffixes)
+    end = (ended or {}).get(info.unwind_id)
+    halt = next(
+        (st["entry"]["status"] for st in steps if st["entry"] and st["entry"]["status"] in _HALTING), None
+    )
+    if info.dry_run:
+        outcome = "plan"
+    elif not done:
+        outcome = "in progress"
+    elif halt is not None:
+        outcome = f"halted-{halt}"
+    elif end is not None and not end.detail.get("complete", True):
+        outcome = "incomplete"
+    else:
+        outcome = "complete"
     return {
         "unwind_id": info.unwind_id,
         "dry_run": info.dry_run,
         "created_at": info.created_at,
+        "started_at": info.created_at,
+        **_span(info.created_at, end.at if end is not None else None),
+        "outcome": outcome,
         "steps": steps,
-        "done": halted or len(stored) >= len(info.suffixes),
+        "done": done,
     }
 
 
@@ -295,9 +408,16 @@ def list_unwinds(
     run_id: str,
     limit: int = 10,
     steps_by_suffix: Mapping[str, Mapping[str, Any]] | None = None,
+    audit: Sequence[AuditRecord] | None = None,
 ) -> list[dict[str, Any]]:
+    """The run's latest unwinds; ``audit`` (the run's trail) gives each its end (its ``unwound`` row)."""
+    ended = {
+        str(r.detail["unwind_id"]): r
+        for r in (audit or [])
+        if r.action.value == "unwound" and r.detail.get("unwind_id")
+    }
     found = journal.list_unwinds(run_id, limit=limit)
-    return [unwind_dict(journal, u, steps_by_suffix) for u in found]
+    return [unwind_dict(journal, u, steps_by_suffix, ended) for u in found]
 
 
 def _decisions(run_id: str, approve: str, deny: str) -> list[dict[str, str]]:
@@ -363,6 +483,7 @@ def audit_row(row: AuditRecord) -> dict[str, Any]:
     """One audit row for a page or the API: its values, a one-line ``summary`` of its detail, and
     its reason stripped of URL passwords (a reason is free text a person typed)."""
     data = audit_dict(row)
+    data["at_iso"] = iso(row.at)
     data["reason"] = redact_text(row.reason)
     counts = row.detail.get("counts")
     if isinstance(counts, dict):
@@ -388,7 +509,8 @@ def run_view(
     if run is None:
         return None
     steps = journal_steps(journal, run_id, secret_keys)
-    unwinds = list_unwinds(journal, run_id, steps_by_suffix={s["suffix"]: s for s in steps})
+    trail = journal.read_audit(run_id)
+    unwinds = list_unwinds(journal, run_id, steps_by_suffix={s["suffix"]: s for s in steps}, audit=trail)
     # Moving: an unwind holds the run (pending) or a hook runs under a live lease right now. An
     # unwind abandoned by a dead worker is not "moving": the sweeper will start another.
     moving = run.unwind_state is UnwindState.PENDING or any(
@@ -400,7 +522,9 @@ def run_view(
         "steps": steps,
         "unwinds": unwinds,
         "approvals": pending_approvals(steps, run_id) + awaiting_gates(journal, run, steps, tools or {}),
-        "audit": [audit_row(r) for r in journal.read_audit(run_id)],
+        "audit": [audit_row(r) for r in trail],
+        "prompt_preview": _cut(redact_text(run.prompt)),
+        "prompt_whole": len(run.prompt) >= PREVIEW_CHARS,
         "in_progress": moving,
         "can_redrive": run.condemned and run.unwind_state is UnwindState.ATTENTION,
     }

@@ -116,3 +116,15 @@ def test_the_inbox_read_finds_suspended_and_running_calls_across_runs_oldest_fir
         ("crashed-1", RecordStatus.RUNNING),
     ]
     assert [r.run_id for r in journal.waiting_records(limit=1)] == ["waits-1"]
+
+
+def test_contains_finds_any_part_of_the_id_in_any_case_words_in_order(journal: Journal) -> None:
+    for run_id in ("Order-7-EU", "order-17-us", "refund-7", "ord_x%"[:5]):
+        journal.start_run(run_id, "")
+    assert ids(journal, contains="der-7") == {"Order-7-EU"}
+    assert ids(journal, contains="ORDER") == {"Order-7-EU", "order-17-us"}
+    assert ids(journal, contains="order 7") == {"Order-7-EU", "order-17-us"}  # words, in order
+    assert ids(journal, contains="7 order") == set()
+    assert ids(journal, contains="d_x") == {"ord_x"}  # "_" is not a wildcard
+    assert ids(journal, contains="%") == set()
+    assert ids(journal, contains="a:b c") == set()

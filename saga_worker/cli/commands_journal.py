@@ -15,7 +15,11 @@ from .render import dump, out, runs_table, safe, steps_table
 @click.option("--condemned", is_flag=True, help="Only condemned runs.")
 @click.option("--status", default=None, help="Only runs with this status (running, finished, failed, ...).")
 @click.option("--unwind", default=None, help="Only runs in this unwind state (incomplete, attention, ...).")
-@click.option("--search", default=None, help="Only runs whose id starts with this.")
+@click.option(
+    "--search",
+    default=None,
+    help="Only runs whose id contains this (any case; words separated by spaces match in order).",
+)
 @click.option("--cursor", default=None, help="The next page: the cursor the previous page printed.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def runs(

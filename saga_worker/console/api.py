@@ -153,8 +153,34 @@ async def inbox(request: Request) -> JSONResponse:
     return JSONResponse(found)
 
 
+async def call_values(request: Request) -> JSONResponse:
+    """A call's input, output and error, whole (secrets hidden by key name)."""
+    principal(request)
+    from .pages import suffix_of
+
+    run_id, suffix = run_id_of(request), suffix_of(request)
+    console = console_of(request)
+    found = await blocking(views.call_values, console.journal, run_id, suffix, console.settings.secret_keys())
+    if found is None:
+        raise UnknownRunError(run_id)
+    return JSONResponse(found)
+
+
+async def run_values(request: Request) -> JSONResponse:
+    """The run's prompt, text, error and planner decisions, whole."""
+    principal(request)
+    run_id = run_id_of(request)
+    console = console_of(request)
+    found = await blocking(views.run_values, console.journal, run_id, console.settings.secret_keys())
+    if found is None:
+        raise UnknownRunError(run_id)
+    return JSONResponse(found)
+
+
 routes = [
     Route("/api/inbox", inbox),
+    Route("/api/runs/{run_id:str}/values", run_values),
+    Route("/api/runs/{run_id:str}/calls/{suffix:str}", call_values),
     Route("/api/runs", list_runs),
     Route("/api/runs/{run_id:str}", get_run),
     Route("/api/runs/{run_id:str}/plan", plan, methods=["POST"]),

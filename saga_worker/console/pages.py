@@ -7,6 +7,8 @@ and the CLI do. The run page's live part (steps, claims, unwinds) is also served
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -49,6 +51,7 @@ NEXT_STEP = {
     "redrive": "Re-drive of {run_id} queued on the workers.",
 }
 COUNTS_TTL_S = 5.0
+_SUFFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,299}$")
 
 templates = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
 
@@ -78,6 +81,8 @@ STATUS_CLASS = {
     "skipped-not-executed": "warn",
     "skipped-denied": "warn",
     "incomplete": "warn",
+    "in progress": "info",
+    "plan": "info",
     "suspended": "warn",
     "awaiting": "warn",
     "awaiting-approval": "warn",
@@ -389,6 +394,44 @@ def forbidden_page(request: Request, exc: Forbidden) -> Response:
     return render(request, "error.html", None, status_code=403, title="Not allowed", message=str(exc))
 
 
+def _download(data: dict[str, Any], filename: str) -> Response:
+    body = json.dumps(data, indent=2, sort_keys=True, default=repr)
+    return Response(
+        body,
+        media_type="application/json",
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )
+
+
+def suffix_of(request: Request) -> str:
+    raw = request.path_params["suffix"]
+    if not _SUFFIX.match(raw):
+        raise InvalidInputError(f"{raw[:80]!r} is not a step", suffix=raw[:80])
+    return str(raw)
+
+
+async def call_json(request: Request) -> Response:
+    """A call's input, output and error, whole (secrets hidden by key name), as a download."""
+    principal(request)
+    run_id, suffix = run_id_of(request), suffix_of(request)
+    console = console_of(request)
+    found = await blocking(views.call_values, console.journal, run_id, suffix, console.settings.secret_keys())
+    if found is None:
+        raise UnknownRunError(run_id)
+    return _download(found, f"{run_id}-{suffix}.json")
+
+
+async def run_json(request: Request) -> Response:
+    """The run's prompt, text, error and planner decisions, whole, as a download."""
+    principal(request)
+    run_id = run_id_of(request)
+    console = console_of(request)
+    found = await blocking(views.run_values, console.journal, run_id, console.settings.secret_keys())
+    if found is None:
+        raise UnknownRunError(run_id)
+    return _download(found, f"{run_id}.json")
+
+
 async def healthz(request: Request) -> Response:
     return HTMLResponse("ok")
 
@@ -401,6 +444,8 @@ routes = [
     Route("/inbox", inbox_page),
     Route("/runs/{run_id:str}", run_page),
     Route("/runs/{run_id:str}/live", run_live),
+    Route("/runs/{run_id:str}/run.json", run_json),
+    Route("/runs/{run_id:str}/calls/{suffix:str}.json", call_json),
     Route("/runs/{run_id:str}/plan", plan_page, methods=["POST"]),
     Route("/runs/{run_id:str}/compensate", compensate_form, methods=["POST"]),
     Route("/runs/{run_id:str}/redrive", redrive_form, methods=["POST"]),

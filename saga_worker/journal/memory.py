@@ -28,6 +28,7 @@ from .records import (
     ToolRecord,
     UnwindInfo,
     UnwindState,
+    contains_words,
     parse_status,
 )
 
@@ -106,6 +107,7 @@ class MemoryJournal(MemoryShared, MemoryClaims, Journal):
                 and (query.condemned is None or r.condemned is query.condemned)
                 and (query.unwind_state is None or r.unwind_state is query.unwind_state)
                 and (query.search is None or r.run_id.startswith(query.search))
+                and (query.contains is None or contains_words(r.run_id, query.contains))
                 and (query.before is None or (r.updated_at, r.run_id) < query.before)
             )
 

@@ -324,7 +324,9 @@ class RunQuery:
 
     Newest updated first. ``before`` is the ``(updated_at, run_id)`` of the last run of the previous
     page: the next page starts strictly after it, so a page costs the same however deep it is (no
-    OFFSET). ``search`` matches the start of the run id."""
+    OFFSET). ``search`` matches the start of the run id (an index serves it); ``contains`` matches any
+    part of it, case-insensitively: its whitespace-separated words, in that order (the page index is
+    walked and filtered)."""
 
     status: RunStatus | None = None
     condemned: bool | None = None
@@ -332,3 +334,21 @@ class RunQuery:
     search: str | None = None
     before: tuple[float, str] | None = None
     limit: int = 50
+    contains: str | None = None
+
+
+def contains_words(run_id: str, text: str) -> bool:
+    """Whether ``run_id`` holds the words of ``text`` in order, ignoring case (``contains``)."""
+    at, folded = 0, run_id.lower()
+    for word in text.lower().split():
+        found = folded.find(word, at)
+        if found < 0:
+            return False
+        at = found + len(word)
+    return True
+
+
+def like_pattern(text: str) -> str:
+    """``contains`` as a LIKE pattern (escape ``\\``) on the lower-cased id: ``%w1%w2%``."""
+    words = [w.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") for w in text.lower().split()]
+    return "%" + "%".join(words) + "%"

@@ -49,6 +49,7 @@ from .records import (
     UnwindInfo,
     UnwindState,
     WorklistView,
+    like_pattern,
     parse_status,
 )
 from .sql_parts.claims import SqlClaims, claim_row
@@ -201,6 +202,7 @@ class SqlJournal(SqlShared, SqlClaims, Journal):
             query.search is not None,
             query.before is not None,
             query.search is not None and self._common_prefix(query.search),
+            query.contains is not None,
         )
         pages: dict[tuple[Any, ...], driver.Prepared] = self.__dict__.setdefault("_pages", {})
         stmt = pages.get(shape)
@@ -213,6 +215,7 @@ class SqlJournal(SqlShared, SqlClaims, Journal):
                 search=shape[3],
                 after=shape[4],
                 search_by_scan=shape[5],
+                contains=shape[6],
             )
         params: dict[str, Any] = {"max_rows": int(query.limit)}
         if query.status is not None:
@@ -223,6 +226,8 @@ class SqlJournal(SqlShared, SqlClaims, Journal):
             # Run ids are ASCII letters, digits and "_.-", all below "~": every id that starts with
             # the prefix lies in [prefix, prefix + "~"), and no other does.
             params["id_lo"], params["id_hi"] = query.search, query.search + "~"
+        if query.contains is not None:
+            params["id_like"] = like_pattern(query.contains)
         if query.before is not None:
             params["before_at"], params["before_id"] = float(query.before[0]), query.before[1]
         return [run_row(r) for r in self._fetch(lambda tx: tx.all(stmt, params))]

@@ -593,6 +593,7 @@ def run_page(
     search: bool,
     after: bool,
     search_by_scan: bool = False,
+    contains: bool = False,
 ) -> Prepared:
     """The runs listing for one shape of filters (each shape is prepared once, then cached).
 
@@ -617,6 +618,8 @@ def run_page(
     elif search:
         run_id: sa.ColumnElement[str] = policy_for(dialect.name).byte_ordered(runs.c.run_id)
         where += [run_id >= b("id_lo"), run_id < b("id_hi")]
+    if contains:  # any part of the id, any case: the page index is walked, each id tested
+        where.append(sa.func.lower(runs.c.run_id).like(b("id_like"), escape="\\"))
     if after:
         where.append(
             sa.tuple_(runs.c.updated_at, runs.c.run_id)

@@ -194,7 +194,6 @@ def test_the_runs_listing_filters_by_condemned_unwind_state_status_and_id_prefix
         ({"status": "exploded"}, "status"),
         ({"unwind": "sideways"}, "unwind"),
         ({"condemned": "maybe"}, "condemned"),
-        ({"search": "a:b"}, "search"),
         ({"limit": "0"}, "limit"),
         ({"limit": "many"}, "limit"),
         ({"cursor": "!!not-a-cursor"}, "cursor"),

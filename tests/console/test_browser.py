@@ -90,6 +90,11 @@ def test_an_operator_goes_from_the_list_to_a_run_plans_it_and_watches_its_steps_
     expect(page.locator("#condemned")).to_contain_text("condemned")
     assert page.evaluate("window.__notReloaded === true")
     expect(page.locator("details.unwind").first.locator(".entry-status")).to_have_text(["compensated"] * 3)
+    # Each unwind says when it started and ended, how long it took and how it came out.
+    summary = page.locator("details.unwind").first.locator("summary")
+    expect(summary.locator(".outcome")).to_have_text("complete")
+    expect(summary).to_contain_text("took")
+    expect(summary.locator("time")).to_have_count(2)
     DOCS.mkdir(exist_ok=True)
     page.screenshot(path=str(DOCS / "console-run.png"), full_page=True)
 
