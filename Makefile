@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The demo needs the package alone (no dev extras: no agent frameworks, no browser, no docs tools).
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: screenshots install demo test test-fast lint typecheck docs dist bench soak clean services browser
+.PHONY: screenshots install demo test test-fast lint typecheck docs dist bench bench-peers soak clean services browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -61,8 +61,20 @@ dist: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
+# The peers the bench compares with (bench/peers.txt) live in an environment of the bench's own,
+# never in the product's dependencies. Without it (no registry reachable) the peers group says skipped.
+PEERS := bench/.peers
+PEERS_STAMP := $(PEERS)/.installed
+
+$(PEERS_STAMP): bench/peers.txt
+	test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/python -m pip install --quiet -r bench/peers.txt \
+		&& touch $(PEERS_STAMP) || echo "bench/.peers: could not install bench/peers.txt; the peers group will say skipped"
+
+bench-peers: $(PEERS_STAMP)
+
 # make bench BENCH_ARGS=--quick (or --only floors,inprocess, --rss-unwinds 10000; see bench/README.md)
-bench: $(STAMP)
+bench: $(STAMP) $(PEERS_STAMP)
 	bash .ci/programs
 	$(BIN)/python -m bench $(BENCH_ARGS)
 

@@ -12,6 +12,7 @@ class Config:
     only_backends: tuple[str, ...] = ()
     rounds: int = 5
     unwind_runs: int = 1000  # five-step runs unwound per backend (issue 6: 1,000)
+    peer_runs: int = 100  # five-step runs unwound per round next to the peers (issue 26)
     record_runs: int = 300  # five-step runs recorded per backend
     run_lengths: tuple[int, ...] = (1, 10, 100, 1000)
     steps_per_length: int = 1000  # steps unwound at each run length
@@ -33,6 +34,7 @@ class Config:
             only_backends=backends,
             rounds=3,
             unwind_runs=150,
+            peer_runs=40,
             record_runs=60,
             run_lengths=(1, 10, 100, 1000),
             steps_per_length=300,

@@ -1,0 +1,282 @@
+"""saga-worker's in-process unwind next to its peers and to the floors a durable commit sets (issue 26).
+
+Interleaved rounds, rotating which goes first, so load from other processes hits all alike:
+
+- saga-worker: ``compensate_run`` of seeded 5-step no-op runs (SQLite, then PostgreSQL journal);
+- agent-saga 2.3.11 (fsync'd ``FileWAL``) and dbos 3.4.0 (SQLite system database; on the PostgreSQL
+  table, a PostgreSQL one), each in a child process of the bench's own peer environment
+  (``bench/.peers``, built by ``make bench`` from bench/peers.txt: never the product's dependencies),
+  timed over the unwind alone (bench/peer_child.py says how);
+- the floors: a bare SQLite INSERT+COMMIT loop in WAL mode at ``synchronous=FULL`` (one fsync per
+  commit), and a bare PostgreSQL INSERT+COMMIT loop on one connection (psycopg, ``synchronous_commit``
+  as the server has it).
+
+Ratios here are *speed* ratios, compensations/s ÷ the other's rate per round, median over the rounds
+(issue 26's targets: ≥ 2.0 against agent-saga and the SQLite floor, ≥ 1.0 against the PostgreSQL
+floor); the "cost vs floor" column keeps this page's convention (the inverse).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import statistics
+import subprocess
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.common import Backend, PgDatabase, Row, Table, interleaved
+from bench.config import Config
+from bench.inprocess import STEPS, _chunks, _seeded
+from bench.seed import noop_tools
+from saga_worker import compensate_run
+
+PEERS_DIR = Path(__file__).resolve().parent / ".peers"
+PEER_PYTHON = PEERS_DIR / "bin" / "python"
+CHILD = Path(__file__).resolve().parent / "peer_child.py"
+AGENT_SAGA = "agent-saga 2.3.11"
+DBOS = "dbos 3.4.0"
+
+
+class Peer:
+    """A peer's child process: one round per request, answered with compensations and seconds."""
+
+    def __init__(self, name: str, backend: str, directory: str, pg_url: str = "") -> None:
+        peer = name.split()[0]
+        self.proc = subprocess.Popen(
+            [str(PEER_PYTHON), str(CHILD), peer, backend, directory, pg_url],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "DBOS__CLOUD": "", "PYTHONWARNINGS": "ignore"},
+        )
+        self._read()  # {"ready": true}
+
+    def _read(self) -> dict[str, float]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"peer child exited with {self.proc.wait()}")
+        answer: dict[str, float] = json.loads(line)
+        return answer
+
+    def round(self, runs: int) -> tuple[int, float]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{runs}\n")
+        self.proc.stdin.flush()
+        answer = self._read()
+        return int(answer["compensations"]), answer["seconds"]
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def _timed(fns: dict[str, Callable[[int], tuple[int, float]]], rounds: int) -> dict[str, list[float]]:
+    """Like ``interleaved``, but each callable reports its own units and seconds (a peer times its
+    unwind alone, inside its process)."""
+    timed: dict[str, list[float]] = {name: [] for name in fns}
+
+    def wrap(name: str) -> Callable[[int], int]:
+        def one(i: int) -> int:
+            units, seconds = fns[name](i)
+            timed[name].append(units / seconds)
+            return units
+
+        return one
+
+    interleaved({name: wrap(name) for name in fns}, rounds)
+    return timed
+
+
+def _sqlite_floor(directory: str) -> Callable[[int], tuple[int, float]]:
+    import time
+
+    conn = sqlite3.connect(f"{directory}/floor-full.db", isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)")
+    counter = iter(range(10**9))
+
+    def commits(n: int) -> tuple[int, float]:
+        start = time.perf_counter()
+        for _ in range(n):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t VALUES (?, 'x')", (next(counter),))
+            conn.execute("COMMIT")
+        return n, time.perf_counter() - start
+
+    return commits
+
+
+def _pg_floor(url: str) -> tuple[Callable[[int], tuple[int, float]], Callable[[], None]]:
+    import time
+
+    import psycopg
+
+    conn = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"))
+    cur = conn.cursor()
+    cur.execute("CREATE TABLE floor_peers (k BIGINT PRIMARY KEY, v TEXT)")
+    conn.commit()
+    counter = iter(range(10**9))
+
+    def commits(n: int) -> tuple[int, float]:
+        start = time.perf_counter()
+        for _ in range(n):
+            cur.execute("INSERT INTO floor_peers VALUES (%s, 'x')", (next(counter),))
+            conn.commit()
+        return n, time.perf_counter() - start
+
+    return commits, conn.close
+
+
+def _ours(backend: Backend, runs: int, rounds: int) -> Callable[[int], tuple[int, float]]:
+    import time
+
+    tools = noop_tools()
+    work = _chunks(_seeded(backend, runs, STEPS, "peer"), rounds)
+
+    def unwind(i: int) -> tuple[int, float]:
+        start = time.perf_counter()
+        for run_id in work[i]:
+            report = compensate_run(run_id, journal=backend.journal, tools=tools)
+            assert report.complete, report
+        return len(work[i]) * STEPS, time.perf_counter() - start
+
+    return unwind
+
+
+def _peer_rounds(peer: Peer, runs: int) -> Callable[[int], tuple[int, float]]:
+    return lambda _i: peer.round(runs)
+
+
+def _row(name: str, ours: list[float], other: list[float], other_name: str, target: float | None) -> Row:
+    speed = [o / f for o, f in zip(ours, other, strict=True)]
+    median = statistics.median(speed)
+    return Row(
+        name,
+        statistics.median(ours),
+        "compensations/s",
+        other_name,
+        statistics.median(other),
+        statistics.median(f / o for o, f in zip(ours, other, strict=True)),
+        f">= {target:.1f}x its rate" if target is not None else "",
+        (median >= target) if target is not None else None,
+        f"{median:.2f}x its rate (per round {min(speed):.2f}-{max(speed):.2f}); {len(ours)} rounds",
+    )
+
+
+def _available() -> str:
+    if not PEER_PYTHON.exists():
+        return f"no {PEERS_DIR} (make bench builds it from bench/peers.txt)"
+    return ""
+
+
+def sqlite_rows(cfg: Config) -> list[Row]:
+    rounds = cfg.rounds
+    runs = cfg.peer_runs
+    missing = _available()
+    with Backend("sqlite") as backend, tempfile.TemporaryDirectory(prefix="saga-bench-peers-") as tmp:
+        fns: dict[str, Callable[[int], tuple[int, float]]] = {
+            "saga-worker": _ours(backend, runs * rounds, rounds),
+            "floor": _sqlite_floor(tmp),
+        }
+        floor_commits = fns["floor"]
+        fns["floor"] = lambda _i: floor_commits(runs * STEPS)
+        peers: list[Peer] = []
+        try:
+            if not missing:
+                agent = Peer(AGENT_SAGA, "sqlite", tmp)
+                peers.append(agent)
+                fns[AGENT_SAGA] = _peer_rounds(agent, runs)
+                dbos = Peer(DBOS, "sqlite", tmp)
+                peers.append(dbos)
+                # dbos commits each step in SQLite's default (rollback-journal, FULL) mode: ~50/s
+                # here, so a tenth of the runs keeps its rounds as long as the others'.
+                fns[DBOS] = _peer_rounds(dbos, max(2, runs // 10))
+            rates = _timed(fns, rounds)
+        finally:
+            for peer in peers:
+                peer.close()
+    ours = rates["saga-worker"]
+    rows = [
+        _row(
+            "sqlite: unwind vs bare INSERT+COMMIT, synchronous=FULL",
+            ours,
+            rates["floor"],
+            "bare commits/s, 1 fsync each",
+            2.0,
+        )
+    ]
+    if missing:
+        rows.append(Row(f"sqlite: unwind vs peers: skipped, {missing}", None, ""))
+        return rows
+    rows.append(_row(f"sqlite: unwind vs {AGENT_SAGA}", ours, rates[AGENT_SAGA], "fsync'd FileWAL", 2.0))
+    rows.append(_row(f"sqlite: unwind vs {DBOS}", ours, rates[DBOS], "SQLite system db", None))
+    return rows
+
+
+def postgres_rows(cfg: Config) -> list[Row]:
+    rounds = cfg.rounds
+    runs = cfg.peer_runs
+    missing = _available()
+    dbos_db = PgDatabase()
+    try:
+        with Backend("postgres") as backend, tempfile.TemporaryDirectory(prefix="saga-bench-peers-") as tmp:
+            floor_commits, close_floor = _pg_floor(backend.url)
+            fns: dict[str, Callable[[int], tuple[int, float]]] = {
+                "saga-worker": _ours(backend, runs * rounds, rounds),
+                "floor": lambda _i: floor_commits(runs * STEPS),
+            }
+            peers: list[Peer] = []
+            try:
+                if not missing:
+                    url = dbos_db.url.replace("postgresql+psycopg://", "postgresql://")
+                    dbos = Peer(DBOS, "postgres", tmp, url)
+                    peers.append(dbos)
+                    fns[DBOS] = _peer_rounds(dbos, max(2, runs // 4))
+                rates = _timed(fns, rounds)
+            finally:
+                for peer in peers:
+                    peer.close()
+                close_floor()
+    finally:
+        dbos_db.drop()
+    ours = rates["saga-worker"]
+    rows = [
+        _row(
+            "postgres: unwind vs bare INSERT+COMMIT, one connection",
+            ours,
+            rates["floor"],
+            "bare commits/s",
+            1.0,
+        )
+    ]
+    if missing:
+        rows.append(Row(f"postgres: unwind vs peers: skipped, {missing}", None, ""))
+    else:
+        rows.append(_row(f"postgres: unwind vs {DBOS}", ours, rates[DBOS], "PostgreSQL system db", None))
+    return rows
+
+
+def run(cfg: Config) -> list[Table]:
+    table = Table(
+        "Peers and durable-commit floors: in-process unwind of 5-step no-op runs, compensations/s",
+        caption=(
+            "interleaved rounds; note = saga-worker's rate ÷ the other's (speed, higher is better); "
+            "cost vs floor = the inverse, as elsewhere on this page; peers from bench/.peers"
+        ),
+    )
+    if "sqlite" in cfg.backends(["sqlite"]):
+        table.rows.extend(sqlite_rows(cfg))
+    if "postgres" in cfg.backends(["postgres"]):
+        table.rows.extend(postgres_rows(cfg))
+    return [table]
