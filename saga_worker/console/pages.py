@@ -50,7 +50,7 @@ NEXT_STEP = {
     "goes on past it at the sweeper's next sweep.",
     "redrive": "Re-drive of {run_id} queued on the workers.",
 }
-COUNTS_TTL_S = 5.0
+COUNTS_TTL_S = 1.0  # the header counts of a page load; the live fragment has none
 _SUFFIX = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,299}$")
 
 templates = Jinja2Templates(directory=str(Path(__file__).with_name("templates")))
