@@ -10,8 +10,10 @@ from typing import Any
 from ..errors import CompensatedRunError, MalformedRecordError, RunEndedError, RunExistsError, UnknownRunError
 from ..storable import storable_or_none
 from .base import Journal, check_not_condemned_row
+from .memory_parts.audit import MemoryAudit
 from .memory_parts.claims import MemoryClaims
 from .memory_parts.common import copy_json as _copy
+from .memory_parts.common import record_out
 from .memory_parts.shared import MemoryShared
 from .records import (
     AuditRecord,
@@ -36,14 +38,7 @@ from .records import (
 _SETTLED = frozenset(s for s in UnwindState if s not in (UnwindState.PENDING, UnwindState.INCOMPLETE))
 
 
-def _out(record: ToolRecord) -> ToolRecord:
-    """A record as handed out: its input and output are copies, as a SQL row's would be, and its
-    status is parsed as a SQL row's is (an unknown one fails closed: see ``parse_status``)."""
-    status = parse_status(RecordStatus, record.status, record.run_id, f"{record.suffix!r}")
-    return replace(record, status=status, input=_copy(record.input), output=_copy(record.output))
-
-
-def _run_out(run: RunInfo) -> RunInfo:
+def run_out(run: RunInfo) -> RunInfo:
     parse_status(RunStatus, run.status, run.run_id, "run status")
     parse_status(UnwindState, run.unwind_state, run.run_id, "unwind state")
     return run
@@ -65,7 +60,7 @@ def _new_run(
     )
 
 
-class MemoryJournal(MemoryShared, MemoryClaims, Journal):
+class MemoryJournal(MemoryAudit, MemoryShared, MemoryClaims, Journal):
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
         self._lock = threading.RLock()
@@ -98,7 +93,7 @@ class MemoryJournal(MemoryShared, MemoryClaims, Journal):
     def get_run(self, run_id: str) -> RunInfo | None:
         with self._lock:
             run = self._runs.get(run_id)
-            return None if run is None else _run_out(run)
+            return None if run is None else run_out(run)
 
     def page_runs(self, query: RunQuery) -> list[RunInfo]:
         def wanted(r: RunInfo) -> bool:
@@ -112,7 +107,7 @@ class MemoryJournal(MemoryShared, MemoryClaims, Journal):
             )
 
         with self._lock:
-            found = [_run_out(r) for r in self._runs.values() if wanted(r)]  # parsed, as SQL's rows are
+            found = [run_out(r) for r in self._runs.values() if wanted(r)]  # parsed, as SQL's rows are
         return sorted(found, key=lambda r: (r.updated_at, r.run_id), reverse=True)[: query.limit]
 
     def count_runs(self, unwind_state: UnwindState) -> int:
@@ -172,11 +167,11 @@ class MemoryJournal(MemoryShared, MemoryClaims, Journal):
     def get_record(self, run_id: str, suffix: str) -> ToolRecord | None:
         with self._lock:
             record = self._records.get((run_id, suffix))
-            return None if record is None else _out(record)
+            return None if record is None else record_out(record)
 
     def list_records(self, run_id: str, statuses: Sequence[RecordStatus] | None = None) -> list[ToolRecord]:
         with self._lock:
-            rows = [_out(self._records[(run_id, suffix)]) for suffix in self._suffixes.get(run_id, [])]
+            rows = [record_out(self._records[(run_id, suffix)]) for suffix in self._suffixes.get(run_id, [])]
         if statuses is not None:  # on parsed rows: an unknown status has failed closed already
             rows = [r for r in rows if r.status in statuses]
         return sorted(rows, key=lambda r: r.seq)
@@ -184,7 +179,7 @@ class MemoryJournal(MemoryShared, MemoryClaims, Journal):
     def waiting_records(self, *, limit: int = 500) -> list[ToolRecord]:
         wanted = (RecordStatus.SUSPENDED, RecordStatus.RUNNING)
         with self._lock:
-            rows = [_out(r) for r in self._records.values() if r.status in wanted]
+            rows = [record_out(r) for r in self._records.values() if r.status in wanted]
         return sorted(rows, key=lambda r: (r.updated_at, r.run_id, r.suffix))[:limit]
 
     def claim_record(
@@ -225,15 +220,7 @@ class MemoryJournal(MemoryShared, MemoryClaims, Journal):
             )
             self._records[(run_id, new.suffix)] = record
             self._suffixes.setdefault(run_id, []).append(new.suffix)
-            return _out(record)
-
-    def _cas(self, run_id: str, suffix: str, expected: RecordStatus, **changes: Any) -> ToolRecord | None:
-        record = self._records.get((run_id, suffix))
-        if record is None or record.status is not expected:
-            return None
-        record = replace(record, updated_at=self.now(), **changes)
-        self._records[(run_id, suffix)] = record
-        return _out(record)
+            return record_out(record)
 
     def reclaim_record(
         self,
@@ -341,71 +328,6 @@ class MemoryJournal(MemoryShared, MemoryClaims, Journal):
                     )
                     self._suffixes.setdefault(new_run_id, []).append(record.suffix)
 
-    # -- approvals --------------------------------------------------------------------------------
-    def decide_call(
-        self, run_id: str, suffix: str, decision: RecordStatus, *, error: str | None, audit: NewAudit
-    ) -> ToolRecord | None:
-        check_not_condemned_row(audit)
-        with self._lock:
-            self._tombstone_gate(run_id, True, ended=False)
-            decided = self._cas(run_id, suffix, RecordStatus.SUSPENDED, status=decision, error=error)
-            if decided is not None:
-                self._append(audit)
-            return decided
-
-    def decide_compensation(self, gate: CompensationGate, audit: NewAudit) -> tuple[CompensationGate, bool]:
-        check_not_condemned_row(audit)
-        with self._lock:
-            key = (gate.origin_run_id, gate.suffix)
-            stored = self._gates.get(key)
-            if stored is not None:
-                return stored, False
-            stored = replace(gate, decided_at=self.now())
-            self._gates[key] = stored
-            self._append(audit)
-            run = self._runs.get(gate.via_run_id)
-            if run is not None and run.unwind_state is UnwindState.AWAITING:
-                self._runs[run.run_id] = replace(
-                    run, unwind_state=UnwindState.PENDING, unwind_next_at=self.now(), updated_at=self.now()
-                )
-            return stored, True
-
-    def get_gates(
-        self, origin_and_suffixes: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], CompensationGate]:
-        with self._lock:
-            return {k: self._gates[k] for k in origin_and_suffixes if k in self._gates}
-
-    # -- the audit trail --------------------------------------------------------------------------
-    def _append(self, entry: NewAudit) -> bool:
-        if entry.event_key is not None:
-            if entry.event_key in self._audit_keys:
-                return False
-            self._audit_keys.add(entry.event_key)
-        self._audit_seq += 1
-        row = AuditRecord(
-            id=self._audit_seq,
-            run_id=entry.run_id,
-            at=self.now(),
-            action=entry.action,
-            actor=entry.actor,
-            via=entry.via,
-            reason=entry.reason,
-            target=entry.target,
-            detail=_copy(entry.detail or {}),
-        )
-        self._audit.setdefault(entry.run_id, []).append(row)
-        return True
-
-    def append_audit(self, entry: NewAudit) -> bool:
-        check_not_condemned_row(entry)
-        with self._lock:
-            return self._append(entry)
-
-    def read_audit(self, run_id: str) -> list[AuditRecord]:
-        with self._lock:
-            return [replace(r, detail=_copy(r.detail)) for r in self._audit.get(run_id, [])]
-
     # -- unwind bookkeeping -----------------------------------------------------------------------
     def set_unwind_state(
         self,
@@ -447,7 +369,7 @@ class MemoryJournal(MemoryShared, MemoryClaims, Journal):
         due: list[RunInfo] = []
         for row in sorted(rows, key=lambda r: r.unwind_next_at or 0.0)[:limit]:
             try:
-                due.append(_run_out(row))
+                due.append(run_out(row))
             except MalformedRecordError as exc:
                 if unreadable is None:
                     raise

@@ -31,12 +31,7 @@ from . import driver, migrate
 from .base import Journal, check_not_condemned_row
 from .dialects import POLICIES, policy_for
 from .records import (
-    AuditAction,
-    AuditRecord,
-    AuditVia,
     ClaimStatus,
-    CompensationGate,
-    GateDecision,
     NewAudit,
     NewRecord,
     RecordStatus,
@@ -50,8 +45,8 @@ from .records import (
     UnwindState,
     WorklistView,
     like_pattern,
-    parse_status,
 )
+from .sql_parts.audit import SqlAudit, audit_params
 from .sql_parts.claims import SqlClaims, claim_row
 from .sql_parts.common import CLAIM_PREFIX, RECORD_PREFIX
 from .sql_parts.common import Conflict as _Conflict
@@ -65,7 +60,7 @@ from .statements import Statements, prefix_count, run_page
 T = TypeVar("T")
 
 
-class SqlJournal(SqlShared, SqlClaims, Journal):
+class SqlJournal(SqlAudit, SqlShared, SqlClaims, Journal):
     """A journal in a SQL database. Every process that opens the same URL sees the same journal."""
 
     def __init__(
@@ -133,48 +128,6 @@ class SqlJournal(SqlShared, SqlClaims, Journal):
             super()._release_guard(token)
 
     # -- rows to values ---------------------------------------------------------------------------
-    @staticmethod
-    def _gate_row(m: Mapping[Any, Any]) -> CompensationGate:
-        return CompensationGate(
-            origin_run_id=m["origin_run_id"],
-            suffix=m["suffix"],
-            decision=parse_status(GateDecision, m["decision"], m["origin_run_id"], f"gate {m['suffix']!r}"),
-            actor=m["actor"],
-            reason=m["reason"],
-            decided_at=m["decided_at"],
-            via_run_id=m["via_run_id"],
-        )
-
-    @staticmethod
-    def _audit_row(m: Mapping[Any, Any]) -> AuditRecord:
-        rid = m["run_id"]
-        detail = _load(m["detail"], rid, f"audit row {m['id']} detail")
-        return AuditRecord(
-            id=int(m["id"]),
-            run_id=rid,
-            at=m["at"],
-            action=parse_status(AuditAction, m["action"], rid, f"audit row {m['id']}"),
-            actor=m["actor"],
-            via=parse_status(AuditVia, m["via"], rid, f"audit row {m['id']} via"),
-            reason=m["reason"],
-            target=m["target"],
-            detail=detail if isinstance(detail, dict) else {},
-        )
-
-    @staticmethod
-    def _audit_params(entry: NewAudit) -> dict[str, Any]:
-        return {
-            "run": entry.run_id,
-            "what": entry.action.value,
-            "who": entry.actor,
-            "through": entry.via.value,
-            "why": entry.reason or "",
-            "which": entry.target,
-            "details": _dump(entry.detail or {}),
-            "event": entry.event_key,
-            "now": time.time(),
-        }
-
     # -- runs -------------------------------------------------------------------------------------
     def start_run(self, run_id: str, prompt: str) -> tuple[RunInfo, bool]:
         q, params = self._q, {"run": run_id, "new_prompt": prompt, "now": time.time()}
@@ -272,7 +225,7 @@ class SqlJournal(SqlShared, SqlClaims, Journal):
         q = self._q
         params = {"run": run_id, "now": time.time()}
         if audit is not None:
-            params.update(self._audit_params(audit))
+            params.update(audit_params(audit))
         # The audit row rides in the tombstone's own statement where the dialect allows (written by
         # the statement that wrote the tombstone, from its RETURNING); else it follows in one transaction.
         one_statement = audit is not None and q.condemn_stamp_audited is not None
@@ -520,90 +473,6 @@ class SqlJournal(SqlShared, SqlClaims, Journal):
 
         self._write(work, atomic=True)
 
-    # -- approvals --------------------------------------------------------------------------------
-    def decide_call(
-        self, run_id: str, suffix: str, decision: RecordStatus, *, error: str | None, audit: NewAudit
-    ) -> ToolRecord | None:
-        check_not_condemned_row(audit)
-        q = self._q
-        params = {
-            "run": run_id,
-            "step_suffix": suffix,
-            "expected": RecordStatus.SUSPENDED.value,
-            "new_status": decision.value,
-            "new_output": None,
-            "new_error": error,
-            "now": time.time(),
-        }
-
-        def work(tx: driver.Tx) -> driver.Row:
-            # The tombstone gate first: condemn updates the same row, so whichever commits second sees the other.
-            if tx.one(q.tombstone_gate_lock, params) is None:
-                if tx.one(q.condemned_at, params) is None:
-                    raise UnknownRunError(run_id)
-                raise CompensatedRunError(run_id)
-            row = tx.one(q.record_settle, params)
-            if row is None:
-                raise _Conflict
-            tx.one(q.audit_insert, self._audit_params(audit))
-            return row
-
-        try:
-            return record_row(self._write(work, atomic=True))
-        except _Conflict:
-            return None
-
-    def decide_compensation(self, gate: CompensationGate, audit: NewAudit) -> tuple[CompensationGate, bool]:
-        check_not_condemned_row(audit)
-        q = self._q
-        params = {
-            "origin": gate.origin_run_id,
-            "step_suffix": gate.suffix,
-            "new_decision": gate.decision.value,
-            "who": gate.actor,
-            "why": gate.reason,
-            "via": gate.via_run_id,
-            "run": gate.via_run_id,
-            "now": time.time(),
-        }
-
-        def work(tx: driver.Tx) -> tuple[driver.Row | None, bool]:
-            row = tx.one(q.gate_insert, params)
-            if row is None:
-                return tx.one(q.gate_get, params), False
-            tx.one(q.audit_insert, self._audit_params(audit))
-            tx.execute(q.wake_awaiting, params)
-            return row, True
-
-        row, won = self._write(work, atomic=True)
-        assert row is not None  # gates are never deleted
-        return self._gate_row(row), won
-
-    def get_gates(
-        self, origin_and_suffixes: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], CompensationGate]:
-        wanted = set(origin_and_suffixes)
-        origins = sorted({o for o, _ in wanted})
-        rows = (
-            self._fetch(
-                lambda tx: [r for o in origins for r in tx.all(self._q.gates_of_origin, {"origin": o})]
-            )
-            if wanted
-            else []
-        )
-        found = (self._gate_row(r) for r in rows if (r["origin_run_id"], r["suffix"]) in wanted)
-        return {(g.origin_run_id, g.suffix): g for g in found}
-
-    # -- the audit trail --------------------------------------------------------------------------
-    def append_audit(self, entry: NewAudit) -> bool:
-        check_not_condemned_row(entry)
-        params = self._audit_params(entry)
-        return self._write(lambda tx: tx.one(self._q.audit_insert, params)) is not None
-
-    def read_audit(self, run_id: str) -> list[AuditRecord]:
-        rows = self._fetch(lambda tx: tx.all(self._q.audit_of_run, {"run": run_id}))
-        return [self._audit_row(r) for r in rows]
-
     # -- unwind bookkeeping -----------------------------------------------------------------------
     def set_unwind_state(
         self,
@@ -631,7 +500,7 @@ class SqlJournal(SqlShared, SqlClaims, Journal):
         if audit is None:
             self._write(lambda tx: tx.execute(stmt, params))
             return
-        both = {**self._audit_params(audit), **params}
+        both = {**audit_params(audit), **params}
         # One statement where the dialect allows (the row in the state's WITH clause), else one transaction.
         one = q.unwind_state_audited if epoch is None else q.unwind_state_at_epoch_audited
         if one is not None:

@@ -18,20 +18,18 @@ import sqlalchemy as sa
 
 from .dialects import policy_for
 from .driver import Prepared
-from .records import AuditAction, ClaimStatus, RecordStatus, RunStatus, UnwindState
+from .records import ClaimStatus, RecordStatus, RunStatus, UnwindState
 from .schema import (
-    audit,
     claims,
     decisions,
-    gates,
     records,
     runs,
     unwind_entries,
     unwinds,
 )
+from .sql_parts.audit import AuditStatements
 from .sql_parts.claims import ClaimStatements
 from .sql_parts.common import (
-    AUDIT_VALUES,
     CLAIM_PREFIX,
     ENDED,
     MAX_ROWS,
@@ -48,7 +46,7 @@ from .sql_parts.common import (
 from .sql_parts.shared import SharedStatements
 
 
-class Statements(ClaimStatements, SharedStatements, StatementsBase):
+class Statements(AuditStatements, ClaimStatements, SharedStatements, StatementsBase):
     """The prepared statements of one dialect, as attributes named for what they do."""
 
     def __init__(self, dialect: sa.Dialect) -> None:
@@ -374,63 +372,6 @@ class Statements(ClaimStatements, SharedStatements, StatementsBase):
             .returning(records.c.exec_owner)
         )
 
-    def _build_compensation_gates(self) -> None:
-        """Compensation gates: a person approved or denied undoing a step."""
-        insert = self.policy.insert
-        clock = self.policy.clock()
-        p = self._prepare
-        self.gate_insert = p(
-            insert(gates)
-            .values(
-                origin_run_id=b("origin"),
-                suffix=b("step_suffix"),
-                decision=b("new_decision"),
-                actor=b("who"),
-                reason=b("why"),
-                via_run_id=b("via"),
-                decided_at=clock,
-            )
-            .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
-            .returning(*gates.c)
-        )
-        self.gate_get = p(
-            sa.select(gates).where(gates.c.origin_run_id == b("origin"), gates.c.suffix == b("step_suffix"))
-        )
-        self.gates_of_origin = p(sa.select(gates).where(gates.c.origin_run_id == b("origin")))
-
-    def _build_audit(self) -> None:
-        """The audit trail: append-only, one row per event."""
-        insert = self.policy.insert
-        clock = self.policy.clock()
-        p = self._prepare
-        self.audit_insert = p(
-            insert(audit)
-            .values(run_id=b("run"), at=clock, **AUDIT_VALUES)
-            .on_conflict_do_nothing(index_elements=["event_key"])
-            .returning(audit.c.id)
-        )
-        self.audit_of_run = p(sa.select(audit).where(audit.c.run_id == b("run")).order_by(audit.c.id))
-
-        # The run with who condemned it (the first ``condemned`` row's actor and reason), in the one
-        # statement an unwind reads its run with: an index seek on ix_saga_audit_run each, no round trip.
-        def of_first_condemned(column: sa.Column[str]) -> sa.ScalarSelect[str]:
-            return (
-                sa.select(column)
-                .where(audit.c.run_id == runs.c.run_id, audit.c.action == AuditAction.CONDEMNED.value)
-                .order_by(audit.c.id)
-                .limit(1)
-                .correlate(runs)
-                .scalar_subquery()
-            )
-
-        self.run_with_condemner = p(
-            sa.select(
-                runs,
-                of_first_condemned(audit.c.actor).label("condemner_actor"),
-                of_first_condemned(audit.c.reason).label("condemner_reason"),
-            ).where(RUN)
-        )
-
     def _build_audited_writes(self) -> None:
         """A write and its audit row as one statement (``writes_in_with_clause``: the row rides
         in the write's WITH clause); None where the dialect has no such statement, and the two
@@ -451,17 +392,6 @@ class Statements(ClaimStatements, SharedStatements, StatementsBase):
         for name, at_epoch in (("unwind_state_audited", False), ("unwind_state_at_epoch_audited", True)):
             logged = self._audit_from(sa.select(b("run", type_=sa.String))).cte("logged")
             setattr(self, name, p(self._unwind_state(at_epoch=at_epoch).add_cte(logged)))
-
-    def _audit_from(self, run_ids: sa.Select[Any]) -> Any:
-        """An audit row per run id ``run_ids`` yields (insert-if-absent on its event key)."""
-        values = [self.policy.clock(), *(v.self_group() for v in AUDIT_VALUES.values())]
-        source = run_ids.add_columns(*values)
-        columns = ["run_id", "at", *AUDIT_VALUES]
-        return (
-            self.policy.insert(audit)
-            .from_select(columns, source)
-            .on_conflict_do_nothing(index_elements=["event_key"])
-        )
 
     def _build_unwinds(self) -> None:
         """Distributed unwinds: the worklist and one entry per step outcome."""

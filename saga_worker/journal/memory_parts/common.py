@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from ...errors import CompensatedRunError, RunEndedError, UnknownRunError
 from ...keys import canonical_json
-from ..records import RunInfo
+from ..records import RecordStatus, RunInfo, ToolRecord, parse_status
 
 
 def copy_json(value: Any) -> Any:
@@ -17,11 +18,19 @@ def copy_json(value: Any) -> Any:
     return None if value is None else json.loads(canonical_json(value))
 
 
+def record_out(record: ToolRecord) -> ToolRecord:
+    """A record as handed out: its input and output are copies, as a SQL row's would be, and its
+    status is parsed as a SQL row's is (an unknown one fails closed: see ``parse_status``)."""
+    status = parse_status(RecordStatus, record.status, record.run_id, f"{record.suffix!r}")
+    return replace(record, status=status, input=copy_json(record.input), output=copy_json(record.output))
+
+
 class MemoryState:
     """The lock every part of ``MemoryJournal`` takes (reentrant: one part's write may call another's)."""
 
     _lock: threading.RLock
     _runs: dict[str, RunInfo]
+    _records: dict[tuple[str, str], ToolRecord]
 
     def now(self) -> float:
         return time.time()
@@ -36,3 +45,11 @@ class MemoryState:
             raise CompensatedRunError(run_id)
         if ended and run.ended:
             raise RunEndedError(run_id, str(getattr(run.status, "value", run.status)))
+
+    def _cas(self, run_id: str, suffix: str, expected: RecordStatus, **changes: Any) -> ToolRecord | None:
+        record = self._records.get((run_id, suffix))
+        if record is None or record.status is not expected:
+            return None
+        record = replace(record, updated_at=self.now(), **changes)
+        self._records[(run_id, suffix)] = record
+        return record_out(record)
