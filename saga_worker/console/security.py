@@ -190,6 +190,14 @@ class Network:
         forwarded = _header(scope, b"x-forwarded-proto") or ""
         return forwarded.split(",")[0].strip() == "https" and self._peer_trusted(scope)
 
+    def host(self, scope: Scope) -> str | None:
+        """The host the browser asked for: the ``Host`` header, or what a trusted proxy says it was
+        (``X-Forwarded-Host``: a proxy that rewrites ``Host`` to the console's own address)."""
+        forwarded = _header(scope, b"x-forwarded-host")
+        if forwarded and self._peer_trusted(scope):
+            return forwarded.split(",")[0].strip()
+        return _header(scope, b"host")
+
     def client(self, scope: Scope) -> str:
         """The client's address: the peer, or what a trusted proxy says it forwarded for."""
         peer = str((scope.get("client") or ("unknown", 0))[0])
@@ -224,15 +232,15 @@ def host_name(host_header: str | None) -> str | None:
     return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
 
-def cross_origin(scope: Scope) -> bool:
-    """An unsafe request another site sent: its Origin is not this host (or is ``null``), or, without
+def cross_origin(scope: Scope, host: str | None) -> bool:
+    """An unsafe request another site sent: its Origin is not ``host`` (or is ``null``), or, without
     one, the browser says it is cross-site. A program that sends neither (curl, a script) is not."""
     origin = _header(scope, b"origin")
     if origin is not None:
         if origin.strip().lower() == "null":
             return True
         netloc = urlsplit(origin.strip()).netloc.lower()
-        return not netloc or netloc != (_header(scope, b"host") or "").strip().lower()
+        return not netloc or netloc != (host or "").strip().lower()
     return (_header(scope, b"sec-fetch-site") or "").lower() in ("cross-site", "same-site")
 
 
@@ -262,9 +270,10 @@ class Guard:
                 message = {**message, "headers": headers}
             await send(message)
 
-        if not self.network.host_allowed(_header(scope, b"host")):
+        host = self.network.host(scope)
+        if not self.network.host_allowed(host):
             answer = await self.refuse(scope, 400, "this console does not answer to that host name")
-        elif scope.get("method") in UNSAFE_METHODS and cross_origin(scope):
+        elif scope.get("method") in UNSAFE_METHODS and cross_origin(scope, host):
             answer = await self.refuse(scope, 403, "a request from another site is refused")
         else:
             await self.app(scope, receive, with_headers)

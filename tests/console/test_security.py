@@ -236,6 +236,20 @@ def test_cookies_are_secure_behind_a_trusted_tls_proxy_and_only_then(
     with client_for(trusted, ledger, Sent(), client=("10.1.2.3", 40000)) as proxy:
         answer = proxy.post("/login", data={"token": tokens.viewer}, headers=via_tls, follow_redirects=False)
         assert answer.status_code == 303 and "secure" in answer.headers["set-cookie"].lower()
+    # A proxy that rewrites Host to the console's address says what the browser asked for instead.
+    named = trusted.model_copy(update={"console_allowed_hosts": "console.example.com"})
+    with client_for(named, ledger, Sent(), client=("10.1.2.3", 40000)) as proxy:
+        browser = {"X-Forwarded-Host": "console.example.com", "Origin": "https://console.example.com"}
+        answer = proxy.post(
+            "/login", data={"token": tokens.viewer}, headers={**via_tls, **browser}, follow_redirects=False
+        )
+        assert answer.status_code == 303
+        forged = {**via_tls, "X-Forwarded-Host": "console.example.com", "Origin": "https://evil.example"}
+        assert proxy.post("/login", data={"token": tokens.viewer}, headers=forged).status_code == 403
+    with client_for(named, ledger, Sent(), client=("192.0.2.9", 40000)) as direct:
+        # Not from the proxy: its X-Forwarded-Host is not believed, its Host is checked.
+        spoofed = {"X-Forwarded-Host": "console.example.com", "Host": "evil.example"}
+        assert direct.get("/login", headers=spoofed).status_code == 400
     with client_for(trusted, ledger, Sent(), client=("192.0.2.9", 40000)) as stranger:
         answer = stranger.post(
             "/login", data={"token": tokens.viewer}, headers=via_tls, follow_redirects=False
