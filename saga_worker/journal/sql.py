@@ -12,7 +12,7 @@ time, with a busy timeout).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,46 +21,42 @@ import sqlalchemy as sa
 from ..errors import (
     CompensatedRunError,
     JournalError,
-    MalformedRecordError,
     RunExistsError,
     UnknownRunError,
 )
 from ..redact import redact_url
 from ..storable import storable_or_none
 from . import driver, migrate
-from .base import Journal, check_not_condemned_row
+from .base import Journal
 from .dialects import POLICIES, policy_for
 from .records import (
-    ClaimStatus,
     NewAudit,
     NewRecord,
     RecordStatus,
     RunInfo,
     RunQuery,
     RunStatus,
-    StepFinish,
-    StepView,
     ToolRecord,
-    UnwindInfo,
     UnwindState,
     WorklistView,
     like_pattern,
 )
 from .sql_parts.audit import SqlAudit, audit_params
 from .sql_parts.claims import SqlClaims, claim_row
-from .sql_parts.common import CLAIM_PREFIX, RECORD_PREFIX
 from .sql_parts.common import Conflict as _Conflict
 from .sql_parts.common import dump_json as _dump
 from .sql_parts.common import load_json as _load
 from .sql_parts.records import record_row
 from .sql_parts.runs import refusal, run_row, tombstone_gate
 from .sql_parts.shared import SqlShared
-from .statements import Statements, prefix_count, run_page
+from .sql_parts.sweeps import SqlSweeps
+from .sql_parts.unwinds import SqlUnwinds
+from .statements import prefix_count, run_page
 
 T = TypeVar("T")
 
 
-class SqlJournal(SqlAudit, SqlShared, SqlClaims, Journal):
+class SqlJournal(SqlSweeps, SqlUnwinds, SqlAudit, SqlShared, SqlClaims, Journal):
     """A journal in a SQL database. Every process that opens the same URL sees the same journal."""
 
     def __init__(
@@ -472,286 +468,6 @@ class SqlJournal(SqlAudit, SqlShared, SqlClaims, Journal):
             tx.execute(q.fork_records, params)
 
         self._write(work, atomic=True)
-
-    # -- unwind bookkeeping -----------------------------------------------------------------------
-    def set_unwind_state(
-        self,
-        run_id: str,
-        state: UnwindState,
-        *,
-        note: str | None = None,
-        next_at: float | None = None,
-        count_attempt: bool = False,
-        epoch: int | None = None,
-        audit: NewAudit | None = None,
-    ) -> None:
-        check_not_condemned_row(audit)
-        params = {
-            "run": run_id,
-            "state": state.value,
-            "note": storable_or_none(note),
-            "next_at": next_at,
-            "bump": 1 if count_attempt else 0,
-            "epoch": epoch,
-            "now": time.time(),
-        }
-        q = self._q
-        stmt = q.unwind_state if epoch is None else q.unwind_state_at_epoch
-        if audit is None:
-            self._write(lambda tx: tx.execute(stmt, params))
-            return
-        both = {**audit_params(audit), **params}
-        # One statement where the dialect allows (the row in the state's WITH clause), else one transaction.
-        one = q.unwind_state_audited if epoch is None else q.unwind_state_at_epoch_audited
-        if one is not None:
-            self._write(lambda tx: tx.execute(one, both))
-            return
-
-        def write(tx: driver.Tx) -> None:
-            tx.one(q.audit_insert, both)
-            tx.execute(stmt, both)
-
-        self._write(write, atomic=True)
-
-    def hold_sweep(self, run_id: str, grace: float, note: str) -> None:
-        params = {"run": run_id, "grace": float(grace), "note": storable_or_none(note), "now": time.time()}
-        self._write(lambda tx: tx.execute(self._q.hold_sweep, params))
-
-    def runs_to_sweep(
-        self, now: float, *, limit: int = 100, unreadable: list[MalformedRecordError] | None = None
-    ) -> list[RunInfo]:
-        params = {"due_by": float(now), "max_rows": int(limit)}
-        due: list[RunInfo] = []
-        for row in self._fetch(lambda tx: tx.all(self._q.runs_due, params)):
-            try:
-                due.append(run_row(row))
-            except MalformedRecordError as exc:
-                if unreadable is None:
-                    raise
-                unreadable.append(exc)
-        return due
-
-    # -- distributed unwinds ----------------------------------------------------------------------
-    @staticmethod
-    def _unwind(m: Mapping[Any, Any]) -> UnwindInfo:
-        suffixes = _load(m["suffixes"], m["run_id"], f"unwind {m['unwind_id']!r} worklist")
-        if not isinstance(suffixes, list) or not all(isinstance(x, str) for x in suffixes):
-            raise MalformedRecordError(
-                m["run_id"], f"unwind {m['unwind_id']!r} worklist", "not a list of step suffixes"
-            )
-        return UnwindInfo(
-            unwind_id=m["unwind_id"],
-            run_id=m["run_id"],
-            dry_run=bool(m["dry_run"]),
-            suffixes=tuple(suffixes),
-            created_at=m["created_at"],
-            actor=m.get("actor") or "",
-            reason=m.get("reason") or "",
-            via=m.get("via") or "worker",
-            run_epoch=m.get("run_epoch"),
-        )
-
-    def _unwind_params(
-        self,
-        unwind_id: str,
-        run_id: str,
-        dry_run: bool,
-        suffixes: Sequence[str],
-        actor: str,
-        reason: str,
-        via: str,
-        run_epoch: int | None,
-    ) -> dict[str, Any]:
-        return {
-            "epoch": run_epoch,
-            "unwind": unwind_id,
-            "run": run_id,
-            "plan_only": bool(dry_run),
-            "worklist": _dump(list(suffixes)),
-            "who": actor,
-            "why": reason,
-            "through": via,
-            "now": time.time(),
-        }
-
-    def insert_unwind(
-        self,
-        unwind_id: str,
-        run_id: str,
-        *,
-        dry_run: bool,
-        suffixes: Sequence[str],
-        actor: str = "",
-        reason: str = "",
-        via: str = "worker",
-        run_epoch: int | None = None,
-    ) -> UnwindInfo:
-        q = self._q
-        params = self._unwind_params(unwind_id, run_id, dry_run, suffixes, actor, reason, via, run_epoch)
-        row = self._write(lambda tx: tx.one(q.unwind_insert, params) or tx.one(q.unwind_get, params))
-        assert row is not None
-        return self._unwind(row)
-
-    def record_unwind(
-        self,
-        unwind_id: str,
-        run_id: str,
-        *,
-        dry_run: bool,
-        suffixes: Sequence[str],
-        actor: str = "",
-        reason: str = "",
-        via: str = "worker",
-        run_epoch: int | None = None,
-        hold_grace: float | None = None,
-        hold_note: str = "",
-    ) -> UnwindInfo:
-        if hold_grace is None:
-            return self.insert_unwind(
-                unwind_id,
-                run_id,
-                dry_run=dry_run,
-                suffixes=suffixes,
-                actor=actor,
-                reason=reason,
-                via=via,
-                run_epoch=run_epoch,
-            )
-        q = self._q
-        params = self._unwind_params(unwind_id, run_id, dry_run, suffixes, actor, reason, via, run_epoch)
-        hold = {
-            "run": run_id,
-            "grace": float(hold_grace),
-            "note": storable_or_none(hold_note),
-            "now": time.time(),
-        }
-
-        def record_and_hold(tx: driver.Tx) -> driver.Row | None:
-            stored = tx.one(q.unwind_insert, params) or tx.one(q.unwind_get, params)
-            if stored is not None and stored["run_id"] == run_id and not stored["dry_run"]:
-                tx.execute(q.hold_sweep, hold)
-            return stored
-
-        row = self._write(record_and_hold, atomic=True)
-        assert row is not None
-        return self._unwind(row)
-
-    def get_unwind(self, unwind_id: str) -> UnwindInfo | None:
-        row = self._fetch(lambda tx: tx.one(self._q.unwind_get, {"unwind": unwind_id}))
-        return None if row is None else self._unwind(row)
-
-    def list_unwinds(self, run_id: str, *, limit: int = 20) -> list[UnwindInfo]:
-        rows = self._fetch(lambda tx: tx.all(self._q.unwinds_of_run, {"run": run_id, "max_rows": int(limit)}))
-        return [self._unwind(r) for r in rows]
-
-    def record_unwind_entry(self, unwind_id: str, position: int, entry: dict[str, Any]) -> dict[str, Any]:
-        q = self._q
-        params = {"unwind": unwind_id, "at": position, "new_entry": _dump(entry), "now": time.time()}
-        row = self._write(lambda tx: tx.one(q.entry_insert, params) or tx.one(q.entry_get, params))
-        assert row is not None
-        return _load(row["entry"], unwind_id, f"unwind entry {position}")  # type: ignore[no-any-return]
-
-    def finish_step(
-        self,
-        origin_run_id: str,
-        suffix: str,
-        owner: str,
-        status: ClaimStatus,
-        error: str | None = None,
-        *,
-        unwind_id: str,
-        position: int,
-        won: dict[str, Any],
-        lost: dict[str, Any],
-    ) -> StepFinish:
-        q = self._q
-        params = {
-            "origin": origin_run_id,
-            "step_suffix": suffix,
-            "holder": owner,
-            "new_status": status.value,
-            "new_error": storable_or_none(error),
-            "unwind": unwind_id,
-            "at": position,
-            "won_entry": _dump(won),
-            "lost_entry": _dump(lost),
-            "now": time.time(),
-        }
-        one_statement = q.step_finish
-
-        def work(tx: driver.Tx) -> tuple[bool, str]:
-            if one_statement is not None:  # one round trip, committed alone (autocommit)
-                row = tx.one(one_statement, params)
-                assert row is not None
-                written, entry = bool(row["written"]), row["entry"]
-            else:
-                written = tx.one(q.claim_finish, params) is not None
-                new = {**params, "new_entry": params["won_entry" if written else "lost_entry"]}
-                stored = tx.one(q.entry_insert, new)
-                entry = None if stored is None else stored["entry"]
-            if entry is None:  # an entry was there first: it stands
-                stored = tx.one(q.entry_get, params)
-                assert stored is not None
-                entry = stored["entry"]
-            return written, entry
-
-        written, text = self._write(work, atomic=one_statement is None)
-        return StepFinish(written, _load(text, unwind_id, f"unwind entry {position}"))
-
-    def read_step(self, unwind_id: str, run_id: str, suffix: str) -> StepView:
-        q = self._q
-
-        def work(tx: driver.Tx) -> tuple[UnwindInfo | None, int | None, Any, Any, driver.Row | None]:
-            # One statement: the unwind, its two latest entries, the step's record and claim.
-            rows = tx.all(q.step_view, {"unwind": unwind_id, "run": run_id, "step_suffix": suffix})
-            unwind = self._unwind(rows[0]) if rows else None
-            at = unwind.suffixes.index(suffix) if unwind and suffix in unwind.suffixes else None
-            entry, before = _step_entries(tx, q, unwind_id, at, rows)
-            both = None
-            if rows and rows[0][RECORD_PREFIX + "run_id"] is not None:
-                both = {k[len(RECORD_PREFIX) :]: v for k, v in rows[0].items() if k.startswith(RECORD_PREFIX)}
-                both.update((k, v) for k, v in rows[0].items() if k.startswith(CLAIM_PREFIX))
-            return unwind, at, entry, before, both
-
-        unwind, at, entry_text, previous_text, both = self._fetch(work)
-        entry = None if entry_text is None else _load(entry_text, unwind_id, f"unwind entry {at}")
-        previous = (
-            None
-            if previous_text is None or at is None
-            else _load(previous_text, unwind_id, f"unwind entry {at - 1}")
-        )
-        if both is None:
-            return StepView(unwind, at, entry, None, None, previous)
-        claim = {k[len(CLAIM_PREFIX) :]: v for k, v in both.items() if k.startswith(CLAIM_PREFIX)}
-        has_claim = claim["origin_run_id"] is not None
-        return StepView(
-            unwind, at, entry, record_row(both), claim_row(claim) if has_claim else None, previous
-        )
-
-    def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
-        rows = self._fetch(lambda tx: tx.all(self._q.entries_of_unwind, {"unwind": unwind_id}))
-        return {
-            int(r["position"]): _load(r["entry"], unwind_id, f"unwind entry {r['position']}") for r in rows
-        }
-
-
-def _step_entries(
-    tx: driver.Tx, q: Statements, unwind_id: str, at: int | None, rows: list[driver.Row]
-) -> tuple[str | None, str | None]:
-    """The stored entry texts at ``at`` and ``at - 1``, from the unwind's two latest entries when they
-    tell (every entry above the lower of the two is known to be absent), else read one by one (a stale
-    redelivery of a step the chain has long passed)."""
-    if at is None:
-        return None, None
-    latest: dict[int, str | None] = {
-        int(r["entry_position"]): r["entry"] for r in rows if r["entry_position"] is not None
-    }
-    known_from = min(latest) if len(latest) == 2 else 0
-    if max(at - 1, 0) >= known_from:
-        return latest.get(at), latest.get(at - 1) if at else None
-    entry = tx.one(q.entry_get, {"unwind": unwind_id, "at": at})
-    before = tx.one(q.entry_get, {"unwind": unwind_id, "at": at - 1}) if at else None
-    return (None if entry is None else entry["entry"]), (None if before is None else before["entry"])
 
 
 def normalize_url(url: str) -> str:

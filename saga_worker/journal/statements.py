@@ -18,35 +18,33 @@ import sqlalchemy as sa
 
 from .dialects import policy_for
 from .driver import Prepared
-from .records import ClaimStatus, RecordStatus, RunStatus, UnwindState
+from .records import RecordStatus, RunStatus, UnwindState
 from .schema import (
-    claims,
     decisions,
     records,
     runs,
-    unwind_entries,
-    unwinds,
 )
 from .sql_parts.audit import AuditStatements
 from .sql_parts.claims import ClaimStatements
 from .sql_parts.common import (
-    CLAIM_PREFIX,
     ENDED,
     MAX_ROWS,
     NEW_RUN,
     NOT_ENDED,
     NOW,
-    RECORD_PREFIX,
     RUN,
-    UNSWEPT,
     WAITING,
     StatementsBase,
     b,
 )
 from .sql_parts.shared import SharedStatements
+from .sql_parts.sweeps import SweepStatements
+from .sql_parts.unwinds import UnwindStatements
 
 
-class Statements(AuditStatements, ClaimStatements, SharedStatements, StatementsBase):
+class Statements(
+    AuditStatements, ClaimStatements, SharedStatements, SweepStatements, UnwindStatements, StatementsBase
+):
     """The prepared statements of one dialect, as attributes named for what they do."""
 
     def __init__(self, dialect: sa.Dialect) -> None:
@@ -150,71 +148,6 @@ class Statements(AuditStatements, ClaimStatements, SharedStatements, StatementsB
             "unwind_state": UnwindState.PENDING.value,
             "unwind_next_at": clock,
         }
-
-    def _unwind_state(self, *, at_epoch: bool) -> sa.Update:
-        """The unwind state; ``at_epoch``: only if no outcome landed since the unwind read its worklist
-        (see reopen_unwind)."""
-        where = [RUN, runs.c.unwind_epoch == b("epoch", type_=sa.Integer)] if at_epoch else [RUN]
-        return (
-            sa.update(runs)
-            .where(*where)
-            .values(
-                unwind_state=b("state"),
-                unwind_note=b("note"),
-                unwind_next_at=b("next_at", type_=sa.Double),
-                updated_at=NOW,
-                unwind_attempts=runs.c.unwind_attempts + b("bump", type_=sa.Integer),
-            )
-        )
-
-    def _build_sweeps(self) -> None:
-        """The unwind state the sweeper reads, and the runs it re-drives."""
-        clock = self.policy.clock()
-        p = self._prepare
-        self.unwind_state = p(self._unwind_state(at_epoch=False))
-        self.unwind_state_at_epoch = p(self._unwind_state(at_epoch=True))
-        # An outcome written after the tombstone: the unwind that read this record before it may have
-        # judged it from a guess (uncertain, or a probe that came too early). Look again, with a fresh
-        # retry budget; and no unwind that began before this may now mark the run complete.
-        self.reopen_unwind = p(
-            sa.update(runs)
-            .where(RUN, runs.c.condemned_at.is_not(None))
-            .values(
-                unwind_state=UnwindState.PENDING.value,
-                unwind_note=b("note"),
-                unwind_next_at=clock,
-                unwind_attempts=0,
-                unwind_epoch=runs.c.unwind_epoch + 1,
-                updated_at=NOW,
-            )
-        )
-
-        held_until = clock + b("grace", type_=sa.Double)
-        self.hold_sweep = p(
-            sa.update(runs)
-            .where(RUN)
-            .values(
-                unwind_state=UnwindState.PENDING.value,
-                unwind_note=b("note"),
-                updated_at=NOW,
-                unwind_next_at=sa.case(
-                    (runs.c.unwind_next_at > held_until, runs.c.unwind_next_at), else_=held_until
-                ),
-            )
-        )
-
-        self.runs_due = p(
-            sa.select(runs)
-            .where(
-                # Not "pending or incomplete": every state but the settled ones, so that a run whose
-                # state this code does not know is read (and fails closed) rather than never swept.
-                *(runs.c.unwind_state != s.value for s in UnwindState if s not in UNSWEPT),
-                runs.c.condemned_at.is_not(None),
-                sa.func.coalesce(runs.c.unwind_next_at, 0.0) <= b("due_by", type_=sa.Double),
-            )
-            .order_by(runs.c.unwind_next_at)
-            .limit(MAX_ROWS)
-        )
 
     def _build_listings(self) -> None:
         """Counts of runs for the console (its pages are ``run_page``)."""
@@ -392,126 +325,6 @@ class Statements(AuditStatements, ClaimStatements, SharedStatements, StatementsB
         for name, at_epoch in (("unwind_state_audited", False), ("unwind_state_at_epoch_audited", True)):
             logged = self._audit_from(sa.select(b("run", type_=sa.String))).cte("logged")
             setattr(self, name, p(self._unwind_state(at_epoch=at_epoch).add_cte(logged)))
-
-    def _build_unwinds(self) -> None:
-        """Distributed unwinds: the worklist and one entry per step outcome."""
-        insert = self.policy.insert
-        p = self._prepare
-        self.unwind_insert = p(
-            insert(unwinds)
-            .values(
-                unwind_id=b("unwind"),
-                run_id=b("run"),
-                dry_run=b("plan_only", type_=sa.Boolean),
-                suffixes=b("worklist"),
-                created_at=NOW,
-                actor=b("who"),
-                reason=b("why"),
-                via=b("through"),
-                run_epoch=b("epoch", type_=sa.Integer),
-            )
-            .on_conflict_do_nothing(index_elements=["unwind_id"])
-            .returning(*unwinds.c)
-        )
-        self.unwind_get = p(sa.select(unwinds).where(unwinds.c.unwind_id == b("unwind")))
-        self.entry_insert = p(
-            insert(unwind_entries)
-            .values(unwind_id=b("unwind"), position=b("at"), entry=b("new_entry"), created_at=NOW)
-            .on_conflict_do_nothing(index_elements=["unwind_id", "position"])
-            .returning(unwind_entries.c.entry)
-        )
-        self.entry_get = p(
-            sa.select(unwind_entries.c.entry).where(
-                unwind_entries.c.unwind_id == b("unwind"), unwind_entries.c.position == b("at")
-            )
-        )
-        self.entries_of_unwind = p(
-            sa.select(unwind_entries.c.position, unwind_entries.c.entry)
-            .where(unwind_entries.c.unwind_id == b("unwind"))
-            .order_by(unwind_entries.c.position)
-        )
-        self.unwinds_of_run = p(
-            sa.select(unwinds)
-            .where(unwinds.c.run_id == b("run"))
-            .order_by(unwinds.c.created_at.desc(), unwinds.c.unwind_id.desc())
-            .limit(MAX_ROWS)
-        )
-
-    def _build_step_view(self) -> None:
-        """All a step task reads, in one statement."""
-        p = self._prepare
-        # An unwind's two latest entries. Steps run in order, so a step's own entry and the one
-        # before it are almost always among them (see SqlJournal.read_step).
-        latest = (
-            sa.select(unwind_entries.c.unwind_id, unwind_entries.c.position, unwind_entries.c.entry)
-            .where(unwind_entries.c.unwind_id == b("unwind"))
-            .order_by(unwind_entries.c.position.desc())
-            .limit(2)
-            .subquery("latest")
-        )
-        # All a step task reads, in one round trip (issue 16): the unwind with its two latest entries
-        # (a row each), each row with the step's tool record (columns prefixed ``record_``) and its
-        # claim (prefixed ``claim_``), both by primary key; no unwind, no rows.
-        step_record = records.outerjoin(
-            claims,
-            sa.and_(claims.c.origin_run_id == records.c.origin_run_id, claims.c.suffix == records.c.suffix),
-        )
-        self.step_view = p(
-            sa.select(
-                unwinds,
-                latest.c.position.label("entry_position"),
-                latest.c.entry,
-                *[c.label(RECORD_PREFIX + c.name) for c in records.c],
-                *[c.label(CLAIM_PREFIX + c.name) for c in claims.c],
-            )
-            .select_from(
-                unwinds.outerjoin(latest, latest.c.unwind_id == unwinds.c.unwind_id).outerjoin(
-                    step_record,
-                    sa.and_(records.c.run_id == b("run"), records.c.suffix == b("step_suffix")),
-                )
-            )
-            .where(unwinds.c.unwind_id == b("unwind"))
-        )
-
-    def _build_step_finish(self) -> None:
-        """A step's outcome and its unwind entry in one statement, where the dialect allows it.
-
-        The claim's compare-and-set and the entry's insert-if-absent, the entry chosen by whether the
-        update matched (``won_entry`` or ``lost_entry``), committed together in one round trip; the
-        row says whether the outcome was ``written`` and gives the ``entry`` inserted, NULL when an
-        entry was there first (read it then: a sibling sub-statement's snapshot may not show it)."""
-        self.step_finish: Prepared | None = None
-        if not self.policy.writes_in_with_clause:
-            return
-        insert = self.policy.insert
-        mine = (
-            claims.c.origin_run_id == b("origin"),
-            claims.c.suffix == b("step_suffix"),
-            claims.c.owner == b("holder"),
-            claims.c.status == ClaimStatus.CLAIMED.value,
-        )
-        finished = (
-            sa.update(claims)
-            .where(*mine)
-            .values(status=b("new_status"), error=b("new_error"), finished_at=self.policy.clock())
-            .returning(claims.c.owner)
-            .cte("finished")
-        )
-        written = sa.exists(sa.select(finished.c.owner))
-        chosen = sa.case((written, b("won_entry", type_=sa.Text)), else_=b("lost_entry", type_=sa.Text))
-        inserted = (
-            insert(unwind_entries)
-            .from_select(
-                ["unwind_id", "position", "entry", "created_at"],
-                sa.select(b("unwind", type_=sa.String), b("at", type_=sa.Integer), chosen, NOW),
-            )
-            .on_conflict_do_nothing(index_elements=["unwind_id", "position"])
-            .returning(unwind_entries.c.entry)
-            .cte("inserted")
-        )
-        self.step_finish = self._prepare(
-            sa.select(written.label("written"), sa.select(inserted.c.entry).scalar_subquery().label("entry"))
-        )
 
 
 def run_page(

@@ -10,7 +10,7 @@ from typing import Any
 
 from ...errors import CompensatedRunError, RunEndedError, UnknownRunError
 from ...keys import canonical_json
-from ..records import RecordStatus, RunInfo, ToolRecord, parse_status
+from ..records import NewAudit, RecordStatus, RunInfo, RunStatus, ToolRecord, UnwindState, parse_status
 
 
 def copy_json(value: Any) -> Any:
@@ -25,6 +25,12 @@ def record_out(record: ToolRecord) -> ToolRecord:
     return replace(record, status=status, input=copy_json(record.input), output=copy_json(record.output))
 
 
+def run_out(run: RunInfo) -> RunInfo:
+    parse_status(RunStatus, run.status, run.run_id, "run status")
+    parse_status(UnwindState, run.unwind_state, run.run_id, "unwind state")
+    return run
+
+
 class MemoryState:
     """The lock every part of ``MemoryJournal`` takes (reentrant: one part's write may call another's)."""
 
@@ -34,6 +40,11 @@ class MemoryState:
 
     def now(self) -> float:
         return time.time()
+
+    def _append(self, entry: NewAudit) -> bool:
+        """An audit row, under the lock (``MemoryAudit``'s): the tombstone and the unwind state write
+        theirs with them."""
+        raise NotImplementedError
 
     def _tombstone_gate(self, run_id: str, gated: bool, *, ended: bool = True) -> None:
         """Under the lock, as SQL's statement on the run's row: refuse a condemned run (``gated``) and

@@ -1,0 +1,145 @@
+"""The sweeper's state per condemned run in SQL: its unwind state, holds, and the runs it re-drives."""
+
+from __future__ import annotations
+
+import time
+
+import sqlalchemy as sa
+
+from ...errors import MalformedRecordError
+from ...storable import storable_or_none
+from .. import driver
+from ..base import check_not_condemned_row
+from ..records import NewAudit, RunInfo, UnwindState
+from ..schema import runs
+from .audit import audit_params
+from .common import MAX_ROWS, NOW, RUN, UNSWEPT, SqlPlumbing, StatementsBase, b
+from .runs import run_row
+
+
+class SweepStatements(StatementsBase):
+    def _unwind_state(self, *, at_epoch: bool) -> sa.Update:
+        """The unwind state; ``at_epoch``: only if no outcome landed since the unwind read its worklist
+        (see reopen_unwind)."""
+        where = [RUN, runs.c.unwind_epoch == b("epoch", type_=sa.Integer)] if at_epoch else [RUN]
+        return (
+            sa.update(runs)
+            .where(*where)
+            .values(
+                unwind_state=b("state"),
+                unwind_note=b("note"),
+                unwind_next_at=b("next_at", type_=sa.Double),
+                updated_at=NOW,
+                unwind_attempts=runs.c.unwind_attempts + b("bump", type_=sa.Integer),
+            )
+        )
+
+    def _build_sweeps(self) -> None:
+        """The unwind state the sweeper reads, and the runs it re-drives."""
+        clock = self.policy.clock()
+        p = self._prepare
+        self.unwind_state = p(self._unwind_state(at_epoch=False))
+        self.unwind_state_at_epoch = p(self._unwind_state(at_epoch=True))
+        # An outcome written after the tombstone: the unwind that read this record before it may have
+        # judged it from a guess (uncertain, or a probe that came too early). Look again, with a fresh
+        # retry budget; and no unwind that began before this may now mark the run complete.
+        self.reopen_unwind = p(
+            sa.update(runs)
+            .where(RUN, runs.c.condemned_at.is_not(None))
+            .values(
+                unwind_state=UnwindState.PENDING.value,
+                unwind_note=b("note"),
+                unwind_next_at=clock,
+                unwind_attempts=0,
+                unwind_epoch=runs.c.unwind_epoch + 1,
+                updated_at=NOW,
+            )
+        )
+
+        held_until = clock + b("grace", type_=sa.Double)
+        self.hold_sweep = p(
+            sa.update(runs)
+            .where(RUN)
+            .values(
+                unwind_state=UnwindState.PENDING.value,
+                unwind_note=b("note"),
+                updated_at=NOW,
+                unwind_next_at=sa.case(
+                    (runs.c.unwind_next_at > held_until, runs.c.unwind_next_at), else_=held_until
+                ),
+            )
+        )
+
+        self.runs_due = p(
+            sa.select(runs)
+            .where(
+                # Not "pending or incomplete": every state but the settled ones, so that a run whose
+                # state this code does not know is read (and fails closed) rather than never swept.
+                *(runs.c.unwind_state != s.value for s in UnwindState if s not in UNSWEPT),
+                runs.c.condemned_at.is_not(None),
+                sa.func.coalesce(runs.c.unwind_next_at, 0.0) <= b("due_by", type_=sa.Double),
+            )
+            .order_by(runs.c.unwind_next_at)
+            .limit(MAX_ROWS)
+        )
+
+
+class SqlSweeps(SqlPlumbing):
+    """``UnwindsPart`` (``journal/parts.py``): the sweeper's state, on the statements above."""
+
+    def set_unwind_state(
+        self,
+        run_id: str,
+        state: UnwindState,
+        *,
+        note: str | None = None,
+        next_at: float | None = None,
+        count_attempt: bool = False,
+        epoch: int | None = None,
+        audit: NewAudit | None = None,
+    ) -> None:
+        check_not_condemned_row(audit)
+        params = {
+            "run": run_id,
+            "state": state.value,
+            "note": storable_or_none(note),
+            "next_at": next_at,
+            "bump": 1 if count_attempt else 0,
+            "epoch": epoch,
+            "now": time.time(),
+        }
+        q = self._q
+        stmt = q.unwind_state if epoch is None else q.unwind_state_at_epoch
+        if audit is None:
+            self._write(lambda tx: tx.execute(stmt, params))
+            return
+        both = {**audit_params(audit), **params}
+        # One statement where the dialect allows (the row in the state's WITH clause), else one transaction.
+        one = q.unwind_state_audited if epoch is None else q.unwind_state_at_epoch_audited
+        if one is not None:
+            self._write(lambda tx: tx.execute(one, both))
+            return
+
+        def write(tx: driver.Tx) -> None:
+            tx.one(q.audit_insert, both)
+            tx.execute(stmt, both)
+
+        self._write(write, atomic=True)
+
+    def hold_sweep(self, run_id: str, grace: float, note: str) -> None:
+        params = {"run": run_id, "grace": float(grace), "note": storable_or_none(note), "now": time.time()}
+        self._write(lambda tx: tx.execute(self._q.hold_sweep, params))
+
+    def runs_to_sweep(
+        self, now: float, *, limit: int = 100, unreadable: list[MalformedRecordError] | None = None
+    ) -> list[RunInfo]:
+        params = {"due_by": float(now), "max_rows": int(limit)}
+        due: list[RunInfo] = []
+        for row in self._fetch(lambda tx: tx.all(self._q.runs_due, params)):
+            try:
+                due.append(run_row(row))
+            except MalformedRecordError as exc:
+                if unreadable is None:
+                    raise
+                unreadable.append(exc)
+        return due

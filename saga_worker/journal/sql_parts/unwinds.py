@@ -1,0 +1,371 @@
+"""Distributed unwinds in SQL (the Celery executor's worklists and one entry per step)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from ...errors import MalformedRecordError
+from ...storable import storable_or_none
+from .. import driver
+from ..driver import Prepared
+from ..records import ClaimStatus, StepFinish, StepView, UnwindInfo
+from ..schema import claims, records, unwind_entries, unwinds
+from .claims import claim_row
+from .common import CLAIM_PREFIX, MAX_ROWS, NOW, RECORD_PREFIX, SqlPlumbing, StatementsBase, b
+from .common import dump_json as _dump
+from .common import load_json as _load
+from .records import record_row
+
+if TYPE_CHECKING:
+    from ..statements import Statements
+
+
+class UnwindStatements(StatementsBase):
+    def _build_unwinds(self) -> None:
+        """Distributed unwinds: the worklist and one entry per step outcome."""
+        insert = self.policy.insert
+        p = self._prepare
+        self.unwind_insert = p(
+            insert(unwinds)
+            .values(
+                unwind_id=b("unwind"),
+                run_id=b("run"),
+                dry_run=b("plan_only", type_=sa.Boolean),
+                suffixes=b("worklist"),
+                created_at=NOW,
+                actor=b("who"),
+                reason=b("why"),
+                via=b("through"),
+                run_epoch=b("epoch", type_=sa.Integer),
+            )
+            .on_conflict_do_nothing(index_elements=["unwind_id"])
+            .returning(*unwinds.c)
+        )
+        self.unwind_get = p(sa.select(unwinds).where(unwinds.c.unwind_id == b("unwind")))
+        self.entry_insert = p(
+            insert(unwind_entries)
+            .values(unwind_id=b("unwind"), position=b("at"), entry=b("new_entry"), created_at=NOW)
+            .on_conflict_do_nothing(index_elements=["unwind_id", "position"])
+            .returning(unwind_entries.c.entry)
+        )
+        self.entry_get = p(
+            sa.select(unwind_entries.c.entry).where(
+                unwind_entries.c.unwind_id == b("unwind"), unwind_entries.c.position == b("at")
+            )
+        )
+        self.entries_of_unwind = p(
+            sa.select(unwind_entries.c.position, unwind_entries.c.entry)
+            .where(unwind_entries.c.unwind_id == b("unwind"))
+            .order_by(unwind_entries.c.position)
+        )
+        self.unwinds_of_run = p(
+            sa.select(unwinds)
+            .where(unwinds.c.run_id == b("run"))
+            .order_by(unwinds.c.created_at.desc(), unwinds.c.unwind_id.desc())
+            .limit(MAX_ROWS)
+        )
+
+    def _build_step_view(self) -> None:
+        """All a step task reads, in one statement."""
+        p = self._prepare
+        # An unwind's two latest entries. Steps run in order, so a step's own entry and the one
+        # before it are almost always among them (see SqlJournal.read_step).
+        latest = (
+            sa.select(unwind_entries.c.unwind_id, unwind_entries.c.position, unwind_entries.c.entry)
+            .where(unwind_entries.c.unwind_id == b("unwind"))
+            .order_by(unwind_entries.c.position.desc())
+            .limit(2)
+            .subquery("latest")
+        )
+        # All a step task reads, in one round trip (issue 16): the unwind with its two latest entries
+        # (a row each), each row with the step's tool record (columns prefixed ``record_``) and its
+        # claim (prefixed ``claim_``), both by primary key; no unwind, no rows.
+        step_record = records.outerjoin(
+            claims,
+            sa.and_(claims.c.origin_run_id == records.c.origin_run_id, claims.c.suffix == records.c.suffix),
+        )
+        self.step_view = p(
+            sa.select(
+                unwinds,
+                latest.c.position.label("entry_position"),
+                latest.c.entry,
+                *[c.label(RECORD_PREFIX + c.name) for c in records.c],
+                *[c.label(CLAIM_PREFIX + c.name) for c in claims.c],
+            )
+            .select_from(
+                unwinds.outerjoin(latest, latest.c.unwind_id == unwinds.c.unwind_id).outerjoin(
+                    step_record,
+                    sa.and_(records.c.run_id == b("run"), records.c.suffix == b("step_suffix")),
+                )
+            )
+            .where(unwinds.c.unwind_id == b("unwind"))
+        )
+
+    def _build_step_finish(self) -> None:
+        """A step's outcome and its unwind entry in one statement, where the dialect allows it.
+
+        The claim's compare-and-set and the entry's insert-if-absent, the entry chosen by whether the
+        update matched (``won_entry`` or ``lost_entry``), committed together in one round trip; the
+        row says whether the outcome was ``written`` and gives the ``entry`` inserted, NULL when an
+        entry was there first (read it then: a sibling sub-statement's snapshot may not show it)."""
+        self.step_finish: Prepared | None = None
+        if not self.policy.writes_in_with_clause:
+            return
+        insert = self.policy.insert
+        mine = (
+            claims.c.origin_run_id == b("origin"),
+            claims.c.suffix == b("step_suffix"),
+            claims.c.owner == b("holder"),
+            claims.c.status == ClaimStatus.CLAIMED.value,
+        )
+        finished = (
+            sa.update(claims)
+            .where(*mine)
+            .values(status=b("new_status"), error=b("new_error"), finished_at=self.policy.clock())
+            .returning(claims.c.owner)
+            .cte("finished")
+        )
+        written = sa.exists(sa.select(finished.c.owner))
+        chosen = sa.case((written, b("won_entry", type_=sa.Text)), else_=b("lost_entry", type_=sa.Text))
+        inserted = (
+            insert(unwind_entries)
+            .from_select(
+                ["unwind_id", "position", "entry", "created_at"],
+                sa.select(b("unwind", type_=sa.String), b("at", type_=sa.Integer), chosen, NOW),
+            )
+            .on_conflict_do_nothing(index_elements=["unwind_id", "position"])
+            .returning(unwind_entries.c.entry)
+            .cte("inserted")
+        )
+        self.step_finish = self._prepare(
+            sa.select(written.label("written"), sa.select(inserted.c.entry).scalar_subquery().label("entry"))
+        )
+
+
+def unwind_row(m: Mapping[Any, Any]) -> UnwindInfo:
+    suffixes = _load(m["suffixes"], m["run_id"], f"unwind {m['unwind_id']!r} worklist")
+    if not isinstance(suffixes, list) or not all(isinstance(x, str) for x in suffixes):
+        raise MalformedRecordError(
+            m["run_id"], f"unwind {m['unwind_id']!r} worklist", "not a list of step suffixes"
+        )
+    return UnwindInfo(
+        unwind_id=m["unwind_id"],
+        run_id=m["run_id"],
+        dry_run=bool(m["dry_run"]),
+        suffixes=tuple(suffixes),
+        created_at=m["created_at"],
+        actor=m.get("actor") or "",
+        reason=m.get("reason") or "",
+        via=m.get("via") or "worker",
+        run_epoch=m.get("run_epoch"),
+    )
+
+
+class SqlUnwinds(SqlPlumbing):
+    """``UnwindsPart`` (``journal/parts.py``): distributed unwinds, on the statements above."""
+
+    def _unwind_params(
+        self,
+        unwind_id: str,
+        run_id: str,
+        dry_run: bool,
+        suffixes: Sequence[str],
+        actor: str,
+        reason: str,
+        via: str,
+        run_epoch: int | None,
+    ) -> dict[str, Any]:
+        return {
+            "epoch": run_epoch,
+            "unwind": unwind_id,
+            "run": run_id,
+            "plan_only": bool(dry_run),
+            "worklist": _dump(list(suffixes)),
+            "who": actor,
+            "why": reason,
+            "through": via,
+            "now": time.time(),
+        }
+
+    def insert_unwind(
+        self,
+        unwind_id: str,
+        run_id: str,
+        *,
+        dry_run: bool,
+        suffixes: Sequence[str],
+        actor: str = "",
+        reason: str = "",
+        via: str = "worker",
+        run_epoch: int | None = None,
+    ) -> UnwindInfo:
+        q = self._q
+        params = self._unwind_params(unwind_id, run_id, dry_run, suffixes, actor, reason, via, run_epoch)
+        row = self._write(lambda tx: tx.one(q.unwind_insert, params) or tx.one(q.unwind_get, params))
+        assert row is not None
+        return unwind_row(row)
+
+    def record_unwind(
+        self,
+        unwind_id: str,
+        run_id: str,
+        *,
+        dry_run: bool,
+        suffixes: Sequence[str],
+        actor: str = "",
+        reason: str = "",
+        via: str = "worker",
+        run_epoch: int | None = None,
+        hold_grace: float | None = None,
+        hold_note: str = "",
+    ) -> UnwindInfo:
+        if hold_grace is None:
+            return self.insert_unwind(
+                unwind_id,
+                run_id,
+                dry_run=dry_run,
+                suffixes=suffixes,
+                actor=actor,
+                reason=reason,
+                via=via,
+                run_epoch=run_epoch,
+            )
+        q = self._q
+        params = self._unwind_params(unwind_id, run_id, dry_run, suffixes, actor, reason, via, run_epoch)
+        hold = {
+            "run": run_id,
+            "grace": float(hold_grace),
+            "note": storable_or_none(hold_note),
+            "now": time.time(),
+        }
+
+        def record_and_hold(tx: driver.Tx) -> driver.Row | None:
+            stored = tx.one(q.unwind_insert, params) or tx.one(q.unwind_get, params)
+            if stored is not None and stored["run_id"] == run_id and not stored["dry_run"]:
+                tx.execute(q.hold_sweep, hold)
+            return stored
+
+        row = self._write(record_and_hold, atomic=True)
+        assert row is not None
+        return unwind_row(row)
+
+    def get_unwind(self, unwind_id: str) -> UnwindInfo | None:
+        row = self._fetch(lambda tx: tx.one(self._q.unwind_get, {"unwind": unwind_id}))
+        return None if row is None else unwind_row(row)
+
+    def list_unwinds(self, run_id: str, *, limit: int = 20) -> list[UnwindInfo]:
+        rows = self._fetch(lambda tx: tx.all(self._q.unwinds_of_run, {"run": run_id, "max_rows": int(limit)}))
+        return [unwind_row(r) for r in rows]
+
+    def record_unwind_entry(self, unwind_id: str, position: int, entry: dict[str, Any]) -> dict[str, Any]:
+        q = self._q
+        params = {"unwind": unwind_id, "at": position, "new_entry": _dump(entry), "now": time.time()}
+        row = self._write(lambda tx: tx.one(q.entry_insert, params) or tx.one(q.entry_get, params))
+        assert row is not None
+        return _load(row["entry"], unwind_id, f"unwind entry {position}")  # type: ignore[no-any-return]
+
+    def finish_step(
+        self,
+        origin_run_id: str,
+        suffix: str,
+        owner: str,
+        status: ClaimStatus,
+        error: str | None = None,
+        *,
+        unwind_id: str,
+        position: int,
+        won: dict[str, Any],
+        lost: dict[str, Any],
+    ) -> StepFinish:
+        q = self._q
+        params = {
+            "origin": origin_run_id,
+            "step_suffix": suffix,
+            "holder": owner,
+            "new_status": status.value,
+            "new_error": storable_or_none(error),
+            "unwind": unwind_id,
+            "at": position,
+            "won_entry": _dump(won),
+            "lost_entry": _dump(lost),
+            "now": time.time(),
+        }
+        one_statement = q.step_finish
+
+        def work(tx: driver.Tx) -> tuple[bool, str]:
+            if one_statement is not None:  # one round trip, committed alone (autocommit)
+                row = tx.one(one_statement, params)
+                assert row is not None
+                written, entry = bool(row["written"]), row["entry"]
+            else:
+                written = tx.one(q.claim_finish, params) is not None
+                new = {**params, "new_entry": params["won_entry" if written else "lost_entry"]}
+                stored = tx.one(q.entry_insert, new)
+                entry = None if stored is None else stored["entry"]
+            if entry is None:  # an entry was there first: it stands
+                stored = tx.one(q.entry_get, params)
+                assert stored is not None
+                entry = stored["entry"]
+            return written, entry
+
+        written, text = self._write(work, atomic=one_statement is None)
+        return StepFinish(written, _load(text, unwind_id, f"unwind entry {position}"))
+
+    def read_step(self, unwind_id: str, run_id: str, suffix: str) -> StepView:
+        q = self._q
+
+        def work(tx: driver.Tx) -> tuple[UnwindInfo | None, int | None, Any, Any, driver.Row | None]:
+            # One statement: the unwind, its two latest entries, the step's record and claim.
+            rows = tx.all(q.step_view, {"unwind": unwind_id, "run": run_id, "step_suffix": suffix})
+            unwind = unwind_row(rows[0]) if rows else None
+            at = unwind.suffixes.index(suffix) if unwind and suffix in unwind.suffixes else None
+            entry, before = _step_entries(tx, q, unwind_id, at, rows)
+            both = None
+            if rows and rows[0][RECORD_PREFIX + "run_id"] is not None:
+                both = {k[len(RECORD_PREFIX) :]: v for k, v in rows[0].items() if k.startswith(RECORD_PREFIX)}
+                both.update((k, v) for k, v in rows[0].items() if k.startswith(CLAIM_PREFIX))
+            return unwind, at, entry, before, both
+
+        unwind, at, entry_text, previous_text, both = self._fetch(work)
+        entry = None if entry_text is None else _load(entry_text, unwind_id, f"unwind entry {at}")
+        previous = (
+            None
+            if previous_text is None or at is None
+            else _load(previous_text, unwind_id, f"unwind entry {at - 1}")
+        )
+        if both is None:
+            return StepView(unwind, at, entry, None, None, previous)
+        claim = {k[len(CLAIM_PREFIX) :]: v for k, v in both.items() if k.startswith(CLAIM_PREFIX)}
+        has_claim = claim["origin_run_id"] is not None
+        return StepView(
+            unwind, at, entry, record_row(both), claim_row(claim) if has_claim else None, previous
+        )
+
+    def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
+        rows = self._fetch(lambda tx: tx.all(self._q.entries_of_unwind, {"unwind": unwind_id}))
+        return {
+            int(r["position"]): _load(r["entry"], unwind_id, f"unwind entry {r['position']}") for r in rows
+        }
+
+
+def _step_entries(
+    tx: driver.Tx, q: Statements, unwind_id: str, at: int | None, rows: list[driver.Row]
+) -> tuple[str | None, str | None]:
+    """The stored entry texts at ``at`` and ``at - 1``, from the unwind's two latest entries when they
+    tell (every entry above the lower of the two is known to be absent), else read one by one (a stale
+    redelivery of a step the chain has long passed)."""
+    if at is None:
+        return None, None
+    latest: dict[int, str | None] = {
+        int(r["entry_position"]): r["entry"] for r in rows if r["entry_position"] is not None
+    }
+    known_from = min(latest) if len(latest) == 2 else 0
+    if max(at - 1, 0) >= known_from:
+        return latest.get(at), latest.get(at - 1) if at else None
+    entry = tx.one(q.entry_get, {"unwind": unwind_id, "at": at})
+    before = tx.one(q.entry_get, {"unwind": unwind_id, "at": at - 1}) if at else None
+    return (None if entry is None else entry["entry"]), (None if before is None else before["entry"])
