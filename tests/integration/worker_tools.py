@@ -5,7 +5,7 @@ their effect once per idempotency key in a ledger the test reads. A test steers 
 with files in ``SAGA_TEST_CONTROL`` named ``{run_id}.{action}-{tool}``:
 
 - ``fail``: the hook raises (every time, while the file exists); the file's text, read with Python
-  escapes (``\x00``, ``\ud800``), ends the exception's message;
+  escapes (``\\x00``, ``\\ud800``), ends the exception's message;
 - ``slow``: the hook sleeps the seconds written in the file first;
 - ``kill``: the process running the hook SIGKILLs itself (once: the file is consumed);
 - ``hang``: the hook writes ``{run_id}.hanging-{tool}`` (its pid) and blocks, for the test to kill
