@@ -61,3 +61,24 @@ def test_every_setting_is_on_the_configuration_page() -> None:
         assert f"SAGA_{field.upper()}" in page, (
             f"SAGA_{field.upper()} is not in docs/reference/configuration.md"
         )
+
+
+def test_lists_in_the_docs_render_as_lists() -> None:
+    """Python-Markdown (the site's renderer) reads a list only after a blank line, and a nested list
+    only when it is indented by four spaces: GitHub is laxer, so text moved from the README breaks."""
+    item = re.compile(r"^\s*([-*]|\d+\.) ")
+    broken = []
+    for page in sorted((REPO / "docs").rglob("*.md")):
+        fenced = False
+        previous = ""
+        for number, line in enumerate(page.read_text().splitlines(), start=1):
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            elif not fenced and item.match(line):
+                after_paragraph = previous.strip() and not item.match(previous) and previous[0] not in " |#<:"
+                if after_paragraph or re.match(r"^ {1,3}([-*]|\d+\.) ", line):
+                    broken.append(f"{page.relative_to(REPO)}:{number}: {line.strip()[:60]}")
+            previous = line
+    assert not broken, (
+        "lists that will render as text (a blank line before, nest by 4 spaces):\n" + "\n".join(broken)
+    )
