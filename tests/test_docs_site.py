@@ -82,3 +82,18 @@ def test_lists_in_the_docs_render_as_lists() -> None:
     assert not broken, (
         "lists that will render as text (a blank line before, nest by 4 spaces):\n" + "\n".join(broken)
     )
+
+
+def test_every_relative_link_of_the_markdown_outside_the_site_resolves_in_a_clone() -> None:
+    """The site's own links are checked by `mkdocs build --strict`; these are the rest (README and co.)."""
+    link = re.compile(r"\]\(([^)\s]+)\)")
+    broken = []
+    for path in tracked_text_files():
+        if path.suffix != ".md" or not path.exists() or (REPO / "docs") in path.parents:
+            continue
+        for target in link.findall(path.read_text(errors="replace")):
+            if re.match(r"^[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+                continue  # a web address or an anchor on the same page
+            if not (path.parent / target.split("#")[0]).exists():
+                broken.append(f"{path.relative_to(REPO)} -> {target}")
+    assert not broken, "links that do not resolve inside the repository:\n" + "\n".join(broken)
