@@ -23,6 +23,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from . import tracing
 from .errors import (
     CompensatedRunError,
     InvalidInputError,
@@ -144,7 +145,9 @@ class SagaRun:
         )
         for _ in range(_MAX_APPEND_RETRIES):
             if self._run is None:
-                self._run, _ = self.journal.start_run(self.run_id, self.prompt)
+                self._run, _ = self.journal.start_run(
+                    self.run_id, self.prompt, traceparent=self._loop.trace.traceparent
+                )
             step = len(self._decisions) + 1
             stored = self.journal.record_decision(self.run_id, step, payload)
             if stored == payload:
@@ -168,7 +171,9 @@ class SagaRun:
             self.result = None if run.condemned else RunResult.of(run)
             return
         if run is None:
-            run, _ = self.journal.start_run(self.run_id, self.prompt)
+            run, _ = self.journal.start_run(
+                self.run_id, self.prompt, traceparent=self._loop.trace.traceparent
+            )
         decisions = self.journal.list_decisions(self.run_id)
         step = len(decisions) + 1
         try:
@@ -206,18 +211,19 @@ def saga(
     ``SystemExit``). ``finish=False`` leaves a normally ended block's run open, for a run built by
     several blocks (Celery forward tasks each adding a call)."""
     run = SagaRun(run_id, journal, tools, prompt)
-    try:
-        yield run
-    except ToolFailedError as exc:
-        run._finish(_failure_text(exc))
-        raise
-    except SagaError:
-        raise
-    except Exception as exc:
-        run._finish(_failure_text(exc))
-        raise
-    if finish:
-        run._finish(None)
+    with tracing.block(run):
+        try:
+            yield run
+        except ToolFailedError as exc:
+            run._finish(_failure_text(exc))
+            raise
+        except SagaError:
+            raise
+        except Exception as exc:
+            run._finish(_failure_text(exc))
+            raise
+        if finish:
+            run._finish(None)
 
 
 __all__ = ["SagaRun", "saga"]

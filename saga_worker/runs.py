@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from . import faults
+from . import faults, tracing
 from .compensation.engine import new_owner
 from .compensation.leases import keeper
 from .errors import (
@@ -155,7 +155,7 @@ def stream_durable(
     if run is not None and run.condemned:
         raise CompensatedRunError(run_id)
     # A run already started keeps its journaled prompt: the planner must see what it saw before.
-    return loop.events(run, prompt if run is None else run.prompt)
+    return tracing.traced_run(loop, run, loop.events(run, prompt if run is None else run.prompt), "run")
 
 
 def resume_run(
@@ -169,7 +169,7 @@ def resume_run(
     if run.condemned:
         raise CompensatedRunError(run_id)
     result: RunResult | None = None
-    for event in loop.events(run, run.prompt):
+    for event in tracing.traced_run(loop, run, loop.events(run, run.prompt), "resume"):
         result = event.result if event.kind == "end" else result
     assert result is not None
     return result
@@ -288,6 +288,7 @@ class _RunLoop:
         # Records this drive has already settled. An identical args-mode call met again shares that
         # outcome, failed included: it is the same call, not a resumed one, so it must not run again.
         self.settled: set[str] = set()
+        self.trace: Any = tracing.NO_SPAN  # the run's span, the parent of its calls' (tracing.py)
 
     def events(self, run: RunInfo | None, prompt: str) -> Iterator[RunEvent]:
         if run is not None and run.ended:
@@ -311,7 +312,7 @@ class _RunLoop:
                 state = RunState(self.run_id, prompt, step, tuple(results))
                 payload = _encode_decision(self.run_id, self.planner(state), self.tools, calls_made, used_ids)
                 if not started:  # written only now, so a rejected first decision leaves nothing behind
-                    self.journal.start_run(self.run_id, prompt)
+                    self.journal.start_run(self.run_id, prompt, traceparent=self.trace.traceparent)
                     started = True
                 payload = self.journal.record_decision(self.run_id, step + 1, payload)
             step += 1
@@ -558,7 +559,9 @@ class _RunLoop:
         """A failed shared execution, or a running one whose process died (we hold its guard)."""
         if tool.recover is not None:
             opts = CallOptions(action.key, mirror.tool_call_id, self.run_id)
-            answer = self._recovered(mirror, ask_recover(tool, action.input, opts))
+            answer = self._recovered(
+                mirror, ask_recover(tool, action.input, opts, tool_name=mirror.tool_name)
+            )
             if answer.done:
                 settled = self.journal.settle_shared(
                     action.shared_id, action.status, SharedStatus.SUCCEEDED, output=answer.output
@@ -654,7 +657,9 @@ class _RunLoop:
             pass
         elif tool.recover is not None:
             opts = CallOptions(self._execute_key(record), record.tool_call_id, self.run_id)
-            answer = self._recovered(record, ask_recover(tool, record.input, opts))
+            answer = self._recovered(
+                record, ask_recover(tool, record.input, opts, tool_name=record.tool_name)
+            )
             if answer.done:
                 resolved = self.journal.resolve_record(
                     self.run_id, record.suffix, record.status, answer.output
@@ -681,7 +686,14 @@ class _RunLoop:
         return None if reclaimed is None else self._execute(step, tool, reclaimed)
 
     def _complete(
-        self, step: int, record: ToolRecord, owner: str, status: RecordStatus, output: Any, error: str | None
+        self,
+        step: int,
+        record: ToolRecord,
+        owner: str,
+        status: RecordStatus,
+        output: Any,
+        error: str | None,
+        traceparent: str | None = None,
     ) -> ToolRecord | RunEvent:
         """Write the outcome, fenced by this drive's execute lease: the record written, or the event
         of the outcome that stands instead.
@@ -690,7 +702,13 @@ class _RunLoop:
         execute ran), its outcome stands and this one is not written: replay what it recorded, or
         refuse to guess while it is still executing."""
         written = self.journal.complete_record(
-            self.run_id, record.suffix, status, output=output, error=error, owner=owner
+            self.run_id,
+            record.suffix,
+            status,
+            output=output,
+            error=error,
+            owner=owner,
+            traceparent=traceparent,
         )
         if written is not None:
             return written
@@ -718,6 +736,14 @@ class _RunLoop:
 
     def _execute(self, step: int, tool: Tool, record: ToolRecord) -> RunEvent:
         opts = CallOptions(self._execute_key(record), record.tool_call_id, self.run_id)
+        with tracing.execute(self.trace, record, opts.idempotency_key) as span:
+            event = self._execute_traced(step, tool, record, opts, span.traceparent)
+            span.outcome(event)
+            return event
+
+    def _execute_traced(
+        self, step: int, tool: Tool, record: ToolRecord, opts: CallOptions, traceparent: str | None
+    ) -> RunEvent:
         owner = record.exec_owner
         assert owner is not None  # claimed by this drive, with its token
 
@@ -731,7 +757,7 @@ class _RunLoop:
             error = exception_text(exc)
             # NoEffect: the tool says nothing happened; the record says so, for the unwind and a resume.
             marker = NO_EFFECT_OUTPUT if isinstance(exc, NoEffect) else None
-            failed = self._complete(step, record, owner, RecordStatus.FAILED, marker, error)
+            failed = self._complete(step, record, owner, RecordStatus.FAILED, marker, error, traceparent)
             return (
                 failed if isinstance(failed, RunEvent) else self._event(step, failed, "failed", error=error)
             )
@@ -742,11 +768,11 @@ class _RunLoop:
                 f"tool {record.tool_name!r}: the output of execute (a {type(output).__name__}) cannot be "
                 f"journaled: {problem}"
             )
-            failed = self._complete(step, record, owner, RecordStatus.FAILED, None, error)
+            failed = self._complete(step, record, owner, RecordStatus.FAILED, None, error, traceparent)
             return (
                 failed if isinstance(failed, RunEvent) else self._event(step, failed, "failed", error=error)
             )
-        done = self._complete(step, record, owner, RecordStatus.SUCCEEDED, output, None)
+        done = self._complete(step, record, owner, RecordStatus.SUCCEEDED, output, None, traceparent)
         if isinstance(done, RunEvent):
             return done
         # Hand on the output as journaled (tuples as lists, keys as strings): a replay sees exactly that,

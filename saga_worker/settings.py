@@ -91,6 +91,11 @@ class SagaSettings(BaseSettings):
         None, ge=1, le=65535, description="Port on which `saga-worker worker` serves /metrics (unset: none)."
     )
     metrics_host: str = Field("127.0.0.1", description="Address the worker's metrics bind to.")
+    trace_values: bool = Field(
+        False,
+        description="Put tool inputs and outputs in span attributes (gen_ai.tool.call.arguments/result; "
+        "values under keys named like secrets still read ***). Off: no input or output in any span.",
+    )
 
     def secret_keys(self) -> tuple[str, ...]:
         return tuple(k.strip().lower() for k in self.redact_keys.split(",") if k.strip())

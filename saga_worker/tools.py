@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import tracing
 from .errors import InvalidInputError
 from .keys import IdempotencyMode, check_tool_name
 from .storable import exception_text
@@ -257,8 +258,18 @@ class RecoverRefusal:
     cause: BaseException | None = None
 
 
-def ask_recover(tool: Tool, input: Any, opts: CallOptions) -> RecoverResult | RecoverRefusal:
-    """Ask ``tool.recover`` (which it must have) whether an interrupted or failed call took effect."""
+def ask_recover(
+    tool: Tool, input: Any, opts: CallOptions, *, tool_name: str | None = None
+) -> RecoverResult | RecoverRefusal:
+    """Ask ``tool.recover`` (which it must have) whether an interrupted or failed call took effect
+    (under a ``saga.recover`` span, when traced: ``tool_name`` names it)."""
+    with tracing.recover(opts, tool_name) as span:
+        answer = _ask_recover(tool, input, opts)
+        span.answer(answer)
+        return answer
+
+
+def _ask_recover(tool: Tool, input: Any, opts: CallOptions) -> RecoverResult | RecoverRefusal:
     assert tool.recover is not None
     try:
         answer = call_hook(tool.recover, input, opts)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import faults, metrics
+from .. import faults, metrics, tracing
 from ..journal.base import Journal
 from ..journal.records import ClaimStatus, CompensationClaim, GateDecision, RecordStatus, ToolRecord
 from ..keys import compensate_key, execute_key
@@ -233,6 +233,12 @@ class StepAttempt:
     def verdict(self) -> CompensationEntry | None:
         """The step's entry; None when a live twin delivery holds the step (it carries the chain on,
         and this delivery must end without writing anything)."""
+        with tracing.compensate(self.u.run_id, self.record, self.key, dry_run=self.u.dry_run) as span:
+            entry = self._verdict()
+            span.verdict(entry)
+            return entry
+
+    def _verdict(self) -> CompensationEntry | None:
         twins, u = self.twins, self.u
         if twins is not None and not u.dry_run:
             first = None if self.claims is None else self.claims.get(self._where)
@@ -352,7 +358,8 @@ class StepAttempt:
 
     def _probe(self, tool: Tool) -> RecoverResult | CompensationEntry:
         """Ask ``recover`` whether the call took effect: its answer, or the entry it decides."""
-        answer = ask_recover(tool, self.record.input, recover_options(self.record, self.u.run_id))
+        options = recover_options(self.record, self.u.run_id)
+        answer = ask_recover(tool, self.record.input, options, tool_name=self.record.tool_name)
         if isinstance(answer, RecoverRefusal):
             return self._entry(S.UNCERTAIN, answer.reason)
         if not answer.done:

@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TypeVar
 
-from .. import metrics
+from .. import metrics, tracing
 from ..audit import check_actor, check_reason, check_via, default_actor
 from ..errors import MalformedRecordError, SagaError
 from ..journal.base import Journal
@@ -180,6 +180,23 @@ def compensate_run(
     who = check_actor(actor) if actor is not None else default_actor()
     why = check_reason(reason)
     through = check_via(via)
+    with tracing.unwind(run_id, actor=who, via=through.value, dry_run=dry_run) as span:
+        report = _compensate_run(journal, run_id, checked, dry_run, claim_ttl, lock, who, why, through)
+        span.report(report)
+        return report
+
+
+def _compensate_run(
+    journal: Journal,
+    run_id: str,
+    checked: Mapping[str, Tool],
+    dry_run: bool,
+    claim_ttl: float | None,
+    lock: StepLock | None,
+    who: str,
+    why: str,
+    through: AuditVia,
+) -> CompensationReport:
     view = begin_unwind(journal, run_id, dry_run=dry_run, audit=condemn_audit(run_id, who, why, through))
     worklist = list(reversed(view.records))
     entries = unwind(

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .. import tracing
 from ..audit import check_actor, check_reason, check_via, default_actor
 from ..compensation.attempt import StepAttempt, Twins, Unwinding
 from ..compensation.engine import (
@@ -90,7 +91,9 @@ def start_unwind(
     check_unwind_id(unwind_id)
     who = check_actor(actor) if actor is not None else default_actor()
     why, through = check_reason(reason), check_via(via)
-    view = begin_unwind(journal, run_id, dry_run=dry_run, audit=condemn_audit(run_id, who, why, through))
+    with tracing.unwind(run_id, actor=who, via=through.value, dry_run=dry_run, unwind_id=unwind_id) as span:
+        view = begin_unwind(journal, run_id, dry_run=dry_run, audit=condemn_audit(run_id, who, why, through))
+        span.worklist(len(view.records))
     worklist = [r.suffix for r in reversed(view.records)]
     epoch = None if view.run is None else view.run.unwind_epoch
     info = journal.record_unwind(
@@ -257,6 +260,20 @@ def _compensate(
 def finalize_unwind(journal: Journal, run_id: str, unwind_id: str) -> CompensationReport:
     """The report from the journal: stored entries up to the halt, ``not-attempted`` after it."""
     info = _unwind(journal, run_id, unwind_id)
+    with tracing.unwind(
+        run_id,
+        actor=info.actor,
+        via=info.via or "worker",
+        dry_run=info.dry_run,
+        unwind_id=unwind_id,
+        name="saga.unwind.report",
+    ) as span:
+        report = _finalize(journal, info, run_id, unwind_id)
+        span.report(report)
+        return report
+
+
+def _finalize(journal: Journal, info: UnwindInfo, run_id: str, unwind_id: str) -> CompensationReport:
     stored = journal.list_unwind_entries(unwind_id)
 
     def outcome(position: int) -> CompensationEntry | None:

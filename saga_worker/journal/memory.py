@@ -70,14 +70,14 @@ class MemoryJournal(MemoryUnwinds, MemoryAudit, MemoryShared, MemoryClaims, Jour
         self._shared: dict[tuple[str, int], SharedAction] = {}
 
     # -- runs -------------------------------------------------------------------------------------
-    def start_run(self, run_id: str, prompt: str) -> tuple[RunInfo, bool]:
+    def start_run(self, run_id: str, prompt: str, *, traceparent: str | None = None) -> tuple[RunInfo, bool]:
         with self._lock:
             run = self._runs.get(run_id)
             if run is not None:
                 if run.condemned:
                     raise CompensatedRunError(run_id)
                 return run, False
-            run = _new_run(run_id, RunStatus.RUNNING, prompt, self.now())
+            run = replace(_new_run(run_id, RunStatus.RUNNING, prompt, self.now()), traceparent=traceparent)
             self._runs[run_id] = run
             return run, True
 
@@ -250,10 +250,12 @@ class MemoryJournal(MemoryUnwinds, MemoryAudit, MemoryShared, MemoryClaims, Jour
         output: Any = None,
         error: str | None = None,
         owner: str | None = None,
+        traceparent: str | None = None,
     ) -> ToolRecord | None:
         with self._lock:
             current = self._records.get((run_id, suffix))
             written = None
+            traced = {} if traceparent is None else {"exec_traceparent": traceparent}
             if owner is None or (current is not None and current.exec_owner == owner):
                 written = self._cas(
                     run_id,
@@ -262,6 +264,7 @@ class MemoryJournal(MemoryUnwinds, MemoryAudit, MemoryShared, MemoryClaims, Jour
                     status=status,
                     output=_copy(output),
                     error=storable_or_none(error),
+                    **traced,
                 )
             run = self._runs.get(run_id)
             if run is not None and run.condemned:  # see Journal.complete_record

@@ -47,8 +47,9 @@ class RunsPart(Clock, Protocol):
     """Runs, their tombstones and forks, and the planner's decisions."""
 
     @abc.abstractmethod
-    def start_run(self, run_id: str, prompt: str) -> tuple[RunInfo, bool]:
-        """Create the run if absent; return it and whether it was created.
+    def start_run(self, run_id: str, prompt: str, *, traceparent: str | None = None) -> tuple[RunInfo, bool]:
+        """Create the run if absent; return it and whether it was created. ``traceparent`` (the span
+        that started it, when traced) is stored with a run it creates.
 
         Raises CompensatedRunError, writing nothing, if the run is condemned."""
 
@@ -164,9 +165,11 @@ class RecordsPart(Clock, Protocol):
         output: Any = None,
         error: str | None = None,
         owner: str | None = None,
+        traceparent: str | None = None,
     ) -> ToolRecord | None:
         """Compare-and-set ``running`` → succeeded/failed. None if the record was not running, or (with
         ``owner``) if another process took the call over: its outcome stands, this one is not written.
+        ``traceparent`` (the execute's span, when traced) is written with the outcome.
 
         If the run is condemned by now, its unwind is reopened (pending, due at once, epoch + 1),
         whether or not this outcome was written: an unwind that read the record earlier judged a

@@ -69,6 +69,8 @@ class RunInfo:
     unwind_next_at: float | None = None
     unwind_note: str | None = None
     unwind_epoch: int = 0  # bumped when an outcome lands after the tombstone: the unwind must look again
+    # The span of the run's start (W3C traceparent), when it was traced: later spans of the run link to it.
+    traceparent: str | None = None
 
     @property
     def condemned(self) -> bool:
@@ -107,6 +109,8 @@ class ToolRecord:
     shared_id: str | None = None
     exec_owner: str | None = None  # the token of the process that last claimed it to execute
     exec_lease_expires_at: float | None = None  # journal clock; renewed while execute runs
+    # The span of the execute that settled it (W3C traceparent), when traced: its compensate span links to it.
+    exec_traceparent: str | None = None
 
     @property
     def had_no_effect(self) -> bool:

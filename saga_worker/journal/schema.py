@@ -28,6 +28,8 @@ runs = sa.Table(
     sa.Column("updated_at", sa.Double, nullable=False),
     # Migration 0005: bumped by an outcome that lands after the tombstone (the unwind must look again).
     sa.Column("unwind_epoch", sa.Integer, nullable=False, server_default="0"),
+    # Migration 0007: the span that started the run (W3C traceparent), when it was traced.
+    sa.Column("traceparent", sa.String(64)),
 )
 # Migration 0003: the runs listing's keyset indexes (see that migration).
 sa.Index("ix_saga_runs_page", runs.c.updated_at, runs.c.run_id)
@@ -76,6 +78,8 @@ records = sa.Table(
     # Migration 0005: who executes the call (owner token) and until when, unless it renews (lease).
     sa.Column("exec_owner", sa.String(100)),
     sa.Column("exec_lease_expires_at", sa.Double),
+    # Migration 0007: the span of the execute that settled it (W3C traceparent), when it was traced.
+    sa.Column("exec_traceparent", sa.String(64)),
 )
 sa.Index("ix_saga_tool_records_order", records.c.run_id, records.c.seq)
 

@@ -125,8 +125,9 @@ class SqlJournal(SqlSweeps, SqlUnwinds, SqlAudit, SqlShared, SqlClaims, Journal)
 
     # -- rows to values ---------------------------------------------------------------------------
     # -- runs -------------------------------------------------------------------------------------
-    def start_run(self, run_id: str, prompt: str) -> tuple[RunInfo, bool]:
-        q, params = self._q, {"run": run_id, "new_prompt": prompt, "now": time.time()}
+    def start_run(self, run_id: str, prompt: str, *, traceparent: str | None = None) -> tuple[RunInfo, bool]:
+        q = self._q
+        params = {"run": run_id, "new_prompt": prompt, "now": time.time(), "run_trace": traceparent}
 
         def work(tx: driver.Tx) -> tuple[driver.Row | None, bool]:
             made = tx.one(q.run_insert, params)
@@ -412,10 +413,12 @@ class SqlJournal(SqlSweeps, SqlUnwinds, SqlAudit, SqlShared, SqlClaims, Journal)
         output: Any = None,
         error: str | None = None,
         owner: str | None = None,
+        traceparent: str | None = None,
     ) -> ToolRecord | None:
         q = self._q
         params = {
             **self._settle_params(run_id, suffix, RecordStatus.RUNNING, status, output, error),
+            "exec_trace": traceparent,
             "holder": owner,
             "note": f"{suffix}: settled {status.value} after the tombstone"[:2000],
         }

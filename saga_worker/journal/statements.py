@@ -75,7 +75,7 @@ class Statements(
         self.run_get = p(sa.select(runs).where(RUN))
         self.run_insert = p(
             insert(runs)
-            .values(**NEW_RUN)
+            .values(**NEW_RUN, traceparent=b("run_trace", type_=sa.String))
             .on_conflict_do_nothing(index_elements=["run_id"])
             .returning(*runs.c)
         )
@@ -287,6 +287,10 @@ class Statements(
             "output": b("new_output"),
             "error": b("new_error"),
             "updated_at": NOW,
+            # The execute's span when traced; a recovered outcome (none) keeps the one it had.
+            "exec_traceparent": sa.func.coalesce(
+                b("exec_trace", None, type_=sa.String), records.c.exec_traceparent
+            ),
         }
         self.record_settle = p(sa.update(records).where(*expected).values(**settled).returning(*records.c))
         # Fenced by the execute lease's owner: a holder whose call was taken over writes nothing.

@@ -30,4 +30,5 @@ def record_row(m: Mapping[Any, Any]) -> ToolRecord:
         shared_id=m.get("shared_id"),
         exec_owner=m.get("exec_owner"),
         exec_lease_expires_at=m.get("exec_lease_expires_at"),
+        exec_traceparent=m.get("exec_traceparent"),
     )

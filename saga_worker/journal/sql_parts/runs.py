@@ -29,6 +29,7 @@ def run_row(m: Mapping[Any, Any]) -> RunInfo:
         unwind_next_at=m["unwind_next_at"],
         unwind_note=m["unwind_note"],
         unwind_epoch=m.get("unwind_epoch") or 0,
+        traceparent=m.get("traceparent"),
     )
 
 

@@ -1,0 +1,425 @@
+"""OpenTelemetry spans for runs, calls, unwinds and steps (docs/guides/tracing.md).
+
+Through the OpenTelemetry API alone (the extra ``saga-worker[otel]``): the app's SDK, exporter and
+sampler decide where the spans go. Without the API installed every function here hands back a no-op
+(``NO_SPAN``) and the journal stores no trace context: everything works as it did before tracing. With
+the API and no SDK, the API's own no-op tracer answers.
+
+The link that ties an undo to its effect: the execute span's context is journaled with the call's
+outcome (``exec_traceparent``, W3C ``traceparent``), and the compensate span that undoes it, in any
+process, days later, carries a span link to it. A run's first span is journaled with the run
+(``traceparent``) and every later span of the run that starts elsewhere (a resumed run, a forward
+task's block) links to it. Spans are children of whatever span is current (on a worker: Celery's task
+span, when the app uses opentelemetry-instrumentation-celery).
+
+No input, output or secret goes into an attribute unless ``SAGA_TRACE_VALUES`` is on (and then values
+under keys named like secrets, ``SAGA_REDACT_KEYS``, still read ``***``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from .keys import canonical_json
+from .redact import redact_secrets, redact_text
+from .settings import get_settings
+
+try:  # the optional extra: saga-worker[otel]
+    from opentelemetry import context as otel_context
+    from opentelemetry import trace as otel
+    from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
+except ImportError:  # pragma: no cover - exercised by the tests that block the import
+    otel = None  # type: ignore[assignment]
+
+if TYPE_CHECKING:
+    from .compensation.report import CompensationEntry, CompensationReport
+    from .journal.records import RunInfo, ToolRecord
+    from .runs import RunEvent
+    from .tools import CallOptions, RecoverRefusal, RecoverResult
+
+ENABLED = otel is not None
+TRACER_NAME = "saga_worker"
+# Attribute values are bounded: a span is not a place for a large document.
+VALUE_MAX = 4096
+# The kind of each link saga-worker puts on a span (attribute ``saga.link.type``).
+LINK_COMPENSATES = "compensates"  # a compensate span -> the execute span of the effect it undoes
+LINK_CONTINUES = "continues"  # a later span of a run (resumed, a forward task) -> the run's first span
+
+_tracer: Any = None
+
+
+def tracer() -> Any:
+    """saga-worker's tracer (the global provider's: set it before or after importing saga_worker)."""
+    global _tracer
+    if _tracer is None:
+        from . import __version__
+
+        _tracer = otel.get_tracer(TRACER_NAME, __version__)
+    return _tracer
+
+
+# -- trace context as journaled ------------------------------------------------------------------
+
+
+def traceparent_of(span: Any) -> str | None:
+    """The span's context as a W3C ``traceparent``, if it is worth journaling (valid and sampled)."""
+    if span is None:
+        return None
+    ctx = span.get_span_context()
+    if not ctx.is_valid or not ctx.trace_flags.sampled:
+        return None
+    return f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+
+
+def parse_traceparent(value: str | None) -> tuple[int, int, int] | None:
+    """``(trace_id, span_id, flags)`` of a journaled ``traceparent``; None for none or a malformed one
+    (a journal row is never trusted to be well formed: a bad one just means no link)."""
+    if not value:
+        return None
+    parts = value.split("-")
+    if len(parts) != 4 or len(parts[1]) != 32 or len(parts[2]) != 16 or len(parts[3]) != 2:
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+    except ValueError:
+        return None
+    if trace_id == 0 or span_id == 0:
+        return None
+    return trace_id, span_id, flags
+
+
+def _links(traceparent: str | None, kind: str) -> list[Any] | None:
+    parsed = parse_traceparent(traceparent)
+    if parsed is None:
+        return None
+    trace_id, span_id, flags = parsed
+    ctx = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(flags))
+    return [Link(ctx, {"saga.link.type": kind})]
+
+
+def current_ids() -> tuple[str, str] | None:
+    """The current span's trace and span ids (hex), for log records; None outside any span."""
+    if otel is None:
+        return None
+    ctx = otel.get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return None
+    return f"{ctx.trace_id:032x}", f"{ctx.span_id:016x}"
+
+
+# -- spans ---------------------------------------------------------------------------------------
+
+
+class _NoSpan:
+    """What every function hands back without the API: enters, records nothing, journals nothing."""
+
+    traceparent: str | None = None
+    span: Any = None
+
+    def __enter__(self) -> _NoSpan:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+    def context(self) -> Any:
+        return None
+
+    def outcome(self, event: RunEvent) -> None:
+        return None
+
+    def verdict(self, entry: CompensationEntry | None) -> None:
+        return None
+
+    def answer(self, answer: RecoverResult | RecoverRefusal) -> None:
+        return None
+
+    def worklist(self, steps: int) -> None:
+        return None
+
+    def report(self, report: CompensationReport) -> None:
+        return None
+
+
+NO_SPAN: Any = _NoSpan()
+
+
+class Span(_NoSpan):
+    """A started span: current while entered, ended on exit; an exception leaving it is recorded."""
+
+    def __init__(self, span: Any) -> None:
+        self.span = span
+        self.traceparent = traceparent_of(span)
+        self._token: Any = None
+
+    def __enter__(self) -> Span:
+        self._token = otel_context.attach(otel.set_span_in_context(self.span))
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        try:
+            if exc is not None and not isinstance(exc, GeneratorExit):
+                self.fail(exc)
+        finally:
+            otel_context.detach(self._token)
+            self.span.end()
+
+    def context(self) -> Any:
+        return otel.set_span_in_context(self.span)
+
+    @property
+    def recording(self) -> bool:
+        return bool(self.span.is_recording())
+
+    def set(self, key: str, value: Any) -> None:
+        if value is not None:
+            self.span.set_attribute(key, value)
+
+    def error(self, text: str | None, kind: str) -> None:
+        """The span ends in error: its status, ``error.type`` (semantic conventions)."""
+        self.span.set_attribute("error.type", kind)
+        self.span.set_status(Status(StatusCode.ERROR, _bounded(redact_text(text or kind))))
+
+    def fail(self, exc: BaseException) -> None:
+        if self.recording:
+            self.span.record_exception(exc)
+            self.error(f"{type(exc).__name__}: {exc}", type(exc).__qualname__)
+
+    # -- what each kind of span learns at its end ----------------------------------------------
+    def outcome(self, event: RunEvent) -> None:
+        """A call's end (execute spans): how it settled, its error, its output if values are on."""
+        if not self.recording:
+            return
+        self.set("saga.call.outcome", event.outcome)
+        if event.error is not None:
+            self.error(event.error, _error_type(event.error))
+        elif event.output is not None and get_settings().trace_values:
+            self.set("gen_ai.tool.call.result", _value(event.output))
+
+    def verdict(self, entry: CompensationEntry | None) -> None:
+        """A step's end (compensate spans): its status, attempts, error; a stood-down twin says so."""
+        if not self.recording:
+            return
+        if entry is None:
+            self.set("saga.compensation.status", "stood-down")
+            return
+        self.set("saga.compensation.status", entry.status.value)
+        self.set("saga.compensation.attempts", entry.attempts)
+        if entry.needs_approval:
+            self.set("saga.compensation.needs_approval", True)
+        if entry.error is not None:
+            self.set("saga.compensation.error", _bounded(redact_text(entry.error)))
+            if entry.status.value == "failed":
+                self.error(entry.error, _error_type(entry.error))
+
+    def answer(self, answer: RecoverResult | RecoverRefusal) -> None:
+        """``recover``'s answer (recover spans): done or not; a refusal is the span's error."""
+        if not self.recording:
+            return
+        done = getattr(answer, "done", None)
+        if done is None:
+            self.error(getattr(answer, "reason", None), "recover_refused")
+            return
+        self.set("saga.recover.done", bool(done))
+
+    def worklist(self, steps: int) -> None:
+        if self.recording:
+            self.set("saga.unwind.steps", steps)
+
+    def report(self, report: CompensationReport) -> None:
+        """An unwind's end (unwind spans): its counts by status, whether it is complete, where it halted."""
+        if not self.recording:
+            return
+        for status, count in sorted(report.counts().items()):
+            self.set(f"saga.unwind.count.{status}", count)
+        self.set("saga.unwind.complete", report.complete)
+        self.set("saga.unwind.condemned", report.condemned)
+        halted = next((e for e in report.entries if e.status.value in _HALTING), None)
+        if halted is not None:
+            self.set("saga.unwind.halted_at", halted.suffix)
+            self.set("saga.unwind.halted_status", halted.status.value)
+        failed = [e for e in report.entries if e.status.value == "failed"]
+        if failed:
+            self.error(f"step {failed[0].suffix} failed: {failed[0].error}", "compensation_failed")
+
+
+_HALTING = ("failed", "busy", "awaiting-approval")
+
+
+def _start(
+    name: str, attributes: dict[str, Any], *, parent: Any = None, links: list[Any] | None = None
+) -> Span:
+    span = tracer().start_span(
+        name, context=parent, attributes={k: v for k, v in attributes.items() if v is not None}, links=links
+    )
+    return Span(span)
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= VALUE_MAX else text[: VALUE_MAX - 1] + "…"
+
+
+def _value(value: Any) -> str:
+    """An input or output as an attribute (opted in): canonical JSON, secrets hidden, bounded."""
+    try:
+        text = canonical_json(redact_secrets(value, get_settings().secret_keys()))
+    except Exception:  # noqa: BLE001 - a value that cannot be shown is not the span's problem
+        text = f"<{type(value).__name__}>"
+    return _bounded(text)
+
+
+def _error_type(error: str) -> str:
+    """``error.type`` from saga-worker's error text (``"Type: message"``): the exception's type."""
+    head = error.split(":", 1)[0].strip()
+    return head if head and head.replace(".", "").replace("_", "").isalnum() else "error"
+
+
+# -- the call sites --------------------------------------------------------------------------------
+
+
+def traced_run(loop: Any, run: RunInfo | None, events: Iterator[RunEvent], entry: str) -> Iterator[RunEvent]:
+    """A run's events under its ``saga.run`` span (``entry``: how it was driven); the events as they
+    are, untouched, without the API."""
+    if otel is None:
+        return events
+    return _traced_run(loop, run, events, entry)
+
+
+def _traced_run(loop: Any, run: RunInfo | None, events: Iterator[RunEvent], entry: str) -> Iterator[RunEvent]:
+    # Not made current: a generator's consumer runs between its yields, in its own context. The run's
+    # calls are parented on it explicitly (``loop.trace``).
+    span = _start(
+        "saga.run",
+        {"saga.run.id": loop.run_id, "saga.run.entry": entry},
+        links=_links(None if run is None else run.traceparent, LINK_CONTINUES),
+    )
+    loop.trace = span
+    try:
+        for event in events:
+            if event.kind == "end" and event.result is not None and span.recording:
+                span.set("saga.run.status", event.result.status)
+                if event.result.error is not None:
+                    span.error(event.result.error, "run_failed")
+            yield event
+    except GeneratorExit:
+        raise
+    except BaseException as exc:
+        span.fail(exc)
+        raise
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
+        span.span.end()
+
+
+def block(run: Any) -> Any:
+    """A ``saga()`` block's ``saga.run`` span (current while the block runs, so the app's own spans and
+    its calls' nest under it): linked to the run's first span when the run began elsewhere."""
+    if otel is None:
+        return NO_SPAN
+    prior = run._run
+    span = _start(
+        "saga.run",
+        {"saga.run.id": run.run_id, "saga.run.entry": "saga"},
+        links=_links(None if prior is None else prior.traceparent, LINK_CONTINUES),
+    )
+    run._loop.trace = span
+    return span
+
+
+def execute(parent: Any, record: ToolRecord, key: str) -> Any:
+    """A call's ``execute_tool {tool}`` span (GenAI semantic conventions for tool execution), current
+    while ``execute`` runs; its ``traceparent`` is journaled with the outcome."""
+    if otel is None:
+        return NO_SPAN
+    attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": record.tool_name,
+        "gen_ai.tool.call.id": record.tool_call_id,
+        "saga.run.id": record.run_id,
+        "saga.call.suffix": record.suffix,
+        "saga.call.key": key,
+        "saga.call.attempt": record.attempts,
+    }
+    if get_settings().trace_values:
+        attributes["gen_ai.tool.call.arguments"] = _value(record.input)
+    return _start(f"execute_tool {record.tool_name}", attributes, parent=parent.context())
+
+
+def compensate(run_id: str, record: ToolRecord, key: str, *, dry_run: bool) -> Any:
+    """A step's ``saga.compensate {tool}`` span, linked to the execute span of the effect it undoes."""
+    if otel is None:
+        return NO_SPAN
+    attributes = {
+        "gen_ai.tool.name": record.tool_name,
+        "gen_ai.tool.call.id": record.tool_call_id,
+        "saga.run.id": run_id,
+        "saga.call.suffix": record.suffix,
+        "saga.call.origin_run_id": record.origin_run_id if record.origin_run_id != run_id else None,
+        "saga.call.record_status": record.status.value,
+        "saga.compensation.key": key,
+        "saga.dry_run": dry_run or None,
+    }
+    links = _links(record.exec_traceparent, LINK_COMPENSATES)
+    return _start(f"saga.compensate {record.tool_name}", attributes, links=links)
+
+
+def recover(opts: CallOptions, tool_name: str | None) -> Any:
+    """A ``saga.recover {tool}`` span: the probe of whether an interrupted or failed call took effect."""
+    if otel is None:
+        return NO_SPAN
+    attributes = {
+        "gen_ai.tool.name": tool_name,
+        "gen_ai.tool.call.id": opts.tool_call_id,
+        "saga.run.id": opts.run_id,
+        "saga.call.key": opts.idempotency_key,
+    }
+    return _start(f"saga.recover {tool_name or 'tool'}", attributes)
+
+
+def unwind(
+    run_id: str,
+    *,
+    actor: str,
+    via: str,
+    dry_run: bool,
+    unwind_id: str | None = None,
+    name: str = "saga.unwind",
+) -> Any:
+    """An unwind's span (``saga.unwind``; ``saga.unwind.report`` where a distributed unwind's report is
+    assembled): who asked and through what, then its counts by status."""
+    if otel is None:
+        return NO_SPAN
+    attributes = {
+        "saga.run.id": run_id,
+        "saga.unwind.id": unwind_id,
+        "saga.unwind.actor": actor,
+        "saga.unwind.via": via,
+        "saga.dry_run": dry_run,
+    }
+    return _start(name, attributes)
+
+
+__all__ = [
+    "ENABLED",
+    "LINK_COMPENSATES",
+    "LINK_CONTINUES",
+    "NO_SPAN",
+    "TRACER_NAME",
+    "block",
+    "compensate",
+    "current_ids",
+    "execute",
+    "parse_traceparent",
+    "recover",
+    "traced_run",
+    "traceparent_of",
+    "unwind",
+]
