@@ -306,6 +306,33 @@ def test_forked_child_never_renews_the_leases_of_its_parents_hooks(tmp_path: Pat
     assert str(pid) not in renewers
 
 
+def test_holding_a_lease_of_a_known_interval_does_not_wake_the_keeper() -> None:
+    # Every compensated step holds a lease while its hook runs. Waking the keeper's thread for each one
+    # hands the GIL to it and back (issue 26: a third of an in-process SQLite unwind under load), though
+    # a lease is never due before ``interval`` has passed.
+    keeper = LeaseKeeper()
+    notified = 0
+    notify = keeper._cond.notify
+
+    def counting(n: int = 1) -> None:
+        nonlocal notified
+        notified += 1
+        notify(n)
+
+    keeper._cond.notify = counting  # type: ignore[method-assign]
+    for _ in range(50):
+        with keeper.keep(lambda: True, 10.0):
+            pass
+        time.sleep(0.002)  # the keeper's thread gets to look at its (now empty) table between steps
+    assert notified == 0
+
+    # A lease that must be renewed sooner than the thread plans to look still wakes it in time.
+    renewed = threading.Event()
+    with keeper.keep(lambda: renewed.set() or True, 0.02):
+        assert renewed.wait(timeout=2)
+    assert notified == 1
+
+
 # -- the Redis lock is the fast path, the journal claim the truth ----------------------------------------
 
 
