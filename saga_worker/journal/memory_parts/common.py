@@ -6,7 +6,7 @@ import json
 import threading
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...errors import CompensatedRunError, RunEndedError, UnknownRunError
 from ...keys import canonical_json
@@ -41,10 +41,11 @@ class MemoryState:
     def now(self) -> float:
         return time.time()
 
-    def _append(self, entry: NewAudit) -> bool:
-        """An audit row, under the lock (``MemoryAudit``'s): the tombstone and the unwind state write
-        theirs with them."""
-        raise NotImplementedError
+    if TYPE_CHECKING:
+
+        def _append(self, entry: NewAudit) -> bool:
+            """An audit row, under the lock (``MemoryAudit``'s): the tombstone and the unwind state
+            write theirs with it."""
 
     def _tombstone_gate(self, run_id: str, gated: bool, *, ended: bool = True) -> None:
         """Under the lock, as SQL's statement on the run's row: refuse a condemned run (``gated``) and

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from ...errors import CompensatedRunError, UnknownRunError
 from .. import driver
 from ..base import check_not_condemned_row
+from ..dialects import DialectPolicy
 from ..records import (
     AuditAction,
     AuditRecord,
@@ -87,17 +88,6 @@ class AuditStatements(StatementsBase):
             ).where(RUN)
         )
 
-    def _audit_from(self, run_ids: sa.Select[Any]) -> Any:
-        """An audit row per run id ``run_ids`` yields (insert-if-absent on its event key)."""
-        values = [self.policy.clock(), *(v.self_group() for v in AUDIT_VALUES.values())]
-        source = run_ids.add_columns(*values)
-        columns = ["run_id", "at", *AUDIT_VALUES]
-        return (
-            self.policy.insert(audit)
-            .from_select(columns, source)
-            .on_conflict_do_nothing(index_elements=["event_key"])
-        )
-
 
 def gate_row(m: Mapping[Any, Any]) -> CompensationGate:
     return CompensationGate(
@@ -139,6 +129,16 @@ def audit_params(entry: NewAudit) -> dict[str, Any]:
         "event": entry.event_key,
         "now": time.time(),
     }
+
+
+def audit_insert_from(policy: DialectPolicy, run_ids: sa.Select[Any]) -> Any:
+    """An audit row per run id ``run_ids`` yields (insert-if-absent on its event key)."""
+    values = [policy.clock(), *(v.self_group() for v in AUDIT_VALUES.values())]
+    source = run_ids.add_columns(*values)
+    columns = ["run_id", "at", *AUDIT_VALUES]
+    return (
+        policy.insert(audit).from_select(columns, source).on_conflict_do_nothing(index_elements=["event_key"])
+    )
 
 
 class SqlAudit(SqlPlumbing):

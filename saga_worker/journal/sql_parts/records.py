@@ -2,11 +2,113 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ..records import RecordStatus, ToolRecord, parse_status
+import sqlalchemy as sa
+
+from ...storable import storable_or_none
+from .. import driver
+from ..records import NewRecord, RecordStatus, ToolRecord, parse_status
+from ..schema import records
+from .common import MAX_ROWS, NOW, WAITING, Conflict, SqlPlumbing, StatementsBase, b
+from .common import dump_json as _dump
 from .common import load_json as _load
+from .gate import tombstone_gate
+
+
+class RecordStatements(StatementsBase):
+    def _build_records(self) -> None:
+        """Tool records: claimed before execute (with the execute lease), then settled by compare-and-set."""
+        insert = self.policy.insert
+        clock = self.policy.clock()
+        p = self._prepare
+        lease = clock + b("ttl", type_=sa.Double)
+        record = (records.c.run_id == b("run"), records.c.suffix == b("step_suffix"))
+        self.record_get = p(sa.select(records).where(*record))
+        self.records_of_run = p(
+            sa.select(records).where(records.c.run_id == b("run")).order_by(records.c.seq)
+        )
+        self.records_waiting = p(  # the inbox, on the partial index ix_saga_tool_records_waiting
+            sa.select(records)
+            .where(WAITING)
+            .order_by(records.c.updated_at, records.c.run_id, records.c.suffix)
+            .limit(MAX_ROWS)
+        )
+        self.record_insert = p(
+            insert(records)
+            .values(
+                run_id=b("run"),
+                suffix=b("step_suffix"),
+                seq=b("at_seq"),
+                step=b("at_step"),
+                tool_call_id=b("call_id"),
+                tool_name=b("name"),
+                mode=b("call_mode"),
+                input=b("call_input"),
+                status=b("rec_status"),
+                attempts=b("first_attempts", type_=sa.Integer),
+                origin_run_id=b("origin"),
+                created_at=NOW,
+                updated_at=NOW,
+                shared_id=b("shared_ref"),
+                exec_owner=b("holder"),
+                exec_lease_expires_at=lease,
+            )
+            .on_conflict_do_nothing(index_elements=["run_id", "suffix"])
+            .returning(*records.c)
+        )
+
+    def _build_record_transitions(self) -> None:
+        """A tool record's compare-and-set transitions and its execute lease's renewal."""
+        p = self._prepare
+        lease = self.policy.clock() + b("ttl", type_=sa.Double)
+        record = (records.c.run_id == b("run"), records.c.suffix == b("step_suffix"))
+        expected = (*record, records.c.status == b("expected"))
+        reclaimed = {
+            "status": RecordStatus.RUNNING.value,
+            "attempts": records.c.attempts + 1,
+            "error": None,
+            "updated_at": NOW,
+            "exec_owner": b("holder"),
+            "exec_lease_expires_at": lease,
+        }
+        self.record_reclaim = p(sa.update(records).where(*expected).values(**reclaimed).returning(*records.c))
+        # Compare-and-set on the attempt the caller saw too: of two processes that both judged the
+        # call abandoned, one takes it over.
+        self.record_reclaim_seen = p(
+            sa.update(records)
+            .where(*expected, records.c.attempts == b("seen_attempts", type_=sa.Integer))
+            .values(**reclaimed)
+            .returning(*records.c)
+        )
+        settled = {
+            "status": b("new_status"),
+            "output": b("new_output"),
+            "error": b("new_error"),
+            "updated_at": NOW,
+            # The execute's span when traced; a recovered outcome (none) keeps the one it had.
+            "exec_traceparent": sa.func.coalesce(
+                b("exec_trace", None, type_=sa.String), records.c.exec_traceparent
+            ),
+        }
+        self.record_settle = p(sa.update(records).where(*expected).values(**settled).returning(*records.c))
+        # Fenced by the execute lease's owner: a holder whose call was taken over writes nothing.
+        self.record_settle_owned = p(
+            sa.update(records)
+            .where(*expected, records.c.exec_owner == b("holder"))
+            .values(**settled)
+            .returning(*records.c)
+        )
+        self.exec_renew = p(
+            sa.update(records)
+            .where(
+                *record, records.c.status == RecordStatus.RUNNING.value, records.c.exec_owner == b("holder")
+            )
+            .values(exec_lease_expires_at=lease)
+            .returning(records.c.exec_owner)
+        )
 
 
 def record_row(m: Mapping[Any, Any]) -> ToolRecord:
@@ -32,3 +134,163 @@ def record_row(m: Mapping[Any, Any]) -> ToolRecord:
         exec_lease_expires_at=m.get("exec_lease_expires_at"),
         exec_traceparent=m.get("exec_traceparent"),
     )
+
+
+class SqlRecords(SqlPlumbing):
+    """``RecordsPart`` (``journal/parts.py``) on the statements above."""
+
+    def get_record(self, run_id: str, suffix: str) -> ToolRecord | None:
+        row = self._fetch(lambda tx: tx.one(self._q.record_get, {"run": run_id, "step_suffix": suffix}))
+        return None if row is None else record_row(row)
+
+    def list_records(self, run_id: str, statuses: Sequence[RecordStatus] | None = None) -> list[ToolRecord]:
+        rows = self._fetch(lambda tx: tx.all(self._q.records_of_run, {"run": run_id}))
+        return self._records(rows, statuses)
+
+    def waiting_records(self, *, limit: int = 500) -> list[ToolRecord]:
+        # Filtered on the column (unlike _records): a row of a status this code does not know is
+        # not one a person is asked about; it still fails closed wherever a run's records are read.
+        rows = self._fetch(lambda tx: tx.all(self._q.records_waiting, {"max_rows": int(limit)}))
+        return [record_row(r) for r in rows]
+
+    def _records(self, rows: list[driver.Row], statuses: Sequence[RecordStatus] | None) -> list[ToolRecord]:
+        # Every row is parsed before any is left out: a status this code does not know (another case, a
+        # newer writer's value) fails closed, naming the run and the step, instead of silently dropping
+        # the step from an unwind. So the filter is on parsed values, never on the column in SQL.
+        parsed = [record_row(r) for r in rows]
+        if statuses is None:
+            return parsed
+        return [r for r in parsed if r.status in statuses]
+
+    def claim_record(
+        self,
+        run_id: str,
+        new: NewRecord,
+        *,
+        gated: bool,
+        durable: bool = False,
+        owner: str | None = None,
+        ttl: float = 30.0,
+    ) -> ToolRecord | None:
+        params = {
+            "holder": owner,
+            "ttl": float(ttl),
+            "run": run_id,
+            "step_suffix": new.suffix,
+            "at_step": new.step,
+            "call_id": new.tool_call_id,
+            "name": new.tool_name,
+            "call_mode": new.mode,
+            "call_input": _dump(new.input),
+            "origin": new.origin_run_id,
+            "rec_status": new.status.value,
+            "first_attempts": 0 if new.status is RecordStatus.SUSPENDED else 1,
+            "shared_ref": new.shared_id,
+            "now": time.time(),
+        }
+        return self._behind_tombstone_gate(run_id, gated, durable, self._q.record_insert, params)
+
+    def reclaim_record(
+        self,
+        run_id: str,
+        suffix: str,
+        expected: RecordStatus,
+        *,
+        gated: bool,
+        durable: bool = False,
+        owner: str | None = None,
+        ttl: float = 30.0,
+        attempts: int | None = None,
+    ) -> ToolRecord | None:
+        params = {
+            "run": run_id,
+            "step_suffix": suffix,
+            "expected": expected.value,
+            "holder": owner,
+            "ttl": float(ttl),
+            "seen_attempts": attempts,
+            "now": time.time(),
+        }
+        stmt = self._q.record_reclaim if attempts is None else self._q.record_reclaim_seen
+        return self._behind_tombstone_gate(run_id, gated, durable, stmt, params)
+
+    def _behind_tombstone_gate(
+        self, run_id: str, gated: bool, durable: bool, stmt: driver.Prepared, params: dict[str, Any]
+    ) -> ToolRecord | None:
+        """Take the gate, then run one record statement in the same transaction (it may use the
+        sequence number as ``at_seq``); None, with nothing written, if the statement changed no row."""
+
+        def work(tx: driver.Tx) -> driver.Row:
+            row = tx.one(stmt, {**params, "at_seq": tombstone_gate(tx, self._q, run_id, gated)})
+            if row is None:
+                raise Conflict  # roll back the sequence number we took
+            return row
+
+        try:
+            return record_row(self._write(work, atomic=True, durable=durable))
+        except Conflict:
+            return None
+
+    def _settle_params(
+        self,
+        run_id: str,
+        suffix: str,
+        expected: RecordStatus,
+        status: RecordStatus,
+        output: Any,
+        error: str | None,
+    ) -> dict[str, Any]:
+        return {
+            "run": run_id,
+            "step_suffix": suffix,
+            "expected": expected.value,
+            "new_status": status.value,
+            "new_output": None if output is None else _dump(output),
+            "new_error": storable_or_none(error),
+            "now": time.time(),
+        }
+
+    def complete_record(
+        self,
+        run_id: str,
+        suffix: str,
+        status: RecordStatus,
+        *,
+        output: Any = None,
+        error: str | None = None,
+        owner: str | None = None,
+        traceparent: str | None = None,
+    ) -> ToolRecord | None:
+        q = self._q
+        params = {
+            **self._settle_params(run_id, suffix, RecordStatus.RUNNING, status, output, error),
+            "exec_trace": traceparent,
+            "holder": owner,
+            "note": f"{suffix}: settled {status.value} after the tombstone"[:2000],
+        }
+
+        def work(tx: driver.Tx) -> driver.Row | None:
+            row = tx.one(q.record_settle if owner is None else q.record_settle_owned, params)
+            # After the outcome, never before: an unwind that reads the record after this sees it settled.
+            tx.execute(q.reopen_unwind, params)
+            return row
+
+        row = self._write(work)
+        return None if row is None else record_row(row)
+
+    def renew_execution(self, run_id: str, suffix: str, owner: str, ttl: float) -> bool:
+        params = {
+            "run": run_id,
+            "step_suffix": suffix,
+            "holder": owner,
+            "ttl": float(ttl),
+            "now": time.time(),
+        }
+        return self._write(lambda tx: tx.one(self._q.exec_renew, params)) is not None
+
+    def resolve_record(
+        self, run_id: str, suffix: str, expected: RecordStatus, output: Any
+    ) -> ToolRecord | None:
+        params = self._settle_params(run_id, suffix, expected, RecordStatus.SUCCEEDED, output, None)
+        row = self._write(lambda tx: tx.one(self._q.record_settle, params))
+        return None if row is None else record_row(row)

@@ -15,7 +15,7 @@ from ..schema import shared
 from .common import NOW, SqlPlumbing, StatementsBase, b
 from .common import dump_json as _dump
 from .common import load_json as _load
-from .runs import call_gate
+from .gate import call_gate
 
 
 class SharedStatements(StatementsBase):

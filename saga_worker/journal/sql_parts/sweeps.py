@@ -10,11 +10,12 @@ from ...errors import MalformedRecordError
 from ...storable import storable_or_none
 from .. import driver
 from ..base import check_not_condemned_row
+from ..driver import Prepared
 from ..records import NewAudit, RunInfo, UnwindState
 from ..schema import runs
-from .audit import audit_params
+from .audit import audit_insert_from, audit_params
 from .common import MAX_ROWS, NOW, RUN, UNSWEPT, SqlPlumbing, StatementsBase, b
-from .runs import run_row
+from .gate import run_row
 
 
 class SweepStatements(StatementsBase):
@@ -82,6 +83,18 @@ class SweepStatements(StatementsBase):
             .order_by(runs.c.unwind_next_at)
             .limit(MAX_ROWS)
         )
+
+    def _build_unwind_state_audited(self) -> None:
+        """The unwind state and its audit row as one statement where the dialect allows
+        (``writes_in_with_clause``: the row rides in the WITH clause, and is written whether or not
+        the state is: an unknown run, a moved epoch). None elsewhere: one transaction instead."""
+        self.unwind_state_audited: Prepared | None = None
+        self.unwind_state_at_epoch_audited: Prepared | None = None
+        if not self.policy.writes_in_with_clause:
+            return
+        for name, at_epoch in (("unwind_state_audited", False), ("unwind_state_at_epoch_audited", True)):
+            logged = audit_insert_from(self.policy, sa.select(b("run", type_=sa.String))).cte("logged")
+            setattr(self, name, self._prepare(self._unwind_state(at_epoch=at_epoch).add_cte(logged)))
 
 
 class SqlSweeps(SqlPlumbing):
