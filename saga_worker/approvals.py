@@ -11,9 +11,11 @@ changes nothing and writes nothing.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from .audit import check_actor, check_reason, check_via
 from .errors import ApprovalError, CompensatedRunError, UnknownRunError
-from .journal.base import Journal
+from .journal.parts import AuditPart, RecordsPart, RunsPart
 from .journal.records import (
     AuditAction,
     AuditVia,
@@ -28,13 +30,17 @@ from .keys import check_run_id
 _UNDOABLE = (RecordStatus.SUCCEEDED, RecordStatus.FAILED, RecordStatus.RUNNING)
 
 
-def pending_calls(journal: Journal, run_id: str) -> list[ToolRecord]:
+class ApprovalsJournal(RunsPart, RecordsPart, AuditPart, Protocol):
+    """What approvals read and write: runs, their calls and the audit trail (any journal)."""
+
+
+def pending_calls(journal: ApprovalsJournal, run_id: str) -> list[ToolRecord]:
     """The run's calls waiting for a person (``suspended``), in execution order."""
     return journal.list_records(check_run_id(run_id), [RecordStatus.SUSPENDED])
 
 
 def approve(
-    journal: Journal,
+    journal: ApprovalsJournal,
     run_id: str,
     tool_call_id: str,
     *,
@@ -50,7 +56,7 @@ def approve(
 
 
 def deny(
-    journal: Journal,
+    journal: ApprovalsJournal,
     run_id: str,
     tool_call_id: str,
     *,
@@ -64,7 +70,7 @@ def deny(
 
 
 def _decide(
-    journal: Journal,
+    journal: ApprovalsJournal,
     run_id: str,
     tool_call_id: str,
     decision: RecordStatus,
@@ -98,7 +104,7 @@ def _decide(
     raise ApprovalError(run_id, tool_call_id, f"the call is {now.status.value}, not waiting for approval")
 
 
-def _find_call(journal: Journal, run_id: str, tool_call_id: str) -> ToolRecord:
+def _find_call(journal: ApprovalsJournal, run_id: str, tool_call_id: str) -> ToolRecord:
     if not isinstance(tool_call_id, str) or not tool_call_id:
         raise ApprovalError(run_id, str(tool_call_id), "a tool call id is a non-empty string")
     for record in journal.list_records(run_id):
@@ -108,7 +114,7 @@ def _find_call(journal: Journal, run_id: str, tool_call_id: str) -> ToolRecord:
 
 
 def approve_compensation(
-    journal: Journal,
+    journal: ApprovalsJournal,
     run_id: str,
     suffix: str,
     *,
@@ -123,7 +129,7 @@ def approve_compensation(
 
 
 def deny_compensation(
-    journal: Journal,
+    journal: ApprovalsJournal,
     run_id: str,
     suffix: str,
     *,
@@ -137,7 +143,7 @@ def deny_compensation(
 
 
 def _gate(
-    journal: Journal,
+    journal: ApprovalsJournal,
     run_id: str,
     suffix: str,
     decision: GateDecision,

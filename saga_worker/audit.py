@@ -15,7 +15,7 @@ from typing import Any
 
 from .display import neutral
 from .errors import InvalidInputError
-from .journal.base import Journal
+from .journal.parts import AuditPart
 from .journal.records import AuditRecord, AuditVia
 from .keys import check_run_id, shown
 from .settings import get_settings
@@ -100,7 +100,7 @@ def check_via(via: object) -> AuditVia:
         raise InvalidInputError(f"via must be one of {known}, got {via!r}") from None
 
 
-def read_audit(journal: Journal, run_id: str) -> list[AuditRecord]:
+def read_audit(journal: AuditPart, run_id: str) -> list[AuditRecord]:
     """The run's audit trail, oldest first (empty for a run never condemned, approved or unwound)."""
     return journal.read_audit(check_run_id(run_id))
 

@@ -15,12 +15,12 @@ import json
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from .audit import audit_dict
 from .compensation.report import HALTING, CompensationStatus
 from .errors import InvalidInputError
-from .journal.base import Journal
+from .journal.parts import AuditPart, ClaimsPart, RecordsPart, RunsPart, UnwindsPart
 from .journal.records import (
     AuditRecord,
     ClaimStatus,
@@ -59,6 +59,10 @@ class ListingQuery(RunQuery):
 class RunsPage:
     runs: list[RunInfo]
     next_cursor: str | None  # None on the last page
+
+
+class ViewsJournal(RunsPart, RecordsPart, AuditPart, ClaimsPart, UnwindsPart, Protocol):
+    """What the views read: every part but the cross-run one, and nothing written (any journal)."""
 
 
 def encode_cursor(run: RunInfo) -> str:
@@ -131,7 +135,7 @@ def parse_run_query(
     )
 
 
-def runs_page(journal: Journal, query: RunQuery) -> RunsPage:
+def runs_page(journal: ViewsJournal, query: RunQuery) -> RunsPage:
     """One page, and the cursor of the next (read one row more than asked, to know there is one)."""
     if isinstance(query, ListingQuery) and query.suspended:
         found = _suspended_runs(journal, query)
@@ -143,7 +147,7 @@ def runs_page(journal: Journal, query: RunQuery) -> RunsPage:
     return RunsPage(found, encode_cursor(found[-1]) if more and found else None)
 
 
-def _suspended_runs(journal: Journal, query: RunQuery) -> list[RunInfo]:
+def _suspended_runs(journal: ViewsJournal, query: RunQuery) -> list[RunInfo]:
     """The listing's page of runs with a suspended call: few by nature (each waits for a person), read
     from the inbox's index and filtered and ordered here as the journal orders a page."""
     found = [r for r in map(journal.get_run, sorted(waiting_runs(journal))) if r is not None]
@@ -250,7 +254,7 @@ def whole(value: Any, secret_keys: tuple[str, ...] = SECRET_KEYS) -> str | None:
 
 
 def call_values(
-    journal: Journal, run_id: str, suffix: str, secret_keys: tuple[str, ...] = SECRET_KEYS
+    journal: ViewsJournal, run_id: str, suffix: str, secret_keys: tuple[str, ...] = SECRET_KEYS
 ) -> dict[str, Any] | None:
     """One call's input, output and error, whole (secrets hidden): the page's JSON download."""
     record = journal.get_record(check_run_id(run_id), suffix)
@@ -269,7 +273,7 @@ def call_values(
 
 
 def run_values(
-    journal: Journal, run_id: str, secret_keys: tuple[str, ...] = SECRET_KEYS
+    journal: ViewsJournal, run_id: str, secret_keys: tuple[str, ...] = SECRET_KEYS
 ) -> dict[str, Any] | None:
     """The run's prompt, final text, error and planner decisions, whole (secrets hidden)."""
     run = journal.get_run(check_run_id(run_id))
@@ -339,7 +343,7 @@ def step_dict(
 
 
 def journal_steps(
-    journal: Journal, run_id: str, secret_keys: tuple[str, ...] = SECRET_KEYS
+    journal: ViewsJournal, run_id: str, secret_keys: tuple[str, ...] = SECRET_KEYS
 ) -> list[dict[str, Any]]:
     """The run's tool records in execution order, each with its compensation claim as it is now."""
     records = journal.list_records(run_id)
@@ -349,7 +353,7 @@ def journal_steps(
 
 
 def unwind_dict(
-    journal: Journal,
+    journal: ViewsJournal,
     info: UnwindInfo,
     steps_by_suffix: Mapping[str, Mapping[str, Any]] | None = None,
     ended: Mapping[str, AuditRecord] | None = None,
@@ -404,7 +408,7 @@ def unwind_dict(
 
 
 def list_unwinds(
-    journal: Journal,
+    journal: ViewsJournal,
     run_id: str,
     limit: int = 10,
     steps_by_suffix: Mapping[str, Mapping[str, Any]] | None = None,
@@ -449,7 +453,7 @@ _UNDOABLE = [RecordStatus.SUCCEEDED, RecordStatus.FAILED, RecordStatus.RUNNING]
 
 
 def awaiting_gates(
-    journal: Journal, run: RunInfo, steps: Sequence[Mapping[str, Any]], tools: Mapping[str, Tool]
+    journal: ViewsJournal, run: RunInfo, steps: Sequence[Mapping[str, Any]], tools: Mapping[str, Tool]
 ) -> list[dict[str, Any]]:
     """Approval-gated compensations of a condemned run with no decision yet and not undone: the
     unwind reads (or, on reaching them, will read) ``awaiting-approval`` there (``target``: the step's
@@ -495,7 +499,7 @@ def audit_row(row: AuditRecord) -> dict[str, Any]:
 
 
 def run_view(
-    journal: Journal,
+    journal: ViewsJournal,
     run_id: str,
     tools: Mapping[str, Tool] | None = None,
     *,
@@ -562,7 +566,7 @@ def _inbox_item(
 
 
 def inbox(
-    journal: Journal,
+    journal: ViewsJournal,
     tools: Mapping[str, Tool] | None = None,
     *,
     secret_keys: tuple[str, ...] = SECRET_KEYS,
@@ -650,7 +654,7 @@ def inbox(
     }
 
 
-def waiting_runs(journal: Journal) -> set[str]:
+def waiting_runs(journal: ViewsJournal) -> set[str]:
     """The runs with a suspended call (a run's status reads ``suspended`` while one waits)."""
     return {
         r.run_id for r in journal.waiting_records(limit=INBOX_LIMIT * 4) if r.status is RecordStatus.SUSPENDED

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from .. import metrics
 from ..errors import MalformedRecordError
-from ..journal.base import Journal
+from ..journal.parts import UnwindsPart
 from ..journal.records import UnwindState
 from ..settings import SagaSettings, get_settings
 
@@ -39,7 +39,7 @@ def backoff_delay(attempt: int, *, base: float, cap: float) -> float:
 
 
 def sweep(
-    journal: Journal,
+    journal: UnwindsPart,
     *,
     enqueue: Callable[[str], object],
     settings: SagaSettings | None = None,
@@ -78,7 +78,7 @@ def sweep(
     return outcome
 
 
-def _flag_unreadable(journal: Journal, error: MalformedRecordError) -> None:
+def _flag_unreadable(journal: UnwindsPart, error: MalformedRecordError) -> None:
     """A due run this code cannot read cannot be re-driven (the unwind would fail closed on it every
     time): flag it for a person, naming what is wrong, instead of stopping every other re-drive."""
     run_id = error.detail["run_id"]
