@@ -194,3 +194,22 @@ class ApprovalError(SagaError):
             f"run {run_id!r}: cannot decide on {target!r}: {reason}", run_id=run_id, target=target
         )
         self._rebuilds_from(run_id, target, reason)
+
+
+class OpenTransactionError(SagaError):
+    """A side-effecting call was made inside the app's open transaction, which the journal (on its
+    own connection) cannot follow: were the transaction to roll back, the journal would still say
+    ``succeeded`` and an unwind would undo an effect that never happened."""
+
+    def __init__(self, run_id: str, tool_call_id: str, tool_name: str, transaction: str) -> None:
+        super().__init__(
+            f"run {run_id!r}: call {tool_call_id!r} of tool {tool_name!r} was made inside {transaction}, "
+            "which the journal does not share: it would be journaled succeeded even if that transaction "
+            "rolls back. Nothing was executed or recorded. Send the step once the transaction commits "
+            "(Django: transaction.on_commit(lambda: step.delay(...)); SQLAlchemy: after session.commit()), "
+            "or make the call outside the transaction",
+            run_id=run_id,
+            tool_call_id=tool_call_id,
+            tool_name=tool_name,
+            transaction=transaction,
+        )

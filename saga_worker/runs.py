@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from . import faults, tracing
+from . import faults, tracing, transactions
 from .compensation.engine import new_owner
 from .compensation.leases import keeper
 from .errors import (
@@ -368,6 +368,9 @@ class _RunLoop:
             known = None if record is None else self._settled_event(step, record)
             if known is not None:
                 return known
+            if tool.side_effect:
+                # Before anything is claimed: an effect in the app's open transaction may roll back.
+                transactions.refuse_inside_open_transaction(self.run_id, call_id, tool_name)
             # Claim, probe and execute under the record's execution guard: a `running` record whose
             # guard is free was left by a process that died, never by one still executing it.
             with self.journal.execution_guard(self.run_id, suffix, wait=_GUARD_WAIT_S) as held:

@@ -116,4 +116,10 @@ class SagaSettings(BaseSettings):
 
 @lru_cache(maxsize=1)
 def get_settings() -> SagaSettings:
+    """This process's settings: in a Django project with ``saga_worker.contrib.django`` installed,
+    ``SAGA_*`` from Django's settings (the environment filling the rest); else the environment."""
+    from .contrib import django as contrib_django
+
+    if contrib_django.enabled():
+        return contrib_django.saga_settings()
     return SagaSettings()

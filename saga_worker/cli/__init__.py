@@ -7,6 +7,8 @@ print is ``render.py``, how they start and stop Celery processes is ``processes.
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from .commands_approvals import approve, approve_compensation, audit, deny, deny_compensation
@@ -25,8 +27,20 @@ __all__ = ["embedded_worker", "fail", "main", "report_table", "steps_table", "st
 
 @click.group(cls=OneLineErrorGroup)
 @click.version_option(package_name="saga-worker")
-def main() -> None:
+@click.option(
+    "--django-settings",
+    default=None,
+    metavar="MODULE",
+    help="Set Django up with this settings module first (default: DJANGO_SETTINGS_MODULE, when set); "
+    "SAGA_* then come from Django's settings (saga_worker.contrib.django).",
+)
+def main(django_settings: str | None) -> None:
     """saga-worker: condemn a run first, then compensate its steps in reverse, and report every step."""
+    if django_settings or os.environ.get("DJANGO_SETTINGS_MODULE"):
+        # Before any command reads settings or loads tools: tools that import models need the apps.
+        from ..contrib import django as contrib_django
+
+        contrib_django.setup(django_settings)
 
 
 for _command in (

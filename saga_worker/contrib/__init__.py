@@ -1,0 +1,1 @@
+"""Integrations with web frameworks (optional extras): :mod:`saga_worker.contrib.django`."""

@@ -1,0 +1,35 @@
+"""The Django app: ``INSTALLED_APPS = [..., "saga_worker.contrib.django"]``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import AppConfig
+
+
+def open_atomic_block() -> str | None:
+    """The probe for :mod:`saga_worker.transactions`: an ``atomic()`` block open on any of Django's
+    connections in this thread (a TestCase's own per-test block is not the app's, and is ignored)."""
+    from django.db import connections
+
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            continue
+        blocks: list[Any] = list(getattr(conn, "atomic_blocks", []))
+        if not blocks or any(not getattr(b, "_from_testcase", False) for b in blocks):
+            return f"an open atomic() block of Django database {conn.alias!r} (or ATOMIC_REQUESTS)"
+    return None
+
+
+class SagaWorkerConfig(AppConfig):  # type: ignore[misc]
+    name = "saga_worker.contrib.django"
+    label = "saga_worker"
+    verbose_name = "saga-worker"
+    default_auto_field = "django.db.models.AutoField"
+
+    def ready(self) -> None:
+        from ... import transactions
+        from ...settings import get_settings
+
+        transactions.add_probe(open_atomic_block)
+        get_settings.cache_clear()  # from now on SAGA_* come from Django's settings

@@ -1,0 +1,78 @@
+"""The app's open transaction vs the journal (issue 22), for a plain SQLAlchemy app that shares the
+journal's PostgreSQL database: a side-effecting call made while the app's transaction is open is
+refused before anything is claimed or executed (the journal, on its own connection, would say
+succeeded for a payment the app then rolls back); made after the commit, it is journaled as usual."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from saga_worker import OpenTransactionError, Tool, compensate_run, open_journal, saga, transactions
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def app_engine(pg_url: str) -> Iterator[sa.Engine]:
+    engine = sa.create_engine(pg_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE IF NOT EXISTS payments (key text primary key, refunded bool)"))
+        conn.execute(sa.text("TRUNCATE payments"))
+    probe = transactions.watch_sqlalchemy(engine, name="shop")
+    try:
+        yield engine
+    finally:
+        transactions.remove_probe(probe)
+        engine.dispose()
+
+
+def tools(engine: sa.Engine) -> dict[str, Tool]:
+    def charge(input: Any, opts: Any) -> dict[str, str]:
+        with engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO payments VALUES (:k, false)"), {"k": opts.idempotency_key})
+        return {"key": opts.idempotency_key}
+
+    def refund(input: Any, output: Any, opts: Any) -> None:
+        with engine.begin() as conn:
+            conn.execute(sa.text("UPDATE payments SET refunded = true WHERE key = :k"), {"k": output["key"]})
+
+    return {"charge": Tool(charge, refund), "quote": Tool(lambda i, o: 7, side_effect=False)}
+
+
+def payments(engine: sa.Engine) -> list[tuple[str, bool]]:
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(sa.text("SELECT key, refunded FROM payments ORDER BY key"))]
+
+
+def test_a_call_inside_the_apps_open_transaction_is_refused_and_the_rollback_leaves_nothing_to_undo(
+    pg_url: str, app_engine: sa.Engine
+) -> None:
+    with open_journal(pg_url) as journal:
+        with pytest.raises(OpenTransactionError) as refused, app_engine.begin() as conn:  # noqa: PT012
+            conn.execute(sa.text("INSERT INTO payments VALUES ('order-row', false)"))
+            with saga("order-r", journal=journal, tools=tools(app_engine)) as run:
+                assert run.call("quote", {}) == 7  # a read-only tool is not refused
+                run.call("charge", {"amount": 10})
+        message = str(refused.value)
+        assert "transaction of SQLAlchemy engine 'shop'" in message and "transaction.on_commit" in message
+        assert payments(app_engine) == []  # the app's transaction rolled back, and nothing was charged
+        assert [r.tool_name for r in journal.list_records("order-r")] == ["quote"]
+        report = compensate_run("order-r", journal=journal, tools=tools(app_engine))
+        assert [e.tool_name for e in report.entries] == ["quote"]  # no refund of a payment that never was
+
+
+def test_a_call_after_the_apps_commit_is_journaled_and_undone_once(
+    pg_url: str, app_engine: sa.Engine
+) -> None:
+    with open_journal(pg_url) as journal:
+        with app_engine.begin() as conn:
+            conn.execute(sa.text("INSERT INTO payments VALUES ('order-row', false)"))
+        with saga("order-c", journal=journal, tools=tools(app_engine)) as run:  # after the commit
+            key = run.call("charge", {"amount": 10})["key"]
+        report = compensate_run("order-c", journal=journal, tools=tools(app_engine))
+        assert [e.status.value for e in report.entries] == ["compensated"]
+        assert payments(app_engine) == [(key, True), ("order-row", False)]
