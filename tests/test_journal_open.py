@@ -184,3 +184,21 @@ def test_processes_migrating_a_fresh_journal_at_once_all_open_it(
         assert migrate.current_revision(engine) == migrate.head_revision() and schema_drift(engine) == []
     finally:
         engine.dispose()
+
+
+def test_opening_a_migrated_journal_logs_no_alembic_lines(tmp_path: Path) -> None:
+    """A Celery pool child opens the journal on its first task: alembic's plugin set-up and context
+    lines used to flood that task's log (issue 22)."""
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'j.db'}"
+    open_journal(url).close()
+    code = (
+        "import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stdout); "
+        "from saga_worker import open_journal; open_journal(sys.argv[1]).close(); print('opened')"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, url], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "opened", out.stdout

@@ -292,6 +292,21 @@ def _report(run_id: str, unwind_id: str) -> dict[str, Any]:
     return report.model_dump(mode="json")
 
 
+WITHDRAWN = "REVOKED"
+
+
+def withdrawn(task: Task) -> bool:
+    """Was this unwind request withdrawn (``saga-worker revoke``) while it waited in the queue? Read
+    from the result backend, where the withdrawal is stored: a revoke broadcast reaches only the
+    workers running at the time, and a request queued while none ran must stay withdrawn."""
+    if task.request.is_eager:
+        return False
+    try:
+        return bool(task.AsyncResult(task.request.id).state == WITHDRAWN)
+    except NotImplementedError:  # no result backend: nothing can have been stored there
+        return False
+
+
 def compensate_run(
     self: Task,
     run_id: str,
@@ -304,6 +319,8 @@ def compensate_run(
 
     ``actor``, ``reason`` and ``via`` (``worker``, or ``cli``/``sweeper`` when they send it) go to the
     run's audit trail; without an actor the worker's ``SAGA_ACTOR`` or OS user is named."""
+    if withdrawn(self):
+        raise Ignore()  # `saga-worker revoke` withdrew it before any worker started it: nothing condemned
     ctx = executor.current()
     nxt = executor.start_unwind(
         ctx.journal,

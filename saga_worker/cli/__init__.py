@@ -17,7 +17,7 @@ from .commands_demo import demo
 from .commands_inbox import inbox_command
 from .commands_journal import report, runs
 from .commands_processes import beat, db, worker
-from .commands_unwind import compensate, redrive
+from .commands_unwind import compensate, redrive, revoke
 from .common import OneLineErrorGroup, fail
 from .processes import embedded_worker, stop_process_group
 from .render import report_table, steps_table
@@ -50,6 +50,7 @@ for _command in (
     audit,
     compensate,
     redrive,
+    revoke,
     approve,
     deny,
     approve_compensation,

@@ -10,7 +10,7 @@ import click
 from ..audit import check_reason, default_actor
 from ..keys import check_run_id
 from ..settings import get_settings
-from .common import configured_journal
+from .common import configured_journal, fail
 from .processes import celery
 from .progress import wait_with_progress
 from .render import dump, out, report_table
@@ -110,3 +110,28 @@ def redrive(run_id: str, as_json: bool) -> None:
     dump({"run_id": run_id, "task_id": task_id}) if as_json else out.print(
         f"run [bold]{run_id}[/] re-driven as task {task_id}"
     )
+
+
+@click.command()
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def revoke(task_id: str, as_json: bool) -> None:
+    """Withdraw an unwind request (its task id) that no worker has started yet: it will not condemn
+    the run. Refused once a worker has started it (an unwind that began finishes)."""
+    import time
+
+    settings = get_settings()
+    with configured_journal(settings) as journal:
+        if journal.get_unwind(task_id) is not None:
+            fail(f"task {task_id}: a worker has started this unwind; it cannot be withdrawn (it will finish)")
+        app = celery().current_app()
+        app.control.revoke(task_id)  # the workers running now drop it on receipt
+        # ...and the ones that start later read the withdrawal from the result backend.
+        app.backend.mark_as_revoked(task_id, reason="withdrawn by saga-worker revoke")
+        time.sleep(1.0)  # a coordinator that read the request just before the withdrawal shows now
+        if journal.get_unwind(task_id) is not None:
+            fail(
+                f"task {task_id}: too late, a worker started this unwind as it was withdrawn; it will finish"
+            )
+    data = {"task_id": task_id, "withdrawn": True}
+    dump(data) if as_json else out.print(f"unwind request {task_id} withdrawn: no worker will start it")

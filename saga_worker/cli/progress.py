@@ -37,10 +37,7 @@ def wait_with_progress(
                         f"the worker exited with code {worker.returncode} before the report came; see {worker_log}"
                     )
                 if not done and time.monotonic() > deadline:
-                    fail(
-                        f"no report for run {run_id!r} after {timeout:.0f}s (task {async_result.id}); "
-                        "is a worker running? (saga-worker worker)"
-                    )
+                    fail(not_done_message(journal, run_id, async_result.id, settings, timeout))
                 if not quiet:
                     seen = _print_new_entries(journal, async_result.id, seen)
                 if not done:
@@ -52,6 +49,25 @@ def wait_with_progress(
     if async_result.failed():
         fail(f"unwind of run {run_id!r} failed on the worker: {type(value).__name__}: {value}")
     return dict(value)
+
+
+def not_done_message(
+    journal: Journal, run_id: str, task_id: str, settings: SagaSettings, timeout: float
+) -> str:
+    """What a person must know when the report did not come: whether a worker has started the unwind,
+    and, if none has, that the request is still queued and will condemn the run whenever a worker
+    takes it, and how to withdraw it until then."""
+    if journal.get_unwind(task_id) is not None:
+        return (
+            f"no report for run {run_id!r} after {timeout:.0f}s, but a worker has started its unwind (task "
+            f"{task_id}) and will finish it: saga-worker report {run_id}"
+        )
+    return (
+        f"no report for run {run_id!r} after {timeout:.0f}s: no worker has started the unwind. The request "
+        f"(task {task_id}) stays queued on queue {settings.queue!r}, and the first worker consuming it will "
+        f"condemn run {run_id!r} and unwind it. Is a worker running with -Q {settings.queue} (saga-worker "
+        f"worker)? To withdraw the request before a worker starts it: saga-worker revoke {task_id}"
+    )
 
 
 def _print_new_entries(journal: Journal, unwind_id: str, seen: int) -> int:

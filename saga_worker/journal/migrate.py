@@ -2,17 +2,42 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import logging
 
-import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
+# Alembic's plugin set-up lines ("setup plugin alembic.autogenerate...", 7 of them) are logged at INFO
+# when alembic is first imported, in each Celery pool child's first task: noise, always. Before the
+# import below, which is when they are logged.
+logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
 
-from .dialects import policy_for
+from collections.abc import Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import sqlalchemy as sa  # noqa: E402
+from alembic import command  # noqa: E402
+from alembic.config import Config  # noqa: E402
+from alembic.runtime.migration import MigrationContext  # noqa: E402
+from alembic.script import ScriptDirectory  # noqa: E402
+
+from .dialects import policy_for  # noqa: E402
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+
+_CONTEXT_LOG = logging.getLogger("alembic.runtime.migration")
+
+
+@contextmanager
+def _quiet_context() -> Iterator[None]:
+    """Reading the revision on open logs "Context impl ..." and "Will assume ... DDL" at INFO: said
+    once per process and journal, they tell nothing. An upgrade keeps them (with "Running upgrade")."""
+    before = _CONTEXT_LOG.level
+    _CONTEXT_LOG.setLevel(max(before, logging.WARNING))
+    try:
+        yield
+    finally:
+        _CONTEXT_LOG.setLevel(before)
+
+
 VERSION_TABLE = "saga_alembic_version"
 
 
@@ -38,7 +63,7 @@ def head_revision() -> str:
 
 
 def current_revision(engine: sa.Engine) -> str | None:
-    with engine.connect() as conn:
+    with _quiet_context(), engine.connect() as conn:
         return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
 
 
