@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -91,6 +92,11 @@ class SagaSettings(BaseSettings):
         None, ge=1, le=65535, description="Port on which `saga-worker worker` serves /metrics (unset: none)."
     )
     metrics_host: str = Field("127.0.0.1", description="Address the worker's metrics bind to.")
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="How `saga-worker worker`, `beat` and the other commands write log records: text, or "
+        "json (one object a line, with the current span's trace_id and span_id).",
+    )
     trace_values: bool = Field(
         False,
         description="Put tool inputs and outputs in span attributes (gen_ai.tool.call.arguments/result; "

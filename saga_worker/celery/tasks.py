@@ -38,6 +38,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from .. import executor, faults, metrics
 from ..compensation.report import CompensationEntry, CompensationStatus
 from ..errors import ToolsNotConfiguredError
+from ..logjson import json_if_asked
 from ..redact import redact_exception, redact_url
 from ..settings import get_settings
 from .logs import redact_saga_logs
@@ -142,6 +143,7 @@ def _redact_logs(logger: Any = None, **_: Any) -> None:
     # Every handler Celery sets up (worker and task loggers) hides URL passwords in what it writes
     # about saga-worker (the host app's own records are left alone: celery/logs.py).
     redact_saga_logs(logger)
+    json_if_asked(logger)  # SAGA_LOG_FORMAT=json: records as JSON lines with trace and span ids
 
 
 after_setup_logger.connect(_redact_logs)

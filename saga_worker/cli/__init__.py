@@ -18,7 +18,7 @@ from .commands_inbox import inbox_command
 from .commands_journal import report, runs
 from .commands_processes import beat, db, worker
 from .commands_unwind import compensate, redrive, revoke
-from .common import OneLineErrorGroup, fail
+from .common import OneLineErrorGroup, fail, log_formats
 from .processes import embedded_worker, stop_process_group
 from .render import report_table, steps_table
 
@@ -34,13 +34,21 @@ __all__ = ["embedded_worker", "fail", "main", "report_table", "steps_table", "st
     help="Set Django up with this settings module first (default: DJANGO_SETTINGS_MODULE, when set); "
     "SAGA_* then come from Django's settings (saga_worker.contrib.django).",
 )
-def main(django_settings: str | None) -> None:
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default=None,
+    help="How log records are written: text, or one JSON object a line with the current span's "
+    "trace_id and span_id (default: SAGA_LOG_FORMAT, else text). A worker or beat started here inherits it.",
+)
+def main(django_settings: str | None, log_format: str | None) -> None:
     """saga-worker: condemn a run first, then compensate its steps in reverse, and report every step."""
     if django_settings or os.environ.get("DJANGO_SETTINGS_MODULE"):
         # Before any command reads settings or loads tools: tools that import models need the apps.
         from ..contrib import django as contrib_django
 
         contrib_django.setup(django_settings)
+    log_formats(log_format)
 
 
 for _command in (

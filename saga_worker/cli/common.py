@@ -40,3 +40,24 @@ def configured_journal(settings: SagaSettings, *, create: bool = False) -> Journ
     """The journal at the configured URL. Only the demo (which writes a sample run) creates one: every
     other command reads or acts on a journal that exists, and a mistyped path is an error."""
     return open_journal(settings.resolved_journal_url(), create=create)
+
+
+def log_formats(log_format: str | None) -> None:
+    """``--log-format``: said to the processes this command starts (a worker, beat) through
+    ``SAGA_LOG_FORMAT``; in JSON, this process's own records go to stderr as JSON lines too."""
+    import logging
+    import os
+
+    from ..logjson import JsonFormatter
+    from ..settings import get_settings
+
+    if log_format is not None:
+        os.environ["SAGA_LOG_FORMAT"] = log_format
+        get_settings.cache_clear()
+    if get_settings().log_format != "json":
+        return
+    root = logging.getLogger()
+    if not any(isinstance(h.formatter, JsonFormatter) for h in root.handlers):
+        handler = logging.StreamHandler()
+        handler.setFormatter(JsonFormatter())
+        root.addHandler(handler)

@@ -36,6 +36,21 @@ def record_order(journal: Journal, run_id: str) -> None:
     assert result.status == "finished", result
 
 
+def _logging_tools() -> dict[str, Tool]:
+    import logging
+
+    log = logging.getLogger("shop.refunds")
+
+    def compensate(input: Any, output: Any, opts: CallOptions) -> None:
+        log.warning("refunding %s", opts.idempotency_key)
+
+    return {name: Tool(lambda i, o: {"ok": True}, compensate) for name in ("charge", "reserve", "notify")}
+
+
+# SAGA_TOOLS=tests.tracing.order:LOGGING_TOOLS: every compensate hook logs a warning naming its key.
+LOGGING_TOOLS = _logging_tools()
+
+
 if (
     __name__ == "__main__"
 ):  # python -m tests.tracing.order JOURNAL_URL RUN_ID SPANS_DIR: a run recorded elsewhere

@@ -1,0 +1,58 @@
+"""``SAGA_LOG_FORMAT=json``: log records as one JSON object a line, carrying the trace and span ids of
+the span current when each was written (tracing.py), so a log backend joins them to the traces.
+
+Used by ``saga-worker worker``/``beat`` (every handler Celery sets up) and by the other commands
+(``saga-worker --log-format json``); the text format is Celery's and Python's own, untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from . import tracing
+from .settings import get_settings
+
+# Attributes every LogRecord has: anything else on a record was passed by its writer (``extra=``).
+_STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+
+
+class JsonFormatter(logging.Formatter):
+    """``{"time", "level", "logger", "message", "trace_id", "span_id", "exception", ...}``; Celery's
+    task records add ``task_id`` and ``task_name``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        ids = tracing.current_ids()
+        if ids is not None:
+            out["trace_id"], out["span_id"] = ids
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        for key in ("task_id", "task_name"):
+            value = getattr(record, key, None)
+            if isinstance(value, str) and value != "???":
+                out[key] = value
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+def use_json(logger: logging.Logger | None = None) -> None:
+    """Give every handler of ``logger`` (the root logger by default) the JSON formatter."""
+    for handler in (logger or logging.getLogger()).handlers:
+        handler.setFormatter(JsonFormatter())
+
+
+def json_if_asked(logger: logging.Logger | None = None) -> None:
+    """``use_json`` when ``SAGA_LOG_FORMAT=json``; nothing otherwise."""
+    if get_settings().log_format == "json":
+        use_json(logger)
+
+
+__all__ = ["JsonFormatter", "json_if_asked", "use_json"]

@@ -1,0 +1,28 @@
+"""saga-worker's Celery app as a traced app runs it (``celery -A tests.tracing.traced_app:app worker``):
+each pool child gets the SDK, exporting every span into its own file under ``SAGA_TEST_SPANS``, and
+Celery's own instrumentation (opentelemetry-instrumentation-celery), whose task spans are the parents
+of saga-worker's on the worker."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from celery.signals import worker_process_init
+
+from saga_worker.celery import make_app
+
+app = make_app(main="saga-traced")
+
+
+def _trace(**_: Any) -> None:
+    # In each pool child, as OpenTelemetry's docs say for prefork pools: after the fork.
+    from opentelemetry.instrumentation.celery import CeleryInstrumentor
+
+    from .spans import export_to_dir
+
+    export_to_dir(os.environ["SAGA_TEST_SPANS"], "the-worker")
+    CeleryInstrumentor().instrument()
+
+
+worker_process_init.connect(_trace, weak=False)
