@@ -13,6 +13,7 @@ class Config:
     rounds: int = 5
     unwind_runs: int = 1000  # five-step runs unwound per backend (issue 6: 1,000)
     peer_runs: int = 100  # five-step runs unwound per round next to the peers (issue 26)
+    peer_rounds: int = 15  # short rounds, many of them: one fsync stall moves a round, not the median
     record_runs: int = 300  # five-step runs recorded per backend
     run_lengths: tuple[int, ...] = (1, 10, 100, 1000)
     steps_per_length: int = 1000  # steps unwound at each run length
@@ -35,6 +36,7 @@ class Config:
             rounds=3,
             unwind_runs=150,
             peer_runs=40,
+            peer_rounds=9,
             record_runs=60,
             run_lengths=(1, 10, 100, 1000),
             steps_per_length=300,

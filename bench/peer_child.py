@@ -2,7 +2,7 @@
 
 ``bench/.peers/bin/python bench/peer_child.py PEER BACKEND DIR [PG_URL]`` sets the peer up once, then
 reads a number of runs per line on stdin and answers each with one JSON line: the compensations that
-round ran and the seconds they took. The parent (bench/peers.py) alternates these rounds with its own.
+round ran, the seconds they took, and the CPU seconds of this process meanwhile (all its threads). The parent (bench/peers.py) alternates these rounds with its own.
 
 Each run executes 5 no-op side-effecting steps with the peer's durable store, then unwinds them; only
 the unwind is timed (from the last forward step's return to the unwind's end, its durable writes
@@ -52,15 +52,16 @@ def _agent_saga(directory: str):  # type: ignore[no-untyped-def]
                 forward=lambda i=i: i,
                 compensate=compensation,
             )
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         report = await ctx.rollback()
         await ctx.finish(aborted=True, clean=report.clean)
-        took = time.perf_counter() - start
+        took = time.perf_counter() - start, time.process_time() - cpu
         assert report.clean and len(report.compensated) == STEPS, report.summary()
         return took
 
-    def rounds(runs: int) -> tuple[int, float]:
-        return runs * STEPS, sum(loop.run_until_complete(one_run()) for _ in range(runs))
+    def rounds(runs: int) -> tuple[int, float, float]:
+        took = [loop.run_until_complete(one_run()) for _ in range(runs)]
+        return runs * STEPS, sum(t for t, _ in took), sum(c for _, c in took)
 
     return rounds
 
@@ -85,24 +86,25 @@ def _dbos(directory: str, backend: str, pg_url: str):  # type: ignore[no-untyped
         done.append(i)
 
     @DBOS.workflow()
-    def workflow(n: int) -> float:
+    def workflow(n: int) -> tuple[float, float]:
         for i in range(n):
             forward(i)
-        started = time.perf_counter()
+        started = time.perf_counter(), time.process_time()
         for i in reversed(range(n)):
             compensate(i)
         return started
 
     DBOS.launch()
 
-    def rounds(runs: int) -> tuple[int, float]:
-        total = 0.0
+    def rounds(runs: int) -> tuple[int, float, float]:
+        total = cpu = 0.0
         for _ in range(runs):
             before = len(done)
-            started = workflow(STEPS)
+            started, cpu_started = workflow(STEPS)
             total += time.perf_counter() - started
+            cpu += time.process_time() - cpu_started
             assert len(done) - before == STEPS
-        return runs * STEPS, total
+        return runs * STEPS, total, cpu
 
     return rounds
 
@@ -119,8 +121,8 @@ def main() -> int:
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         runs = int(line)
-        compensations, seconds = rounds(runs)
-        print(json.dumps({"compensations": compensations, "seconds": seconds}), flush=True)
+        compensations, seconds, cpu = rounds(runs)
+        print(json.dumps({"compensations": compensations, "seconds": seconds, "cpu": cpu}), flush=True)
     return 0
 
 

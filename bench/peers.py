@@ -40,6 +40,9 @@ AGENT_SAGA = "agent-saga 2.3.11"
 DBOS = "dbos 3.4.0"
 
 
+Measured = tuple[int, float, float]  # units, seconds, CPU seconds (of the process that did them)
+
+
 class Peer:
     """A peer's child process: one round per request, answered with compensations and seconds."""
 
@@ -63,12 +66,12 @@ class Peer:
         answer: dict[str, float] = json.loads(line)
         return answer
 
-    def round(self, runs: int) -> tuple[int, float]:
+    def round(self, runs: int) -> Measured:
         assert self.proc.stdin is not None
         self.proc.stdin.write(f"{runs}\n")
         self.proc.stdin.flush()
         answer = self._read()
-        return int(answer["compensations"]), answer["seconds"]
+        return int(answer["compensations"]), answer["seconds"], answer["cpu"]
 
     def close(self) -> None:
         if self.proc.stdin is not None:
@@ -80,24 +83,28 @@ class Peer:
             self.proc.wait()
 
 
-def _timed(fns: dict[str, Callable[[int], tuple[int, float]]], rounds: int) -> dict[str, list[float]]:
-    """Like ``interleaved``, but each callable reports its own units and seconds (a peer times its
-    unwind alone, inside its process)."""
+def _timed(
+    fns: dict[str, Callable[[int], Measured]], rounds: int
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Like ``interleaved``, but each callable reports its own units, seconds and CPU seconds (a peer
+    times its unwind alone, inside its process): per-round rates, and CPU µs per unit, by name."""
     timed: dict[str, list[float]] = {name: [] for name in fns}
+    cpu: dict[str, list[float]] = {name: [] for name in fns}
 
     def wrap(name: str) -> Callable[[int], int]:
         def one(i: int) -> int:
-            units, seconds = fns[name](i)
+            units, seconds, cpu_seconds = fns[name](i)
             timed[name].append(units / seconds)
+            cpu[name].append(cpu_seconds / units * 1e6)
             return units
 
         return one
 
     interleaved({name: wrap(name) for name in fns}, rounds)
-    return timed
+    return timed, cpu
 
 
-def _sqlite_floor(directory: str) -> Callable[[int], tuple[int, float]]:
+def _sqlite_floor(directory: str) -> Callable[[int], Measured]:
     import time
 
     conn = sqlite3.connect(f"{directory}/floor-full.db", isolation_level=None)
@@ -106,18 +113,18 @@ def _sqlite_floor(directory: str) -> Callable[[int], tuple[int, float]]:
     conn.execute("CREATE TABLE t (k INTEGER PRIMARY KEY, v TEXT)")
     counter = iter(range(10**9))
 
-    def commits(n: int) -> tuple[int, float]:
-        start = time.perf_counter()
+    def commits(n: int) -> Measured:
+        start, cpu = time.perf_counter(), time.process_time()
         for _ in range(n):
             conn.execute("BEGIN IMMEDIATE")
             conn.execute("INSERT INTO t VALUES (?, 'x')", (next(counter),))
             conn.execute("COMMIT")
-        return n, time.perf_counter() - start
+        return n, time.perf_counter() - start, time.process_time() - cpu
 
     return commits
 
 
-def _pg_floor(url: str) -> tuple[Callable[[int], tuple[int, float]], Callable[[], None]]:
+def _pg_floor(url: str) -> tuple[Callable[[int], Measured], Callable[[], None]]:
     import time
 
     import psycopg
@@ -128,33 +135,48 @@ def _pg_floor(url: str) -> tuple[Callable[[int], tuple[int, float]], Callable[[]
     conn.commit()
     counter = iter(range(10**9))
 
-    def commits(n: int) -> tuple[int, float]:
-        start = time.perf_counter()
+    def commits(n: int) -> Measured:
+        start, cpu = time.perf_counter(), time.process_time()
         for _ in range(n):
             cur.execute("INSERT INTO floor_peers VALUES (%s, 'x')", (next(counter),))
             conn.commit()
-        return n, time.perf_counter() - start
+        return n, time.perf_counter() - start, time.process_time() - cpu
 
     return commits, conn.close
 
 
-def _ours(backend: Backend, runs: int, rounds: int) -> Callable[[int], tuple[int, float]]:
+def _ours(backend: Backend, runs: int, rounds: int) -> Callable[[int], Measured]:
     import time
 
     tools = noop_tools()
     work = _chunks(_seeded(backend, runs, STEPS, "peer"), rounds)
 
-    def unwind(i: int) -> tuple[int, float]:
-        start = time.perf_counter()
+    def unwind(i: int) -> Measured:
+        start, cpu = time.perf_counter(), time.process_time()
         for run_id in work[i]:
             report = compensate_run(run_id, journal=backend.journal, tools=tools)
             assert report.complete, report
-        return len(work[i]) * STEPS, time.perf_counter() - start
+        return len(work[i]) * STEPS, time.perf_counter() - start, time.process_time() - cpu
 
     return unwind
 
 
-def _peer_rounds(peer: Peer, runs: int) -> Callable[[int], tuple[int, float]]:
+def _cpu_row(name: str, ours: list[float], other: list[float], other_name: str) -> Row:
+    """CPU per compensation (µs, process time of the process that ran it): less moved by load than
+    wall time, since waiting for a core or the disk is not counted."""
+    mine, theirs = statistics.median(ours), statistics.median(other)
+    return Row(
+        name,
+        mine,
+        "CPU µs/compensation",
+        other_name,
+        theirs,
+        mine / theirs,
+        note=f"medians of {len(ours)} rounds; the floor's per commit",
+    )
+
+
+def _peer_rounds(peer: Peer, runs: int) -> Callable[[int], Measured]:
     return lambda _i: peer.round(runs)
 
 
@@ -181,11 +203,11 @@ def _available() -> str:
 
 
 def sqlite_rows(cfg: Config) -> list[Row]:
-    rounds = cfg.rounds
+    rounds = cfg.peer_rounds
     runs = cfg.peer_runs
     missing = _available()
     with Backend("sqlite") as backend, tempfile.TemporaryDirectory(prefix="saga-bench-peers-") as tmp:
-        fns: dict[str, Callable[[int], tuple[int, float]]] = {
+        fns: dict[str, Callable[[int], Measured]] = {
             "saga-worker": _ours(backend, runs * rounds, rounds),
             "floor": _sqlite_floor(tmp),
         }
@@ -202,11 +224,16 @@ def sqlite_rows(cfg: Config) -> list[Row]:
                 # dbos commits each step in SQLite's default (rollback-journal, FULL) mode: ~50/s
                 # here, so a tenth of the runs keeps its rounds as long as the others'.
                 fns[DBOS] = _peer_rounds(dbos, max(2, runs // 10))
-            rates = _timed(fns, rounds)
+            rates, cpu = _timed(fns, rounds)
         finally:
             for peer in peers:
                 peer.close()
     ours = rates["saga-worker"]
+    cpu_rows = [
+        _cpu_row(f"sqlite: CPU per compensation vs {name}", cpu["saga-worker"], cpu[name], label)
+        for name, label in (("floor", "bare commit, synchronous=FULL"), (AGENT_SAGA, AGENT_SAGA))
+        if name in cpu
+    ]
     rows = [
         _row(
             "sqlite: unwind vs bare INSERT+COMMIT, synchronous=FULL",
@@ -221,18 +248,18 @@ def sqlite_rows(cfg: Config) -> list[Row]:
         return rows
     rows.append(_row(f"sqlite: unwind vs {AGENT_SAGA}", ours, rates[AGENT_SAGA], "fsync'd FileWAL", 2.0))
     rows.append(_row(f"sqlite: unwind vs {DBOS}", ours, rates[DBOS], "SQLite system db", None))
-    return rows
+    return rows + cpu_rows
 
 
 def postgres_rows(cfg: Config) -> list[Row]:
-    rounds = cfg.rounds
+    rounds = cfg.peer_rounds
     runs = cfg.peer_runs
     missing = _available()
     dbos_db = PgDatabase()
     try:
         with Backend("postgres") as backend, tempfile.TemporaryDirectory(prefix="saga-bench-peers-") as tmp:
             floor_commits, close_floor = _pg_floor(backend.url)
-            fns: dict[str, Callable[[int], tuple[int, float]]] = {
+            fns: dict[str, Callable[[int], Measured]] = {
                 "saga-worker": _ours(backend, runs * rounds, rounds),
                 "floor": lambda _i: floor_commits(runs * STEPS),
             }
@@ -243,7 +270,7 @@ def postgres_rows(cfg: Config) -> list[Row]:
                     dbos = Peer(DBOS, "postgres", tmp, url)
                     peers.append(dbos)
                     fns[DBOS] = _peer_rounds(dbos, max(2, runs // 4))
-                rates = _timed(fns, rounds)
+                rates, _cpu = _timed(fns, rounds)
             finally:
                 for peer in peers:
                     peer.close()
