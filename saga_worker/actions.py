@@ -108,18 +108,28 @@ def _known(journal: Journal, run_id: str) -> Any:
     return run
 
 
-def unwind(
+def enqueue_unwind(
+    run_id: str, *, enqueue: Enqueue, actor: str, reason: str | None, via: str, dry_run: bool = False
+) -> str:
+    """The one way an unwind is sent to the workers (the console's Compensate, ``saga-worker
+    compensate``, a re-drive); the task id. The run id, the actor and the reason are refused here,
+    before anything is enqueued (the worker would refuse them too, later and unseen)."""
+    check_run_id(run_id)
+    actor, reason = check_actor(actor), check_reason(reason)
+    return enqueue(run_id, dry_run, actor=actor, reason=reason, via=via)
+
+
+def request_unwind(
     run_id: str, *, journal: Journal, enqueue: Enqueue, actor: str, reason: str, via: str = "console"
 ) -> str:
-    """Condemn and unwind the run on the workers; the task id. A reason is required: it is the
-    answer to "why was order 7 reversed?" (the audit trail's ``condemned`` row keeps it)."""
+    """Condemn and unwind a run the journal knows on the workers (the console's Compensate); the task
+    id. A reason is required: it is the answer to "why was order 7 reversed?" (the audit trail's
+    ``condemned`` row keeps it)."""
     _known(journal, run_id)
     reason = " ".join((reason or "").split())
     if not reason:
         raise InvalidInputError("a reason is required to compensate a run", run_id=run_id)
-    # Refused here, before anything is enqueued (the worker would refuse them too, later and unseen).
-    actor, reason = check_actor(actor), check_reason(reason)
-    task_id = enqueue(run_id, False, actor=actor, reason=reason, via=via)
+    task_id = enqueue_unwind(run_id, enqueue=enqueue, actor=actor, reason=reason, via=via)
     log.info("unwind of run %s requested by %s (task %s): %s", run_id, actor, task_id, reason)
     return task_id
 
@@ -139,7 +149,9 @@ def redrive(
         )
     by = actor if via == "console" else f"{via}:{actor}"  # a console token's name is its own
     journal.hold_sweep(run_id, SWEEP_GRACE_TTLS * claim_ttl, f"re-driven by {by}"[:2000])
-    task_id = enqueue(run_id, False, actor=actor, reason="re-driven after the sweeper gave up", via=via)
+    task_id = enqueue_unwind(
+        run_id, enqueue=enqueue, actor=actor, reason="re-driven after the sweeper gave up", via=via
+    )
     log.info("run %s re-driven by %s (task %s)", run_id, actor, task_id)
     return task_id
 

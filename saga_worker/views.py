@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .audit import audit_dict
-from .compensation.report import HALTING, CompensationStatus
+from .compensation.report import CompensationStatus, halted_at, halts
 from .errors import InvalidInputError
 from .journal.parts import AuditPart, ClaimsPart, RecordsPart, RunsPart, UnwindsPart
 from .journal.records import (
@@ -41,7 +41,6 @@ from .tools import Tool
 PREVIEW_CHARS = 240
 WHOLE_INLINE_CHARS = 20_000  # a value up to this long is also shown whole on the page; beyond, downloaded
 MAX_PAGE = 500
-_HALTING = frozenset(s.value for s in HALTING)
 
 
 # -- the runs listing ------------------------------------------------------------------------------
@@ -378,19 +377,17 @@ def unwind_dict(
         elif entry is not None:
             if entry.get("error"):
                 entry = {**entry, "error": redact_text(str(entry["error"]))}
-            halted = entry.get("status") in _HALTING
+            halted = halts(entry.get("status"))
         steps.append({"position": position, "suffix": suffix, "entry": entry})
     done = halted or len(stored) >= len(info.suffixes)
     end = (ended or {}).get(info.unwind_id)
-    halt = next(
-        (st["entry"]["status"] for st in steps if st["entry"] and st["entry"]["status"] in _HALTING), None
-    )
+    halt = halted_at(st["entry"]["status"] for st in steps if st["entry"])
     if info.dry_run:
         outcome = "plan"
     elif not done:
         outcome = "in progress"
     elif halt is not None:
-        outcome = f"halted-{halt}"
+        outcome = f"halted-{halt.value}"
     elif end is not None and not end.detail.get("complete", True):
         outcome = "incomplete"
     else:

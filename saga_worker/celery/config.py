@@ -62,14 +62,17 @@ def celery_config(settings: SagaSettings | None = None) -> dict[str, Any]:
 
 
 def _beat_schedule(s: SagaSettings) -> dict[str, Any]:
-    return {
-        SWEEP_ENTRY: {
-            "task": SWEEP_TASK,
-            "schedule": s.sweep_interval,
-            # A sweep that waited longer than two intervals is stale: the next one supersedes it.
-            "options": {"expires": max(2 * s.sweep_interval, 1.0)},
-        },
-    }
+    return {SWEEP_ENTRY: sweep_entry(s)}
+
+
+def sweep_entry(s: SagaSettings, *, queue: str | None = None) -> dict[str, Any]:
+    """The sweeper's beat entry, for our app and for one ``install(app)`` adds it to (``queue``: where
+    that app sends it, when its routes are its own)."""
+    # A sweep that waited longer than two intervals is stale: the next one supersedes it.
+    options: dict[str, Any] = {"expires": max(2 * s.sweep_interval, 1.0)}
+    if queue is not None:
+        options["queue"] = queue
+    return {"task": SWEEP_TASK, "schedule": s.sweep_interval, "options": options}
 
 
 def _broker_options(broker: str, s: SagaSettings) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from .. import executor
 from ..errors import InvalidInputError
 from ..executor import ToolsSource
 from ..settings import SagaSettings, get_settings
-from .config import SWEEP_ENTRY, SWEEP_TASK
+from .config import SWEEP_ENTRY, sweep_entry
 from .tasks import register
 
 SAGA_ROUTE = "saga.*"
@@ -63,12 +63,7 @@ def _route(app: Celery, queue: str) -> None:
 
 def _beat(app: Celery, settings: SagaSettings) -> None:
     schedule = dict(app.conf.beat_schedule or {})
-    schedule[SWEEP_ENTRY] = {
-        "task": SWEEP_TASK,
-        "schedule": settings.sweep_interval,
-        # A sweep that waited longer than two intervals is stale: the next one supersedes it.
-        "options": {"expires": max(2 * settings.sweep_interval, 1.0), "queue": settings.queue},
-    }
+    schedule[SWEEP_ENTRY] = sweep_entry(settings, queue=settings.queue)
     app.conf.beat_schedule = schedule
 
 

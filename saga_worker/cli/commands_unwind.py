@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from ..audit import check_reason, default_actor
+from ..compensation.report import CompensationStatus, halted_at
 from ..keys import check_run_id
 from ..settings import get_settings
 from .common import configured_journal, fail
@@ -61,9 +62,12 @@ def compensate(
         _show_report(result.model_dump(mode="json"), as_json)
         _exit_for(result.model_dump(mode="json"))
         return
-    async_result = celery().compensate_run.delay(
-        run_id, dry_run=dry_run, actor=actor, reason=reason, via="cli"
+    from .. import actions
+
+    task_id = actions.enqueue_unwind(
+        run_id, enqueue=actions.celery_enqueue(), actor=actor, reason=reason, via="cli", dry_run=dry_run
     )
+    async_result = celery().compensate_run.AsyncResult(task_id)
     if not wait:
         dump({"task_id": async_result.id, "run_id": run_id}) if as_json else out.print(
             f"unwind of run [bold]{run_id}[/] enqueued as task {async_result.id}"
@@ -84,9 +88,10 @@ def _show_report(data: dict[str, Any], as_json: bool) -> None:
 def _exit_for(data: dict[str, Any]) -> None:
     # A halted unwind is a result, not an error: the report says why. Exit 2 (broken or busy) and 3
     # (waiting for a person) let scripts tell the two apart.
-    if any(e["status"] in ("failed", "busy") for e in data["entries"]):
+    halt = halted_at(e["status"] for e in data["entries"])
+    if halt in (CompensationStatus.FAILED, CompensationStatus.BUSY):
         sys.exit(2)
-    if any(e["status"] == "awaiting-approval" for e in data["entries"]):
+    if halt is CompensationStatus.AWAITING_APPROVAL:
         sys.exit(3)
 
 

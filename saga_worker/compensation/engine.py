@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from .. import metrics, tracing
 from ..audit import check_actor, check_reason, check_via, default_actor
@@ -33,19 +34,19 @@ from ..locks.base import StepLock
 from ..settings import get_settings
 from ..tools import Tool, check_tools
 from .attempt import StepAttempt, Unwinding, entry_for, missing_record_entry, new_owner
-from .report import HALTING, SETTLED, CompensationEntry, CompensationReport, CompensationStatus
+from .report import SETTLED, CompensationEntry, CompensationReport, CompensationStatus, halts
 
 __all__ = [  # entry_for, missing_record_entry and new_owner are the attempt's, named here for the executor
     "begin_unwind",
     "build_report",
     "compensate_run",
-    "condemn_audit",
     "entry_for",
     "finish_unwind",
     "missing_record_entry",
     "new_owner",
-    "unwind",
+    "undo_steps",
     "until_halt",
+    "UnwindRequest",
 ]
 T = TypeVar("T")
 UNWOUND = (RecordStatus.SUCCEEDED, RecordStatus.FAILED, RecordStatus.RUNNING)
@@ -77,8 +78,39 @@ def begin_unwind(
         raise
 
 
-def condemn_audit(run_id: str, actor: str, reason: str, via: AuditVia) -> NewAudit:
-    return NewAudit(run_id, AuditAction.CONDEMNED, actor, via, reason)
+@dataclass(frozen=True)
+class UnwindRequest:
+    """Who asks to unwind which run, why and through what: checked once, before anything is written
+    (the in-process ``compensate_run`` and the executor's ``start_unwind`` both start from one)."""
+
+    run_id: str
+    actor: str
+    reason: str
+    via: AuditVia
+
+    @classmethod
+    def checked(
+        cls, run_id: str, *, actor: str | None, reason: str | None, via: AuditVia | str
+    ) -> UnwindRequest:
+        """The run id, the actor (default: ``SAGA_ACTOR`` or the OS user), the reason and ``via``,
+        each refused with InvalidInputError if a journal could not store it or a terminal show it."""
+        check_run_id(run_id)
+        who = check_actor(actor) if actor is not None else default_actor()
+        return cls(run_id, who, check_reason(reason), check_via(via))
+
+    def condemn_audit(self) -> NewAudit:
+        """The trail's ``condemned`` row, written with the tombstone by the call that writes it."""
+        return NewAudit(self.run_id, AuditAction.CONDEMNED, self.actor, self.via, self.reason)
+
+    def span(self, *, dry_run: bool, unwind_id: str | None = None) -> Any:
+        """The unwind's tracing span (``tracing.unwind``)."""
+        return tracing.unwind(
+            self.run_id, actor=self.actor, via=self.via.value, dry_run=dry_run, unwind_id=unwind_id
+        )
+
+    def begin(self, journal: Journal, *, dry_run: bool) -> WorklistView:
+        """``begin_unwind`` for this request: the tombstone with its ``condemned`` row, then the worklist."""
+        return begin_unwind(journal, self.run_id, dry_run=dry_run, audit=self.condemn_audit())
 
 
 def finish_unwind(
@@ -99,9 +131,9 @@ def finish_unwind(
     if no outcome landed since (one that did reopened the unwind, and the sweeper comes back)."""
     if report.dry_run:
         return
-    halt = next((e.status.value for e in report.entries if e.status in HALTING), None)
+    halt = report.halt
     metrics.UNWINDS_FINISHED.labels(
-        "complete" if report.complete else f"halted-{halt}" if halt else "incomplete"
+        "complete" if report.complete else f"halted-{halt.value}" if halt else "incomplete"
     ).inc()
     # The "unwound" row goes in the same transaction as the state it explains (one commit, not two).
     audit = NewAudit(
@@ -175,31 +207,26 @@ def compensate_run(
     ``actor`` (default: ``SAGA_ACTOR`` or the OS user), ``reason`` and ``via`` go to the run's audit
     trail: the ``condemned`` row (if this call writes the tombstone) and the unwind's ``unwound`` row.
     A dry run writes neither."""
-    check_run_id(run_id)
+    request = UnwindRequest.checked(run_id, actor=actor, reason=reason, via=via)
     checked = check_tools(tools)
-    who = check_actor(actor) if actor is not None else default_actor()
-    why = check_reason(reason)
-    through = check_via(via)
-    with tracing.unwind(run_id, actor=who, via=through.value, dry_run=dry_run) as span:
-        report = _compensate_run(journal, run_id, checked, dry_run, claim_ttl, lock, who, why, through)
+    with request.span(dry_run=dry_run) as span:
+        report = _compensate_run(journal, request, checked, dry_run, claim_ttl, lock)
         span.report(report)
         return report
 
 
 def _compensate_run(
     journal: Journal,
-    run_id: str,
+    request: UnwindRequest,
     checked: Mapping[str, Tool],
     dry_run: bool,
     claim_ttl: float | None,
     lock: StepLock | None,
-    who: str,
-    why: str,
-    through: AuditVia,
 ) -> CompensationReport:
-    view = begin_unwind(journal, run_id, dry_run=dry_run, audit=condemn_audit(run_id, who, why, through))
+    run_id = request.run_id
+    view = request.begin(journal, dry_run=dry_run)
     worklist = list(reversed(view.records))
-    entries = unwind(
+    entries = undo_steps(
         journal,
         run_id,
         worklist,
@@ -211,11 +238,11 @@ def _compensate_run(
     )
     report = build_report(journal, run_id, entries, dry_run=dry_run, run=view.run, condemner=view.condemner)
     epoch = None if view.run is None else view.run.unwind_epoch
-    finish_unwind(journal, report, actor=who, reason=why, via=through, epoch=epoch)
+    finish_unwind(journal, report, actor=request.actor, reason=request.reason, via=request.via, epoch=epoch)
     return report
 
 
-def unwind(
+def undo_steps(
     journal: Journal,
     run_id: str,
     worklist: Sequence[ToolRecord],
@@ -259,7 +286,7 @@ def until_halt(
             stopped = True
             entry = not_attempted(step)
         else:
-            stopped = entry.status in HALTING
+            stopped = halts(entry.status)
         entries.append(entry)
     return entries
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
 
 from pydantic import BaseModel, ConfigDict
@@ -26,6 +27,24 @@ class CompensationStatus(str, Enum):
 HALTING = frozenset(
     {CompensationStatus.BUSY, CompensationStatus.FAILED, CompensationStatus.AWAITING_APPROVAL}
 )
+
+
+def halts(status: object) -> bool:
+    """Does a step of this status halt the unwind (busy, failed, awaiting approval)? Every step after
+    it is ``not-attempted``, and nothing more is probed. Takes a status or its value (a report's JSON,
+    a stored entry); a value this code does not know does not halt."""
+    try:
+        return CompensationStatus(status) in HALTING
+    except ValueError:
+        return False
+
+
+def halted_at(statuses: Iterable[object]) -> CompensationStatus | None:
+    """The status of the first step that halts the unwind, or None: the one reading of "stop at the
+    first halting step" for a report, its JSON (the CLI's exit codes) and a stored unwind (views)."""
+    return next((CompensationStatus(s) for s in statuses if halts(s)), None)
+
+
 # Steps that need nothing more: an unwind whose entries are all settled is complete.
 SETTLED = frozenset(
     {
@@ -85,7 +104,12 @@ class CompensationReport(BaseModel):
 
     @property
     def halted(self) -> bool:
-        return any(e.status in HALTING for e in self.entries)
+        return self.halt is not None
+
+    @property
+    def halt(self) -> CompensationStatus | None:
+        """The status of the step the unwind stopped at (see ``halted_at``), or None."""
+        return halted_at(e.status for e in self.entries)
 
     @property
     def awaiting_approval(self) -> list[CompensationEntry]:

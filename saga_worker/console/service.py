@@ -167,7 +167,7 @@ def request_unwind(console: Console, run_id: str, actor: str, reason: str) -> di
                     f"the unwind queued {int(console.journal.now() - at)} s ago (task {task_id}) has not started: "
                     + workers_sentence(alive, console.settings.queue),
                 )
-        task_id = actions.unwind(
+        task_id = actions.request_unwind(
             run_id, journal=console.journal, enqueue=console.enqueue, actor=actor, reason=reason
         )
         console.queued[run_id] = (task_id, console.journal.now())

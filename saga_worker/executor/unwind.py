@@ -17,18 +17,18 @@ from typing import Any
 from pydantic import ValidationError
 
 from .. import tracing
-from ..audit import check_actor, check_reason, check_via, default_actor
+from ..audit import check_via
 from ..compensation.attempt import StepAttempt, Twins, Unwinding
 from ..compensation.engine import (
-    begin_unwind,
+    UNWOUND,
+    UnwindRequest,
     build_report,
-    condemn_audit,
     entry_for,
     finish_unwind,
     missing_record_entry,
     until_halt,
 )
-from ..compensation.report import HALTING, CompensationEntry, CompensationReport, CompensationStatus
+from ..compensation.report import CompensationEntry, CompensationReport, CompensationStatus, halts
 from ..errors import InvalidInputError, MalformedRecordError
 from ..journal.base import Journal
 from ..journal.records import StepView, UnwindInfo
@@ -87,12 +87,10 @@ def start_unwind(
     """The coordinator: tombstone first, then the worklist, recorded once per unwind (with who asked,
     why and through what, for the audit trail). Every id is checked against what the journal can
     store before anything is written."""
-    check_run_id(run_id)
+    request = UnwindRequest.checked(run_id, actor=actor, reason=reason, via=via)
     check_unwind_id(unwind_id)
-    who = check_actor(actor) if actor is not None else default_actor()
-    why, through = check_reason(reason), check_via(via)
-    with tracing.unwind(run_id, actor=who, via=through.value, dry_run=dry_run, unwind_id=unwind_id) as span:
-        view = begin_unwind(journal, run_id, dry_run=dry_run, audit=condemn_audit(run_id, who, why, through))
+    with request.span(dry_run=dry_run, unwind_id=unwind_id) as span:
+        view = request.begin(journal, dry_run=dry_run)
         span.worklist(len(view.records))
     worklist = [r.suffix for r in reversed(view.records)]
     epoch = None if view.run is None else view.run.unwind_epoch
@@ -101,9 +99,9 @@ def start_unwind(
         run_id,
         dry_run=dry_run,
         suffixes=worklist,
-        actor=who,
-        reason=why,
-        via=through.value,
+        actor=request.actor,
+        reason=request.reason,
+        via=request.via.value,
         run_epoch=epoch,
         # A fresh unwind owns its run for a while: condemn made it due at once for the sweeper. The
         # journal holds the sweep in the same transaction, unless the stored unwind is a dry run or
@@ -123,7 +121,7 @@ def _next(info: UnwindInfo, position: int, done: CompensationEntry | None = None
     return Finalize(info.run_id, info.unwind_id, done)
 
 
-def _unwind(journal: Journal, run_id: str, unwind_id: str) -> UnwindInfo:
+def _stored_unwind(journal: Journal, run_id: str, unwind_id: str) -> UnwindInfo:
     check_run_id(run_id)
     return _checked(journal.get_unwind(unwind_id), run_id, unwind_id)
 
@@ -167,7 +165,7 @@ def run_step(
         if stored is None:
             return None
     done = stored_entry(info, position, stored)
-    if done.status in HALTING:
+    if halts(done.status):
         return Finalize(run_id, unwind_id, done)
     return _next(info, position + 1, done)
 
@@ -206,7 +204,7 @@ def _check_in_order(info: UnwindInfo, view: StepView, suffix: str, position: int
         "has no outcome yet"
         if previous is None
         else f"halted the unwind ({previous.status.value})"
-        if previous.status in HALTING
+        if halts(previous.status)
         else None
     )
     if why is not None:
@@ -259,7 +257,7 @@ def _compensate(
 
 def finalize_unwind(journal: Journal, run_id: str, unwind_id: str) -> CompensationReport:
     """The report from the journal: stored entries up to the halt, ``not-attempted`` after it."""
-    info = _unwind(journal, run_id, unwind_id)
+    info = _stored_unwind(journal, run_id, unwind_id)
     with tracing.unwind(
         run_id,
         actor=info.actor,
@@ -274,7 +272,11 @@ def finalize_unwind(journal: Journal, run_id: str, unwind_id: str) -> Compensati
 
 
 def _finalize(journal: Journal, info: UnwindInfo, run_id: str, unwind_id: str) -> CompensationReport:
+    """As the in-process unwind builds its report: the run, its steps and who condemned it in one read
+    (``read_worklist``), the stored entries up to the halt, ``not-attempted`` after it."""
     stored = journal.list_unwind_entries(unwind_id)
+    view = journal.read_worklist(run_id, UNWOUND)
+    records = {r.suffix: r for r in view.records}
 
     def outcome(position: int) -> CompensationEntry | None:
         data = stored.get(position)  # None: the chain never got here, and nothing was probed
@@ -282,14 +284,16 @@ def _finalize(journal: Journal, info: UnwindInfo, run_id: str, unwind_id: str) -
 
     def not_attempted(position: int) -> CompensationEntry:
         suffix = info.suffixes[position]
-        record = journal.get_record(run_id, suffix)
+        record = records.get(suffix) or journal.get_record(run_id, suffix)
         if record is None:
             return missing_record_entry(run_id, suffix, CompensationStatus.NOT_ATTEMPTED)
         return entry_for(record, CompensationStatus.NOT_ATTEMPTED)
 
     entries = until_halt(range(len(info.suffixes)), outcome, not_attempted)
-    run = journal.get_run(run_id) if info.dry_run else None  # a dry run's report says if it was condemned
-    report = build_report(journal, run_id, entries, dry_run=info.dry_run, run=run)
+    # A dry run's report says whether the run was condemned (as read now); a real one condemned it.
+    report = build_report(
+        journal, run_id, entries, dry_run=info.dry_run, run=view.run, condemner=view.condemner
+    )
     finish_unwind(
         journal,
         report,
