@@ -78,10 +78,11 @@ bench: $(STAMP) $(PEERS_STAMP)
 	bash .ci/programs
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
-# Regenerate the screenshots the docs show (docs/*.png) from the browser tests: the console's, Flower's.
+# Regenerate the screenshots the docs show (docs/*.png) from the browser tests: the console's, Flower's, a trace's.
 screenshots: $(STAMP) browser
 	SAGA_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/console/test_browser.py tests/console/test_browser_inbox.py
 	SAGA_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/integration/test_flower.py -k screenshot
+	SAGA_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/tracing/test_picture.py
 
 soak: $(STAMP)
 	$(BIN)/python -m pytest tests/faults -m soak -p no:randomly -s

@@ -5,6 +5,7 @@ password, which no span may show unless values are opted in."""
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 from saga_worker import CallOptions, Journal, Tool, ToolCall, open_journal, run_durable, scripted
@@ -16,12 +17,18 @@ INPUTS: dict[str, dict[str, Any]] = {
 }
 
 
-def order_tools(fail: tuple[str, ...] = ()) -> dict[str, Tool]:
+# Seconds each tool's hooks take when ``slow`` (the picture's trace): a waterfall with visible bars.
+SLOW = {"charge": 0.06, "reserve": 0.035, "notify": 0.02}
+
+
+def order_tools(fail: tuple[str, ...] = (), *, slow: bool = False) -> dict[str, Tool]:
     def make(name: str, undo: bool) -> Tool:
         def execute(input: Any, opts: CallOptions) -> Any:
+            time.sleep(SLOW[name] if slow else 0)
             return {"id": f"{name}-{opts.tool_call_id}", "receipt": "r-secret-99"}
 
         def compensate(input: Any, output: Any, opts: CallOptions) -> None:
+            time.sleep(SLOW[name] / 2 if slow else 0)
             if name in fail:
                 raise RuntimeError(f"{name}: the provider refused the compensation")
 
@@ -30,9 +37,9 @@ def order_tools(fail: tuple[str, ...] = ()) -> dict[str, Tool]:
     return {"charge": make("charge", True), "reserve": make("reserve", True), "notify": make("notify", False)}
 
 
-def record_order(journal: Journal, run_id: str) -> None:
+def record_order(journal: Journal, run_id: str, *, slow: bool = False) -> None:
     calls = [ToolCall(name, INPUTS[name]) for name in ("charge", "reserve", "notify")]
-    result = run_durable(run_id, journal=journal, tools=order_tools(), planner=scripted(*calls))
+    result = run_durable(run_id, journal=journal, tools=order_tools(slow=slow), planner=scripted(*calls))
     assert result.status == "finished", result
 
 
@@ -59,6 +66,6 @@ if (
     url, run_id, folder = sys.argv[1:4]
     provider = export_to_dir(folder, "the-recording-process")
     journal = open_journal(url, migrate=True)
-    record_order(journal, run_id)
+    record_order(journal, run_id, slow=sys.argv[4:5] == ["slow"])
     journal.close()
     provider.shutdown()
