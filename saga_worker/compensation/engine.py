@@ -66,16 +66,20 @@ def begin_unwind(
     A row the journal cannot parse (MalformedRecordError) ends the unwind before any step: the
     tombstone stands, no step is reported done, and the run's unwind stays pending with the error as
     its note (``saga-worker runs`` shows it; the sweeper retries with backoff, then flags a person)."""
-    if not check_dry_run(dry_run):
-        journal.condemn(run_id, audit=audit)
-        metrics.UNWINDS_STARTED.inc()
+    plan_only = check_dry_run(dry_run)
     try:
-        return journal.read_worklist(run_id, UNWOUND)
+        if plan_only:
+            return journal.read_worklist(run_id, UNWOUND)
+        # The reads ride in the tombstone's transaction where that costs no round trip (SQLite).
+        view = journal.condemn_and_read(run_id, UNWOUND, audit=audit)
     except MalformedRecordError as exc:
-        if not dry_run:
+        if not plan_only:  # the tombstone stands: the unwind has begun, and cannot go on yet
+            metrics.UNWINDS_STARTED.inc()
             with contextlib.suppress(SagaError):  # the error itself is what the caller must see
                 journal.hold_sweep(run_id, 0.0, f"cannot unwind: {exc}"[:2000])
         raise
+    metrics.UNWINDS_STARTED.inc()
+    return view
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,16 @@ class Journal(RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsP
         who = condemned_by(self.read_audit(run_id)) if run is not None and run.condemned else (None, None)
         return WorklistView(run, found, claims, who)
 
+    def condemn_and_read(
+        self, run_id: str, statuses: Sequence[RecordStatus], *, audit: NewAudit | None = None
+    ) -> WorklistView:
+        """``condemn`` (durable before this returns), then ``read_worklist``: what an unwind does first.
+        A backend where a transaction costs no round trip reads in the tombstone's transaction (SQLite:
+        one commit, not two); the rows are parsed after the commit either way, so a malformed row fails
+        with the tombstone standing."""
+        self.condemn(run_id, audit=audit)
+        return self.read_worklist(run_id, statuses)
+
     def hold_sweep(self, run_id: str, grace: float, note: str) -> None:
         """Mark the unwind pending and not due for ``grace`` seconds (journal clock), keeping a later
         due time if the run already has one (the sweeper's backoff, when the sweeper re-drives it)."""

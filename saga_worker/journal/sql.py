@@ -11,7 +11,7 @@ time, with a busy timeout).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -25,6 +25,7 @@ from . import driver, migrate
 from .base import Journal
 from .dialects import POLICIES, policy_for
 from .records import (
+    NewAudit,
     RecordStatus,
     WorklistView,
 )
@@ -32,12 +33,14 @@ from .sql_parts.audit import SqlAudit
 from .sql_parts.claims import SqlClaims, claim_row
 from .sql_parts.gate import run_row
 from .sql_parts.records import SqlRecords
-from .sql_parts.runs import SqlRuns
+from .sql_parts.runs import SqlRuns, stamped_or_raise
 from .sql_parts.shared import SqlShared
 from .sql_parts.sweeps import SqlSweeps
 from .sql_parts.unwinds import SqlUnwinds
 
 T = TypeVar("T")
+# A worklist as read: the run row (with who condemned it), its record rows, their claims' rows.
+WorklistRows = tuple[driver.Row | None, list[driver.Row], list[driver.Row]]
 
 
 class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared, SqlClaims, Journal):
@@ -109,15 +112,43 @@ class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared
 
     # -- rows to values ---------------------------------------------------------------------------
     def read_worklist(self, run_id: str, statuses: Sequence[RecordStatus]) -> WorklistView:
+        return self._worklist_view(self._fetch(self._worklist_reads(run_id)), statuses)
+
+    def condemn_and_read(
+        self, run_id: str, statuses: Sequence[RecordStatus], *, audit: NewAudit | None = None
+    ) -> WorklistView:
+        if self.policy.autocommits(atomic=False):
+            # PostgreSQL: the tombstone is one autocommit statement and each read another; a transaction
+            # around them would only add BEGIN and COMMIT, two round trips.
+            return super().condemn_and_read(run_id, statuses, audit=audit)
+        # SQLite: a transaction costs no round trip, so the reads ride in the tombstone's (one BEGIN and
+        # one COMMIT fewer per unwind). The commit is synced before this returns, as condemn's; the rows
+        # are parsed after it, so a malformed one fails the unwind with its tombstone standing.
+        condemn, _atomic = self._condemn_work(run_id, audit)
+        reads = self._worklist_reads(run_id)
+
+        def work(tx: driver.Tx) -> tuple[float | None, WorklistRows | None]:
+            stamped = condemn(tx)
+            return stamped, None if stamped is None else reads(tx)
+
+        stamped, rows = self._write(work, atomic=True, durable=True)
+        stamped_or_raise(run_id, stamped)
+        assert rows is not None
+        return self._worklist_view(rows, statuses)
+
+    def _worklist_reads(self, run_id: str) -> Callable[[driver.Tx], WorklistRows]:
         q = self._q
 
-        def work(tx: driver.Tx) -> tuple[driver.Row | None, list[driver.Row], list[driver.Row]]:
+        def work(tx: driver.Tx) -> WorklistRows:
             run = tx.one(q.run_with_condemner, {"run": run_id})
             rows = tx.all(q.records_of_run, {"run": run_id})
             origins = sorted({r["origin_run_id"] for r in rows})
             return run, rows, [c for o in origins for c in tx.all(q.claims_of_origin, {"origin": o})]
 
-        run, rows, claim_rows = self._fetch(work)
+        return work
+
+    def _worklist_view(self, read: WorklistRows, statuses: Sequence[RecordStatus]) -> WorklistView:
+        run, rows, claim_rows = read
         found = self._records(rows, statuses)
         wanted = {(r.origin_run_id, r.suffix) for r in found}
         owned = [c for c in map(claim_row, claim_rows) if (c.origin_run_id, c.suffix) in wanted]

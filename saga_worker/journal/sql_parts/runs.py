@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -351,6 +352,15 @@ class SqlRuns(SqlPlumbing):
         return run_row(row)
 
     def condemn(self, run_id: str, *, audit: NewAudit | None = None) -> float:
+        work, atomic = self._condemn_work(run_id, audit)
+        # durable before any hook runs (Journal.condemn); atomic when the audit row commits with it
+        return stamped_or_raise(run_id, self._write(work, atomic=atomic, durable=True))
+
+    def _condemn_work(
+        self, run_id: str, audit: NewAudit | None
+    ) -> tuple[Callable[[driver.Tx], float | None], bool]:
+        """The tombstone's statements (the time it was stamped, None if the row kept changing), and
+        whether they must commit together (an audit row that does not ride in the stamp's statement)."""
         q = self._q
         params = {"run": run_id, "now": time.time()}
         if audit is not None:
@@ -379,13 +389,7 @@ class SqlRuns(SqlPlumbing):
                         return float(row["condemned_at"])
             return None
 
-        # durable before any hook runs (Journal.condemn); atomic when the audit row commits with it
-        stamped = self._write(work, atomic=audit is not None and not one_statement, durable=True)
-        if stamped is None:
-            raise JournalError(
-                f"run {run_id!r}: could not write its tombstone (its row kept changing)", run_id=run_id
-            )
-        return stamped
+        return work, audit is not None and not one_statement
 
     def record_decision(self, run_id: str, step: int, payload: Any) -> Any:
         q = self._q
@@ -426,3 +430,11 @@ class SqlRuns(SqlPlumbing):
             tx.execute(q.fork_records, params)
 
         self._write(work, atomic=True)
+
+
+def stamped_or_raise(run_id: str, stamped: float | None) -> float:
+    if stamped is None:
+        raise JournalError(
+            f"run {run_id!r}: could not write its tombstone (its row kept changing)", run_id=run_id
+        )
+    return stamped
