@@ -2,8 +2,8 @@
 
 The code in the block plays the planner's part: each ``run.call`` is journaled as one planner
 decision holding one call, exactly as ``scripted`` would journal it, and is then settled by the same
-machinery as ``run_durable`` (``runs._RunLoop``: claim before execute, replay of a recorded success,
-``recover``/``idempotent`` for an interrupted call, the tombstone gate on the claim). So a run
+machinery as ``run_durable`` (``calls.CallSettler``: claim before execute, replay of a recorded
+success, ``recover``/``idempotent`` for an interrupted call, the tombstone gate on the claim). So a run
 recorded this way is indistinguishable in the journal from a scripted one, and ``resume``-style
 re-entry is just running the same code again: the block's k-th call is matched to what the journal
 holds for it and replayed, and only the calls past the journal execute.
@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from . import tracing
+from .calls import CallSettler
+from .decisions import decoded_calls, encode_decision
 from .errors import (
     CompensatedRunError,
     InvalidInputError,
@@ -35,25 +37,21 @@ from .errors import (
 )
 from .journal.base import Journal
 from .journal.records import RecordStatus, RunInfo, RunStatus
-from .keys import canonical_json, check_call_id, record_suffix
-from .planning import RunState, ToolCall
-from .runs import RunResult, _decoded_calls, _encode_decision, _RunLoop
+from .keys import canonical_json, check_call_id, check_run_id, record_suffix
+from .planning import ToolCall
+from .run_events import RunEvent, RunResult
 from .storable import check_storable_text, exception_text
-from .tools import Tool
+from .tools import Tool, check_tools
 
 _MAX_APPEND_RETRIES = 20
-
-
-def _code_decides(state: RunState) -> Any:
-    raise AssertionError("a saga() block decides in code; its run loop is never asked to plan")
 
 
 class SagaRun:
     """The handle a ``saga()`` block gets: ``run.call(tool_name, input, id=None) -> output``."""
 
     def __init__(self, run_id: str, journal: Journal, tools: Mapping[str, Tool], prompt: str) -> None:
-        self._loop = _RunLoop(run_id, journal, tools, _code_decides, 1)
-        self.run_id = self._loop.run_id
+        self.run_id = check_run_id(run_id)
+        self.calls = CallSettler(self.run_id, journal, check_tools(tools))
         check_storable_text(prompt, "prompt", run_id=self.run_id)
         self.journal = journal
         self.prompt = prompt
@@ -75,7 +73,7 @@ class SagaRun:
         ``CompensatedRunError`` if the run was condemned (nothing executed, no record), and
         ``SideEffectRetryBlockedError`` for an interrupted call nothing can prove safe to repeat."""
         input = {} if input is None else input
-        tools = self._loop.tools
+        tools = self.calls.tools
         if tool_name not in tools:
             raise UnknownToolError(self.run_id, tool_name, sorted(tools))
         with self._lock:
@@ -100,20 +98,20 @@ class SagaRun:
         """``call`` from async code: the journal and the hooks run on a worker thread."""
         return await asyncio.to_thread(self.call, tool_name, input, id)
 
-    def _settle(self, step: int, call_id: str, tool_name: str, input: Any) -> Any:
+    def _settle(self, step: int, call_id: str, tool_name: str, input: Any) -> RunEvent:
         if self._run is not None and self._run.ended:
             return self._replay_only(call_id, tool_name, input)
-        return self._loop._call(step, call_id, tool_name, input)
+        return self.calls.settle(step, call_id, tool_name, input)
 
-    def _replay_only(self, call_id: str, tool_name: str, input: Any) -> Any:
+    def _replay_only(self, call_id: str, tool_name: str, input: Any) -> RunEvent:
         """An ended run executes nothing: its recorded outcomes are all a re-run of the block gets."""
-        tool = self._loop.tools[tool_name]
+        tool = self.calls.tools[tool_name]
         suffix = record_suffix(tool.idempotency, tool_name, call_id, input)
         record = self.journal.get_record(self.run_id, suffix)
         if record is None or record.status not in (RecordStatus.SUCCEEDED, RecordStatus.FAILED):
             assert self._run is not None
             raise RunEndedError(self.run_id, self._run.status.value)
-        return self._loop._event(
+        return self.calls.event(
             0, record, "replayed" if record.status is RecordStatus.SUCCEEDED else "failed", error=record.error
         )
 
@@ -121,7 +119,7 @@ class SagaRun:
     def _journaled_step(self, call_id: str, tool_name: str, input: Any) -> int | None:
         """The decision step that holds ``call_id`` (checked against this call), or None."""
         for step, payload in enumerate(self._decisions, start=1):
-            for call in _decoded_calls(self.run_id, step, payload) or ():
+            for call in decoded_calls(self.run_id, step, payload) or ():
                 if call["id"] != call_id:
                     continue
                 if call["tool"] != tool_name or canonical_json(call["input"]) != canonical_json(input):
@@ -140,13 +138,13 @@ class SagaRun:
         """Journal a new decision holding this one call, after whatever the run holds already."""
         if self._run is not None and self._run.ended:
             return 0  # refused by _replay_only with a clear error
-        payload = _encode_decision(
-            self.run_id, [ToolCall(tool_name, input, call_id)], self._loop.tools, 0, set()
+        payload = encode_decision(
+            self.run_id, [ToolCall(tool_name, input, call_id)], self.calls.tools, 0, set()
         )
         for _ in range(_MAX_APPEND_RETRIES):
             if self._run is None:
                 self._run, _ = self.journal.start_run(
-                    self.run_id, self.prompt, traceparent=self._loop.trace.traceparent
+                    self.run_id, self.prompt, traceparent=self.calls.trace.traceparent
                 )
             step = len(self._decisions) + 1
             stored = self.journal.record_decision(self.run_id, step, payload)
@@ -172,7 +170,7 @@ class SagaRun:
             return
         if run is None:
             run, _ = self.journal.start_run(
-                self.run_id, self.prompt, traceparent=self._loop.trace.traceparent
+                self.run_id, self.prompt, traceparent=self.calls.trace.traceparent
             )
         decisions = self.journal.list_decisions(self.run_id)
         step = len(decisions) + 1

@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - exercised by the tests that block the 
 if TYPE_CHECKING:
     from .compensation.report import CompensationEntry, CompensationReport
     from .journal.records import RunInfo, ToolRecord
-    from .runs import RunEvent
+    from .run_events import RunEvent
     from .tools import CallOptions, RecoverRefusal, RecoverResult
 
 ENABLED = otel is not None
@@ -330,7 +330,7 @@ def block(run: Any) -> Any:
         {"saga.run.id": run.run_id, "saga.run.entry": "saga"},
         links=_links(None if prior is None else prior.traceparent, LINK_CONTINUES),
     )
-    run._loop.trace = span
+    run.calls.trace = span
     return span
 
 

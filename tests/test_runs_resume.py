@@ -28,7 +28,7 @@ from saga_worker import (
     scripted,
     stream_durable,
 )
-from saga_worker import runs as runs_module
+from saga_worker import calls as calls_module
 from saga_worker.journal.records import RecordStatus, RunStatus, ToolRecord
 from tests.leases import lapse_execute_lease
 
@@ -241,7 +241,7 @@ def test_a_condemned_run_refuses_resume_before_recover_or_execute(journal: Journ
 def test_a_call_still_executing_in_another_thread_is_neither_probed_nor_executed_again(
     journal: Journal, run_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(runs_module, "_GUARD_WAIT_S", 0.1)
+    monkeypatch.setattr(calls_module, "_GUARD_WAIT_S", 0.1)
     entered, release = threading.Event(), threading.Event()
 
     def slow(input: Any, opts: CallOptions) -> Any:
