@@ -68,6 +68,16 @@ def test_postgres_connections_killed_under_a_live_journal_cost_no_call(pg_url: s
         run = journal.get_run(run_id)
         assert run is not None and run.condemned
         assert journal.list_runs(condemned_only=True)[0].run_id == run_id
+        # The unwind's first move, the tombstone and the worklist reads in one pipeline (issue 26): a
+        # dead connection found at its end costs no call either, and the retry finds the run condemned.
+        other = f"{run_id}-b"
+        journal.start_run(other, "p")
+        assert kill_all() >= 1
+        view = journal.condemn_and_read(other, [])
+        assert view.run is not None and view.run.condemned
+        assert kill_all() >= 1
+        again = journal.condemn_and_read(other, [])  # a re-drive: the stamp writes nothing, condemn's dance
+        assert again.run is not None and again.run.condemned_at == view.run.condemned_at
     finally:
         admin.dispose()
         journal.close()

@@ -18,7 +18,7 @@ import contextlib
 import os
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
@@ -101,6 +101,32 @@ class Tx:
             return []
         names = stmt.columns(cursor)
         return [dict(zip(names, row, strict=True)) for row in rows]
+
+    def batch(self, items: Sequence[tuple[Prepared, Mapping[str, Any]]]) -> list[list[Row]]:
+        """Each statement's rows, in order. A driver that pipelines (psycopg 3) gets them all in one
+        round trip; they then run as one implicit transaction, committed (or, in error, rolled back)
+        before this returns. Any other runs them one after the other in this transaction. Only for
+        statements that may run again: a connection that dies mid-pipeline has the work retried."""
+        connection = self._cursor.connection
+        pipeline = getattr(connection, "pipeline", None)
+        if pipeline is None:
+            return [self.all(stmt, params) for stmt, params in items]
+        cursors = []
+        with pipeline():
+            for stmt, params in items:
+                cursor = connection.cursor()
+                cursor.execute(stmt.sql, stmt.bind(params))
+                cursors.append(cursor)
+        # Counted once the pipeline is through: a connection found dead before that ran nothing that
+        # the retry could not run again (see ``transaction``).
+        self.statements_run += len(items)
+        out: list[list[Row]] = []
+        for (stmt, _), cursor in zip(items, cursors, strict=True):
+            rows = cursor.fetchall() if cursor.description is not None else []
+            names = stmt.columns(cursor) if rows else ()
+            out.append([dict(zip(names, row, strict=True)) for row in rows])
+            cursor.close()
+        return out
 
 
 class Connections:

@@ -352,15 +352,16 @@ class SqlRuns(SqlPlumbing):
         return run_row(row)
 
     def condemn(self, run_id: str, *, audit: NewAudit | None = None) -> float:
-        work, atomic = self._condemn_work(run_id, audit)
+        work, atomic, _first = self._condemn_work(run_id, audit)
         # durable before any hook runs (Journal.condemn); atomic when the audit row commits with it
         return stamped_or_raise(run_id, self._write(work, atomic=atomic, durable=True))
 
     def _condemn_work(
         self, run_id: str, audit: NewAudit | None
-    ) -> tuple[Callable[[driver.Tx], float | None], bool]:
-        """The tombstone's statements (the time it was stamped, None if the row kept changing), and
-        whether they must commit together (an audit row that does not ride in the stamp's statement)."""
+    ) -> tuple[Callable[[driver.Tx], float | None], bool, tuple[Prepared, dict[str, Any]]]:
+        """The tombstone's statements (the time it was stamped, None if the row kept changing), whether
+        they must commit together (an audit row that does not ride in the stamp's statement), and the
+        first of them with its parameters: the stamp, which alone writes the tombstone of a live run."""
         q = self._q
         params = {"run": run_id, "now": time.time()}
         if audit is not None:
@@ -389,7 +390,8 @@ class SqlRuns(SqlPlumbing):
                         return float(row["condemned_at"])
             return None
 
-        return work, audit is not None and not one_statement
+        assert stamp is not None
+        return work, audit is not None and not one_statement, (stamp, params)
 
     def record_decision(self, run_id: str, step: int, payload: Any) -> Any:
         q = self._q
