@@ -73,7 +73,7 @@ def install(
     settings: SagaSettings | None = None,
     tools: ToolsSource | None = None,
     beat: bool = True,
-) -> dict[str, Task]:
+) -> dict[str, Task[Any, Any]]:
     """Register ``saga.compensate_run``, ``saga.compensate_step``, ``saga.finalize_unwind`` and
     ``saga.retry_uncertain`` on ``app`` (and, with ``beat``, the sweeper's entry in its beat schedule).
 
@@ -88,9 +88,9 @@ def install(
     s = settings if settings is not None else get_settings()
     _check_accepts_json(app)
     if s.broker_url is not None:
-        app.conf.broker_url = s.broker_url
+        app.conf.update(broker_url=s.broker_url)
     if s.result_backend is not None:
-        app.conf.result_backend = s.result_backend
+        app.conf.update(result_backend=s.result_backend)
     registered = register(app, **task_options(s))
     _route(app, s.queue)
     if beat:

@@ -30,7 +30,7 @@ TASK_ID_MAX = {"saga.compensate_run": 200}
 OTHER_TASK_ID_MAX = 1024
 
 
-class JsonOnlyRequest(Request):  # type: ignore[misc]
+class JsonOnlyRequest(Request):
     """Set on every saga task: a message the task could never process is refused here, acknowledged
     (never handed back, so never redelivered forever) with the refusal stored as the task's result."""
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from celery import Celery, Task, states
 from celery.exceptions import Ignore, Reject, Retry
@@ -209,7 +210,7 @@ def step_task_id(run_id: str, suffix: str, unwind_id: str) -> str:
     return str(uuid.uuid5(_STEP_IDS, readable))
 
 
-def _continue(task: Task, nxt: executor.Next) -> Any:
+def _continue(task: Task[Any, Any], nxt: executor.Next) -> Any:
     if task.request.is_eager:
         return _continue_here(nxt)
     plain = _plain_request(task)
@@ -272,7 +273,7 @@ def _continue_here(nxt: executor.Next) -> Any:
     return _report(nxt.run_id, nxt.unwind_id)
 
 
-def _plain_request(task: Task) -> bool:
+def _plain_request(task: Task[Any, Any]) -> bool:
     """Is this a request whose steps may run under ids of their own, the report stored under the
     coordinator's? Not eager, not in a chain, group or chord of someone else's, no callbacks; and the
     worker does not drop a task id it has seen succeed (``worker_deduplicate_successful_tasks``: not
@@ -297,20 +298,20 @@ def _report(run_id: str, unwind_id: str) -> dict[str, Any]:
 WITHDRAWN = "REVOKED"
 
 
-def withdrawn(task: Task) -> bool:
+def withdrawn(task: Task[Any, Any]) -> bool:
     """Was this unwind request withdrawn (``saga-worker revoke``) while it waited in the queue? Read
     from the result backend, where the withdrawal is stored: a revoke broadcast reaches only the
     workers running at the time, and a request queued while none ran must stay withdrawn."""
     if task.request.is_eager:
         return False
     try:
-        return bool(task.AsyncResult(task.request.id).state == WITHDRAWN)
+        return bool(task.AsyncResult(cast(str, task.request.id)).state == WITHDRAWN)
     except NotImplementedError:  # no result backend: nothing can have been stored there
         return False
 
 
 def compensate_run(
-    self: Task,
+    self: Task[Any, Any],
     run_id: str,
     dry_run: bool = False,
     actor: str | None = None,
@@ -327,7 +328,7 @@ def compensate_run(
     nxt = executor.start_unwind(
         ctx.journal,
         run_id,
-        self.request.id,
+        cast(str, self.request.id),  # checked there (check_unwind_id)
         dry_run=dry_run,
         claim_ttl=ctx.settings.claim_ttl,
         actor=actor,
@@ -338,7 +339,12 @@ def compensate_run(
 
 
 def compensate_step(
-    self: Task, run_id: str, unwind_id: str, suffix: str, dry_run: bool = False, position: int | None = None
+    self: Task[Any, Any],
+    run_id: str,
+    unwind_id: str,
+    suffix: str,
+    dry_run: bool = False,
+    position: int | None = None,
 ) -> Any:
     """One step of an unwind (``dry_run`` is informative: the unwind's own record decides).
 
@@ -363,13 +369,13 @@ def compensate_step(
     return _continue(self, nxt)
 
 
-def finalize_unwind(self: Task, run_id: str, unwind_id: str) -> dict[str, Any]:
+def finalize_unwind(self: Task[Any, Any], run_id: str, unwind_id: str) -> dict[str, Any]:
     """The report alone. Unwinds end in their last step task now; this one serves messages sent by
     earlier versions (a rolling upgrade) and anyone re-assembling a report by hand."""
     return _report(run_id, unwind_id)
 
 
-def retry_uncertain(self: Task) -> dict[str, list[str]]:
+def retry_uncertain(self: Task[Any, Any]) -> dict[str, list[str]]:
     """Beat: re-drive interrupted unwinds with backoff; flag a run for a person after the budget."""
     ctx = executor.current()
     start = self.app.tasks[COMPENSATE_RUN]
@@ -379,16 +385,16 @@ def retry_uncertain(self: Task) -> dict[str, list[str]]:
     return outcome.as_dict()
 
 
-def register(app: Celery, **options: Any) -> dict[str, Task]:
+def register(app: Celery, **options: Any) -> dict[str, Task[Any, Any]]:
     """Register the four ``saga.*`` tasks on ``app`` with ``options`` (per-task settings such as
     ``queue``, ``serializer``, ``acks_late``) and return them by name."""
-    bodies = {
+    bodies: dict[str, tuple[Callable[..., Any], bool]] = {
         COMPENSATE_RUN: (compensate_run, True),
         COMPENSATE_STEP: (compensate_step, True),
         FINALIZE_UNWIND: (finalize_unwind, True),
         RETRY_UNCERTAIN: (retry_uncertain, False),
     }
-    registered: dict[str, Task] = {}
+    registered: dict[str, Task[Any, Any]] = {}
     base = type("SagaTask", (_RedactedErrors, app.Task), {})  # the app's own Task class, kept
     for name, (body, retries) in bodies.items():
         # Every saga task refuses, on receipt, a message it could never process (celery/request.py).
@@ -397,7 +403,10 @@ def register(app: Celery, **options: Any) -> dict[str, Task]:
             opts.setdefault("throws", (CompensationStepFailed,))
         # shared=False: Celery would otherwise add the task, with these options, to every app created
         # after this one in the process (a host app's saga tasks would then carry ours, or theirs).
-        registered[name] = app.task(name=name, bind=True, shared=False, base=base, **opts)(body)
+        decorate: Callable[[Callable[..., Any]], Task[Any, Any]] = app.task(
+            name=name, bind=True, shared=False, base=base, **opts
+        )
+        registered[name] = decorate(body)
     return registered
 
 

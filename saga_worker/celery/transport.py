@@ -19,7 +19,8 @@ from typing import Any
 
 from kombu.transport import redis as kombu_redis
 
-_original: Callable[..., Any] = kombu_redis.Channel._create_client
+# Private to kombu (pinned <5.8 where relied on: tests/test_dependency_bounds.py), so not in its stubs.
+_original: Callable[..., Any] = kombu_redis.Channel._create_client  # type: ignore[attr-defined]
 
 
 def _create_client(self: Any, asynchronous: bool = False) -> Any:
@@ -34,7 +35,7 @@ def _create_client(self: Any, asynchronous: bool = False) -> Any:
 
 def reuse_redis_clients() -> None:
     """From now on, each kombu Redis channel of this process keeps one synchronous client."""
-    kombu_redis.Channel._create_client = _create_client  # type: ignore[method-assign]
+    kombu_redis.Channel._create_client = _create_client  # type: ignore[attr-defined]
 
 
 __all__ = ["reuse_redis_clients"]
