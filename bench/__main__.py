@@ -21,7 +21,17 @@ from rich.table import Table as RichTable
 from bench.common import Row, Table
 from bench.config import Config
 
-GROUPS = ("floors", "inprocess", "peers", "fsyncs", "profile", "scaling", "distributed", "memory")
+GROUPS = (
+    "floors",
+    "inprocess",
+    "peers",
+    "fsyncs",
+    "profile",
+    "scaling",
+    "distributed",
+    "memory",
+    "tracing",
+)
 
 
 def _num(value: float | None) -> str:

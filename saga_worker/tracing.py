@@ -3,7 +3,7 @@
 Through the OpenTelemetry API alone (the extra ``saga-worker[otel]``): the app's SDK, exporter and
 sampler decide where the spans go. Without the API installed every function here hands back a no-op
 (``NO_SPAN``) and the journal stores no trace context: everything works as it did before tracing. With
-the API and no SDK, the API's own no-op tracer answers.
+the API and no SDK set, no span is built (``_idle``).
 
 The link that ties an undo to its effect: the execute span's context is journaled with the call's
 outcome (``exec_traceparent``, W3C ``traceparent``), and the compensate span that undoes it, in any
@@ -58,6 +58,22 @@ def tracer() -> Any:
 
         _tracer = otel.get_tracer(TRACER_NAME, __version__)
     return _tracer
+
+
+def _idle() -> bool:
+    """No API, or no SDK behind it yet (the API's proxy or no-op provider): every span would be the
+    no-op's, so the call sites skip building them (bench/tracing.py measures what is left)."""
+    global _live
+    if _live:
+        return False
+    if otel is None:
+        return True
+    # A global provider, once set, is never replaced: seen once, it is there for good.
+    _live = not isinstance(otel.get_tracer_provider(), (otel.ProxyTracerProvider, otel.NoOpTracerProvider))
+    return not _live
+
+
+_live = False
 
 
 # -- trace context as journaled ------------------------------------------------------------------
@@ -254,10 +270,14 @@ _HALTING = ("failed", "busy", "awaiting-approval")
 
 def _start(
     name: str, attributes: dict[str, Any], *, parent: Any = None, links: list[Any] | None = None
-) -> Span:
+) -> Any:
+    """A started ``Span``; ``NO_SPAN`` for the API's no-op tracer (no SDK), whose span is invalid:
+    nothing to record, journal or make current."""
     span = tracer().start_span(
         name, context=parent, attributes={k: v for k, v in attributes.items() if v is not None}, links=links
     )
+    if not span.is_recording() and not span.get_span_context().is_valid:
+        return NO_SPAN
     return Span(span)
 
 
@@ -286,7 +306,7 @@ def _error_type(error: str) -> str:
 def traced_run(loop: Any, run: RunInfo | None, events: Iterator[RunEvent], entry: str) -> Iterator[RunEvent]:
     """A run's events under its ``saga.run`` span (``entry``: how it was driven); the events as they
     are, untouched, without the API."""
-    if otel is None:
+    if _idle():
         return events
     return _traced_run(loop, run, events, entry)
 
@@ -299,6 +319,9 @@ def _traced_run(loop: Any, run: RunInfo | None, events: Iterator[RunEvent], entr
         {"saga.run.id": loop.run_id, "saga.run.entry": entry},
         links=_links(None if run is None else run.traceparent, LINK_CONTINUES),
     )
+    if span is NO_SPAN:
+        yield from events
+        return
     loop.trace = span
     try:
         for event in events:
@@ -322,7 +345,7 @@ def _traced_run(loop: Any, run: RunInfo | None, events: Iterator[RunEvent], entr
 def block(run: Any) -> Any:
     """A ``saga()`` block's ``saga.run`` span (current while the block runs, so the app's own spans and
     its calls' nest under it): linked to the run's first span when the run began elsewhere."""
-    if otel is None:
+    if _idle():
         return NO_SPAN
     prior = run._run
     span = _start(
@@ -337,7 +360,7 @@ def block(run: Any) -> Any:
 def execute(parent: Any, record: ToolRecord, key: str) -> Any:
     """A call's ``execute_tool {tool}`` span (GenAI semantic conventions for tool execution), current
     while ``execute`` runs; its ``traceparent`` is journaled with the outcome."""
-    if otel is None:
+    if _idle():
         return NO_SPAN
     attributes = {
         "gen_ai.operation.name": "execute_tool",
@@ -355,7 +378,7 @@ def execute(parent: Any, record: ToolRecord, key: str) -> Any:
 
 def compensate(run_id: str, record: ToolRecord, key: str, *, dry_run: bool) -> Any:
     """A step's ``saga.compensate {tool}`` span, linked to the execute span of the effect it undoes."""
-    if otel is None:
+    if _idle():
         return NO_SPAN
     attributes = {
         "gen_ai.tool.name": record.tool_name,
@@ -373,7 +396,7 @@ def compensate(run_id: str, record: ToolRecord, key: str, *, dry_run: bool) -> A
 
 def recover(opts: CallOptions, tool_name: str | None) -> Any:
     """A ``saga.recover {tool}`` span: the probe of whether an interrupted or failed call took effect."""
-    if otel is None:
+    if _idle():
         return NO_SPAN
     attributes = {
         "gen_ai.tool.name": tool_name,
@@ -395,7 +418,7 @@ def unwind(
 ) -> Any:
     """An unwind's span (``saga.unwind``; ``saga.unwind.report`` where a distributed unwind's report is
     assembled): who asked and through what, then its counts by status."""
-    if otel is None:
+    if _idle():
         return NO_SPAN
     attributes = {
         "saga.run.id": run_id,

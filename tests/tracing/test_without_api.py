@@ -9,14 +9,16 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import json, sys
-for name in [n for n in sys.modules if n == "opentelemetry" or n.startswith("opentelemetry.")]:
-    del sys.modules[n]
-sys.modules["opentelemetry"] = None  # import opentelemetry... raises ImportError, as when it is absent
+if sys.argv[2] == "absent":
+    for name in [n for n in sys.modules if n == "opentelemetry" or n.startswith("opentelemetry.")]:
+        del sys.modules[n]
+    sys.modules["opentelemetry"] = None  # import opentelemetry... raises ImportError, as when it is absent
 from saga_worker import compensate_run, open_journal, saga, tracing
 from tests.tracing.order import INPUTS, order_tools, record_order
 journal = open_journal(sys.argv[1])
@@ -34,9 +36,9 @@ print(json.dumps({
 """
 
 
-def test_without_the_api_runs_and_unwinds_as_before_and_journal_no_trace_context(tmp_path: Path) -> None:
+def _child(tmp_path: Path, mode: str) -> dict[str, Any]:
     done = subprocess.run(
-        [sys.executable, "-c", CHILD, f"sqlite:///{tmp_path / 'journal.db'}"],
+        [sys.executable, "-c", CHILD, f"sqlite:///{tmp_path / 'journal.db'}", mode],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -44,7 +46,12 @@ def test_without_the_api_runs_and_unwinds_as_before_and_journal_no_trace_context
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return seen
+
+
+def test_without_the_api_runs_and_unwinds_as_before_and_journal_no_trace_context(tmp_path: Path) -> None:
+    seen = _child(tmp_path, "absent")
     assert seen["enabled"] is False
     assert seen["otel_loaded"] == []
     assert seen["entries"] == [
@@ -53,4 +60,16 @@ def test_without_the_api_runs_and_unwinds_as_before_and_journal_no_trace_context
         ["charge", "failed"],
     ]
     assert seen["run_trace"] == [None, None]
+    assert seen["exec_trace"] == [None, None, None]
+
+
+def test_with_the_api_and_no_sdk_the_no_op_tracer_changes_nothing_either(tmp_path: Path) -> None:
+    seen = _child(tmp_path, "api-only")
+    assert seen["enabled"] is True
+    assert seen["entries"] == [
+        ["notify", "skipped-no-hook"],
+        ["reserve", "compensated"],
+        ["charge", "failed"],
+    ]
+    assert seen["run_trace"] == [None, None]  # no span worth journaling: nothing recorded, nothing linked
     assert seen["exec_trace"] == [None, None, None]
