@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The demo needs the package alone (no dev extras: no agent frameworks, no browser, no docs tools).
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: screenshots install demo test test-fast lint typecheck docs dist bench bench-peers soak clean services browser
+.PHONY: screenshots install demo test test-core test-fast lint typecheck docs dist bench bench-peers soak clean services browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,7 +38,26 @@ test: $(STAMP) browser
 	$(BIN)/ruff format --check saga_worker tasks config tests bench examples
 	$(BIN)/mypy
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	@$(BIN)/python -c 'import platform; print("whole suite on", platform.python_implementation(), platform.python_version())'
 	$(BIN)/python -m pytest
+
+# The core suite (no browser, no agent frameworks) on another interpreter, in a venv of its own; CI runs
+# it on 3.12 and 3.13 after `make test` (.ci/run):
+#   make test-core PYTHON=~/.pyenv/versions/3.12.1/bin/python3.12 VENV=.venv-3.12
+CORE_STAMP := $(VENV)/.installed-core
+CORE_IGNORE := --ignore=tests/agents --ignore=tests/integration/test_agents_over_celery.py \
+	--ignore=tests/console/test_browser.py
+
+$(CORE_STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test-core]'
+	touch $(CORE_STAMP)
+
+test-core: $(CORE_STAMP)
+	@$(BIN)/python -c 'import platform; print("core suite on", platform.python_implementation(), platform.python_version())'
+	bash .ci/programs
+	$(BIN)/python -m pytest $(CORE_IGNORE)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow and not celery"

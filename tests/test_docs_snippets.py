@@ -61,8 +61,15 @@ def blocks(page: Path) -> list[Block]:
     return found
 
 
-def runnable_pages() -> list[Path]:
-    return [p for p in PAGES if any(b.mark != "not-run" for b in blocks(p))]
+def runnable_pages() -> list[object]:
+    """A page whose snippets need a worker is marked as the worker tests are (``-m "not celery"``)."""
+    pages: list[object] = []
+    for page in PAGES:
+        marks = {b.mark for b in blocks(page)}
+        if marks - {"not-run"}:
+            worker = [pytest.mark.celery, pytest.mark.slow] if "celery-worker" in marks else []
+            pages.append(pytest.param(page, marks=worker, id=str(page.relative_to(REPO))))
+    return pages
 
 
 def script(page: Path) -> str:
@@ -83,7 +90,7 @@ def test_every_page_with_python_is_found_and_few_blocks_are_marked_not_runnable(
     assert len(not_run) <= MAX_NOT_RUN, f"too many snippets marked not-run: {not_run}"
 
 
-@pytest.mark.parametrize("page", runnable_pages(), ids=lambda p: str(p.relative_to(REPO)))
+@pytest.mark.parametrize("page", runnable_pages())
 def test_the_python_snippets_of_the_page_run(page: Path, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAGA_")}
     workers = Workers(tmp_path)
