@@ -49,7 +49,18 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Built from a copy of the tree, so no build/ folder is left in (or reused from) the checkout."""
     out = tmp_path_factory.mktemp("wheel")
     src = out / "src"
-    junk = (".venv*", ".git", "build", "dist", "site", "*.egg-info", ".saga", "__pycache__", "*.db", ".*_cache")
+    junk = (
+        ".venv*",
+        ".git",
+        "build",
+        "dist",
+        "site",
+        "*.egg-info",
+        ".saga",
+        "__pycache__",
+        "*.db",
+        ".*_cache",
+    )
     shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(*junk))
     _run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(src)],
