@@ -71,6 +71,21 @@ async def plan(request: Request) -> JSONResponse:
 
 
 MAX_BODY = 64 * 1024  # a reason and a target: a few hundred bytes
+MAX_DEPTH = 32  # a request is an object of strings: anything deeper is not one
+
+
+def _nested_deeper_than(data: Any, limit: int) -> bool:
+    """Whether lists and objects nest more than ``limit`` levels (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > limit:
+                return True
+            stack.extend(
+                (child, depth + 1) for child in (value.values() if isinstance(value, dict) else value)
+            )
+    return False
 
 
 async def _body(request: Request) -> dict[str, Any]:
@@ -83,8 +98,12 @@ async def _body(request: Request) -> dict[str, Any]:
         return {}
     try:
         data = json.loads(raw)
-    except (ValueError, RecursionError):  # RecursionError: nested too deeply to be a request
+    except (ValueError, RecursionError):  # RecursionError: nested too deeply to be a request (3.11, 3.12)
         raise InvalidInputError("the request body is not JSON (or is nested too deeply)") from None
+    if _nested_deeper_than(
+        data, MAX_DEPTH
+    ):  # CPython 3.13's parser takes 5,000 levels without a RecursionError
+        raise InvalidInputError("the request body is not JSON (or is nested too deeply)")
     if not isinstance(data, dict):
         raise InvalidInputError("the request body must be a JSON object")
     return data
