@@ -30,7 +30,7 @@ def _no_fencing(setter: Setter) -> None:
     from saga_worker.journal import memory, sql
     from saga_worker.journal.records import ClaimAttempt, ClaimStatus, StepFinish
     from saga_worker.journal.schema import claims
-    from saga_worker.journal.statements import server_clock
+    from saga_worker.journal.sql_parts.common import server_clock
 
     for cls in (sql.SqlJournal, memory.MemoryJournal):
 
