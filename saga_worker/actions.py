@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from . import approvals
-from .audit import check_actor, check_reason
+from .checks import check_actor, check_reason, check_run_id
 from .compensation.engine import compensate_run
 from .compensation.report import CompensationReport
 from .errors import InvalidInputError, SagaError, UnknownRunError
@@ -24,7 +24,6 @@ from .executor.context import WorkerContext
 from .executor.unwind import SWEEP_GRACE_TTLS
 from .journal.base import Journal
 from .journal.records import UnwindState
-from .keys import check_run_id
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .audit import check_actor, check_reason, check_via
+from .checks import check_actor, check_reason, check_run_id, check_via
 from .errors import ApprovalError, CompensatedRunError, UnknownRunError
 from .journal.parts import AuditPart, RecordsPart, RunsPart
 from .journal.records import (
@@ -25,7 +25,6 @@ from .journal.records import (
     RecordStatus,
     ToolRecord,
 )
-from .keys import check_run_id
 
 _UNDOABLE = (RecordStatus.SUCCEEDED, RecordStatus.FAILED, RecordStatus.RUNNING)
 

@@ -7,21 +7,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from typing import Any, Literal
 
+from .checks import SHOWN_MAX as SHOWN_MAX  # the checks' home is checks.py; named here as before
+from .checks import UNWIND_ID_MAX as UNWIND_ID_MAX
+from .checks import check_call_id as check_call_id
+from .checks import check_dry_run as check_dry_run
+from .checks import check_run_id as check_run_id
+from .checks import check_tool_name as check_tool_name
+from .checks import check_unwind_id as check_unwind_id
+from .checks import clipped as clipped
+from .checks import shown as shown
 from .errors import InvalidInputError
 from .storable import has_surrogate, surrogate_problem
 
 IdempotencyMode = Literal["call", "args", "cross-run"]
 # How a cross-run call's records are marked (the mode column holds 8 characters).
 CROSS_MODE = "cross"
-
-# ":" separates the parts of a key and "-" the parts of an args suffix; an id holding either part
-# separator in the wrong place would make two different calls share one key.
-_RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
-_TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]{0,99}$")
-_CALL_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,199}$")
 
 
 def canonical_json(value: Any) -> str:
@@ -54,90 +56,6 @@ def is_json_value(value: Any) -> bool:
 
 def hash16(value: Any) -> str:
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()[:16]
-
-
-SHOWN_MAX = 60  # characters of a refused id an error shows: an id from a message may be a megabyte
-
-
-def shown(value: object) -> str:
-    """``repr`` of a refused value for an error message, at most ~60 characters of it (and its length)."""
-    if isinstance(value, str) and len(value) > SHOWN_MAX:
-        return f"{value[:SHOWN_MAX]!r}… ({len(value)} characters)"
-    text = repr(value)
-    return text if len(text) <= 2 * SHOWN_MAX else f"{text[: 2 * SHOWN_MAX]}… ({type(value).__name__})"
-
-
-def clipped(value: object) -> object:
-    """A refused value as an error's ``detail`` holds it: as given, or its first ~60 characters."""
-    return f"{value[:SHOWN_MAX]}…" if isinstance(value, str) and len(value) > SHOWN_MAX else value
-
-
-def check_run_id(run_id: object) -> str:
-    if not isinstance(run_id, str) or len(run_id) > 200 or not _RUN_ID.match(run_id):
-        raise InvalidInputError(
-            f"run id {shown(run_id)} cannot be used in idempotency keys: use 1-200 characters of letters, "
-            "digits, '_', '.', '-', starting with a letter or digit (':' separates key parts)",
-            run_id=clipped(run_id),
-        )
-    return run_id
-
-
-def check_tool_name(name: object) -> str:
-    if not isinstance(name, str) or len(name) > 100 or not _TOOL_NAME.match(name):
-        raise InvalidInputError(
-            f"tool name {shown(name)} cannot be used in idempotency keys: use 1-100 characters of letters, "
-            "digits, '_' and '.', starting with a letter or '_' (':' and '-' separate key parts)",
-            tool_name=clipped(name),
-        )
-    return name
-
-
-def check_call_id(call_id: object) -> str:
-    if (
-        not isinstance(call_id, str)
-        or len(call_id) > 200
-        or not _CALL_ID.match(call_id)
-        or call_id.startswith("args-")
-    ):
-        raise InvalidInputError(
-            f"tool call id {shown(call_id)} cannot be used in idempotency keys: use 1-200 characters of "
-            "letters, digits, '_', '.', '-', not starting with 'args-'",
-            tool_call_id=clipped(call_id),
-        )
-    return call_id
-
-
-UNWIND_ID_MAX = 200  # the journal's unwind id column (saga_unwinds.unwind_id)
-
-
-def check_unwind_id(unwind_id: object) -> str:
-    """An unwind id (a Celery task id) must fit its column and be plain text: checked before the
-    tombstone, so a bad one is refused rather than condemning the run and then failing to record."""
-    if (
-        not isinstance(unwind_id, str)
-        or not 1 <= len(unwind_id) <= UNWIND_ID_MAX
-        or not unwind_id.isprintable()
-    ):
-        shown = unwind_id[:40] + "…" if isinstance(unwind_id, str) and len(unwind_id) > 40 else unwind_id
-        size = f" ({len(unwind_id)} characters)" if isinstance(unwind_id, str) else ""
-        raise InvalidInputError(
-            f"unwind id {shown!r}{size} cannot be recorded: use 1-{UNWIND_ID_MAX} printable characters "
-            "(a Celery task id is used as the unwind id)",
-            unwind_id=shown,
-        )
-    return unwind_id
-
-
-def check_dry_run(dry_run: object) -> bool:
-    """``dry_run`` decides between a plan and an irreversible unwind: only a real boolean may decide it
-    (a JSON ``false``, not ``None``, ``0``, ``""`` or the text ``"false"``)."""
-    if not isinstance(dry_run, bool):
-        raise InvalidInputError(
-            f"dry_run must be true or false (a JSON boolean), got {type(dry_run).__name__} {dry_run!r}; "
-            "nothing was written",
-            dry_run=repr(dry_run),
-        )
-    return dry_run
 
 
 def record_suffix(mode: IdempotencyMode, tool_name: str, tool_call_id: str, input: Any) -> str:

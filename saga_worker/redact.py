@@ -1,4 +1,4 @@
-"""The one place secrets are hidden before text leaves the process (issue 10, item 5).
+"""The one place secrets are hidden before text leaves the process.
 
 Everything we print, log, store or expose goes through here: the CLI's one-line errors and its
 console output, the worker's log lines about saga-worker (a filter on every handler that leaves the
@@ -21,7 +21,7 @@ from typing import Any
 # A URL-looking token: a scheme, then everything up to whitespace or a quote (URLs turn up inside
 # error messages, reprs and tracebacks; a token that is not a URL at all is left as it is). Found by
 # hand, never by a regex that backtracks: ``[A-Za-z][A-Za-z0-9+.-]*://`` tried at every position of
-# a long letter/digit token is quadratic (80,000 characters took 7-8 s, a worker stalled logging one).
+# a long letter/digit token is quadratic (a worker logging one such token stalled).
 _SCHEME_CHARS = frozenset(string.ascii_letters + string.digits + "+.-")
 _SCHEME_MAX = 40  # a scheme longer than this is cut to its last 40 characters (it is shown as written)
 _URL_END = frozenset("'\"<>`")

@@ -11,14 +11,13 @@ from typing import Any
 
 from . import tracing
 from .calls import CallSettler
+from .checks import check_run_id, check_storable_text
 from .decisions import decoded_calls, encode_decision
 from .errors import CompensatedRunError, InvalidInputError, UnknownRunError
 from .journal.base import Journal
 from .journal.records import RunInfo, RunStatus
-from .keys import check_run_id
 from .planning import CallResult, Planner, RunState
 from .run_events import EventKind, PendingCall, RunEvent, RunResult
-from .storable import check_storable_text
 from .tools import Tool, check_tools
 
 __all__ = [

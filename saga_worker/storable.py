@@ -19,8 +19,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .errors import InvalidInputError
-
 ESCAPED_NOTE = "[NUL and lone surrogates escaped]"
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
@@ -119,13 +117,3 @@ def _find_surrogate(value: Any, path: str) -> tuple[str | None, str]:
         if hit[0] is not None:
             return hit
     return None, ""
-
-
-def check_storable_text(value: object, field: str, **detail: Any) -> str:
-    """``value`` if it is text a journal can store; InvalidInputError naming ``field`` otherwise."""
-    if not isinstance(value, str):
-        raise InvalidInputError(f"{field} must be text, got {type(value).__name__}", **detail)
-    problem = text_problem(value)
-    if problem is not None:
-        raise InvalidInputError(f"{field} cannot be stored: {problem}; nothing was written", **detail)
-    return value

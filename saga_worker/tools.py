@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import tracing
+from .checks import check_tool_name
 from .errors import InvalidInputError
-from .keys import IdempotencyMode, check_tool_name
+from .keys import IdempotencyMode
 from .storable import exception_text
 
 

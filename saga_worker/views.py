@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .audit import audit_dict
+from .checks import check_run_id
 from .compensation.report import CompensationStatus, halted_at, halts
 from .errors import InvalidInputError
 from .journal.parts import AuditPart, ClaimsPart, RecordsPart, RunsPart, UnwindsPart
@@ -34,7 +35,7 @@ from .journal.records import (
     UnwindState,
     contains_words,
 )
-from .keys import canonical_json, check_run_id, compensate_key, execute_key
+from .keys import canonical_json, compensate_key, execute_key
 from .redact import SECRET_KEYS, redact_secrets, redact_text, redact_value
 from .tools import Tool
 

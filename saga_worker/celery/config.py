@@ -45,7 +45,7 @@ def celery_config(settings: SagaSettings | None = None) -> dict[str, Any]:
         "broker_connection_retry_on_startup": True,
         "enable_utc": True,
         "timezone": "UTC",
-        # Celery's defaults, kept on purpose (issue 16): no STARTED state written per task (a Redis
+        # Celery's defaults, kept on purpose: no STARTED state written per task (a Redis
         # write and a publish on every step; nothing reads it: the report is the result), and task
         # events only from a worker started with --events / -E, as Flower needs (docker-compose's
         # worker is): four publishes per task otherwise sent to nobody.

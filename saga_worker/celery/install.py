@@ -34,7 +34,7 @@ def task_options(settings: SagaSettings) -> dict[str, Any]:
         "acks_late": True,
         "reject_on_worker_lost": True,
         "acks_on_failure_or_timeout": True,  # a failure is an outcome (stored), not a lost message
-        "track_started": False,  # a STARTED write per step that nothing reads (issue 16)
+        "track_started": False,  # a STARTED write per step that nothing reads
         "Request": "saga_worker.celery.request:JsonOnlyRequest",
     }
 

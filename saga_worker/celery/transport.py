@@ -2,8 +2,8 @@
 
 kombu's Redis channel builds a new ``redis.Redis`` around its connection pool for every publish,
 ack and queue operation (``Channel.conn_or_acquire``), and redis-py builds its table of ~170
-response callbacks in each: ~150 µs of CPU apiece on this machine, three per saga step task (the
-ack, its pipeline, the continuation's publish). The client holds no connection of its own (the
+response callbacks in each: CPU spent three times per saga step task (the ack, its pipeline, the
+continuation's publish). The client holds no connection of its own (the
 pool does, and is safe across threads), so one per channel does the same work; it is rebuilt
 whenever the channel replaces its pool (after a lost connection).
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import click
 
-from ..audit import check_reason, default_actor
+from ..audit import default_actor
+from ..checks import check_reason, check_run_id
 from ..compensation.report import CompensationStatus, halted_at
-from ..keys import check_run_id
 from ..settings import get_settings
 from .common import configured_journal, fail
 from .processes import celery

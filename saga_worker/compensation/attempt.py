@@ -217,7 +217,7 @@ class StepAttempt:
         claims: Mapping[tuple[str, str], CompensationClaim] | None = None,
         twins: Twins | None = None,
     ) -> None:
-        self.u = unwinding
+        self.unwinding = unwinding
         self.record = record
         self.claims = claims
         self.twins = twins
@@ -233,13 +233,15 @@ class StepAttempt:
     def verdict(self) -> CompensationEntry | None:
         """The step's entry; None when a live twin delivery holds the step (it carries the chain on,
         and this delivery must end without writing anything)."""
-        with tracing.compensate(self.u.run_id, self.record, self.key, dry_run=self.u.dry_run) as span:
+        with tracing.compensate(
+            self.unwinding.run_id, self.record, self.key, dry_run=self.unwinding.dry_run
+        ) as span:
             entry = self._verdict()
             span.verdict(entry)
             return entry
 
     def _verdict(self) -> CompensationEntry | None:
-        twins, u = self.twins, self.u
+        twins, u = self.twins, self.unwinding
         if twins is not None and not u.dry_run:
             first = None if self.claims is None else self.claims.get(self._where)
             if twins.live_holder(u.journal, self.record, first, u.ttl):
@@ -261,11 +263,11 @@ class StepAttempt:
 
     def _as_twins_see_it(self, entry: CompensationEntry, twins: Twins) -> CompensationEntry | None:
         if entry.status is S.BUSY:
-            claim = self.u.journal.get_claim(*self._where)
+            claim = self.unwinding.journal.get_claim(*self._where)
             if claim is not None and claim.status is ClaimStatus.CLAIMED and twins.owns(claim.owner):
                 return None  # another delivery of this very step won the claim: it carries the chain on
         if entry.status is S.ALREADY_COMPENSATED:
-            claim = self.u.journal.get_claim(*self._where)
+            claim = self.unwinding.journal.get_claim(*self._where)
             if claim is not None and twins.owns(claim.owner):
                 # Undone by this very unwind (an attempt that died after writing its outcome): it is
                 # this unwind's compensation, not an earlier one's.
@@ -279,7 +281,7 @@ class StepAttempt:
             return entry_for(self.record, S.ALREADY_COMPENSATED, attempts=claim.attempts)
         self.attempts = claim.attempts if claim is not None else 0
         # 2. What happened: an interrupted or failed call may or may not have had its effect.
-        tool = self.u.tools.get(self.record.tool_name)
+        tool = self.unwinding.tools.get(self.record.tool_name)
         happened = self._what_happened(tool)
         if isinstance(happened, CompensationEntry):
             return happened
@@ -296,17 +298,17 @@ class StepAttempt:
             if decided is not None:
                 return decided
         # 4. A plan only: nothing written, nothing called, never stops.
-        if self.u.dry_run:
+        if self.unwinding.dry_run:
             return self._entry(S.WOULD_COMPENSATE, needs_approval=gated)
         # 5./6. Claim, then call the hook under a lease kept alive while it runs.
         entry = self._claim_and_undo(tool, happened.output, claim)
         return entry.model_copy(update={"needs_approval": True}) if gated else entry
 
     def _missing_tool(self) -> CompensationEntry:
-        names = sorted(self.u.tools)
+        names = sorted(self.unwinding.tools)
         known = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "") or "none"
         error = (
-            f"no tool named {self.record.tool_name!r} in {self.u.tools_named} (it has: {known}); nothing "
+            f"no tool named {self.record.tool_name!r} in {self.unwinding.tools_named} (it has: {known}); nothing "
             "was undone: the unwind is flagged for a person; deploy the tool, then re-drive the run"
         )
         return self._entry(S.SKIPPED_NO_HOOK, error).model_copy(update={"tool_missing": True})
@@ -316,7 +318,7 @@ class StepAttempt:
         # claim's compare-and-set is the truth. A record that would be probed reads it afresh.
         if self.claims is not None and self.record.status is RecordStatus.SUCCEEDED:
             return self.claims.get(self._where)
-        return self.u.journal.get_claim(*self._where)
+        return self.unwinding.journal.get_claim(*self._where)
 
     def _what_happened(self, tool: Tool | None) -> RecoverResult | CompensationEntry:
         """A succeeded call's output, a recovered one's, or the entry that settles the step here."""
@@ -341,7 +343,7 @@ class StepAttempt:
         # condemned), not a crash: a probe now could read "not done" just before its effect lands and
         # the step would be lost. The record's execution guard and its execute lease tell the two
         # apart; when the call settles, its outcome reopens this unwind (Journal.complete_record).
-        journal = self.u.journal
+        journal = self.unwinding.journal
         with journal.execution_guard(record.run_id, record.suffix) as free:
             if free:
                 self.record = journal.get_record(record.run_id, record.suffix) or record
@@ -358,7 +360,7 @@ class StepAttempt:
 
     def _probe(self, tool: Tool) -> RecoverResult | CompensationEntry:
         """Ask ``recover`` whether the call took effect: its answer, or the entry it decides."""
-        options = recover_options(self.record, self.u.run_id)
+        options = recover_options(self.record, self.unwinding.run_id)
         answer = ask_recover(tool, self.record.input, options, tool_name=self.record.tool_name)
         if isinstance(answer, RecoverRefusal):
             return self._entry(S.UNCERTAIN, answer.reason)
@@ -369,20 +371,20 @@ class StepAttempt:
     def _gate_verdict(self) -> CompensationEntry | None:
         """A denial skips the step, no decision yet halts here (read afresh: a decision may have come
         since the worklist was read); None when it is approved, or for a dry run's plan."""
-        gate = self.u.journal.get_gates([self._where]).get(self._where)
+        gate = self.unwinding.journal.get_gates([self._where]).get(self._where)
         if gate is not None and gate.decision is GateDecision.DENIED:
             why = f"compensation denied by {gate.actor}" + (f": {gate.reason}" if gate.reason else "")
             return self._entry(S.SKIPPED_DENIED, why, needs_approval=True)
-        if gate is None and not self.u.dry_run:
+        if gate is None and not self.unwinding.dry_run:
             return self._entry(
                 S.AWAITING_APPROVAL,
-                f"waits for approve_compensation(run {self.u.run_id!r}, step {self.record.suffix!r})",
+                f"waits for approve_compensation(run {self.unwinding.run_id!r}, step {self.record.suffix!r})",
                 needs_approval=True,
             )
         return None
 
     def _claim_and_undo(self, tool: Tool, output: Any, before: CompensationClaim | None) -> CompensationEntry:
-        u, record, key = self.u, self.record, self.key
+        u, record, key = self.unwinding, self.record, self.key
         self.owner = self.twins.new_owner() if self.twins is not None else new_owner()
         self.lock_owner = self.twins.token if self.twins is not None else self.owner
         if u.lock is not None and not _lock_op(u.lock.acquire, key, self.lock_owner, u.ttl):
@@ -409,7 +411,7 @@ class StepAttempt:
                 _lock_op(u.lock.release, key, self.lock_owner)
 
     def _renew(self) -> bool:
-        u = self.u
+        u = self.unwinding
         if u.lock is not None:
             _lock_op(u.lock.extend, self.key, self.lock_owner, u.ttl)
         return u.journal.renew_claim(*self._where, self.owner, u.ttl)
@@ -424,7 +426,7 @@ class StepAttempt:
         held, renewed, until the hook's thread ends (its outcome is then written) or the process dies
         (the lease lapses, and a later unwind re-drives the step with the same key)."""
         assert tool.compensate is not None
-        u, record, key = self.u, self.record, self.key
+        u, record, key = self.unwinding, self.record, self.key
         opts = CallOptions(key, record.tool_call_id, u.run_id)
         policy, timeout = tool.compensate_retry, tool.compensate_timeout
         stop_renewing = keeper.hold(self._renew, u.ttl / 3)
@@ -496,7 +498,7 @@ class StepAttempt:
         the claim was lost meanwhile (a lease that could not be renewed), else None."""
         if delay > 0:
             (self.twins.sleep if self.twins is not None else time.sleep)(delay)
-        u = self.u
+        u = self.unwinding
         taken = u.journal.claim_compensation(
             *self._where, via_run_id=u.run_id, owner=self.owner, ttl=u.ttl, idempotency_key=self.key
         )
@@ -517,7 +519,7 @@ class StepAttempt:
         status = ClaimStatus.COMPENSATED if call.error is None else ClaimStatus.FAILED
         error = None if call.error is None else f"after its timeout: {exception_text(call.error)}"
         try:
-            written = self.u.journal.finish_claim(*self._where, self.owner, status, error)
+            written = self.unwinding.journal.finish_claim(*self._where, self.owner, status, error)
             log.warning(
                 "compensate hook of step %s ended after its timeout (%s); outcome %s",
                 self.key,
@@ -536,7 +538,7 @@ class StepAttempt:
 
         For a step of a distributed unwind, its unwind entry too, in the same commit: ``entry`` if the
         outcome was written, else ``entry`` with ``late`` as its error (when given)."""
-        journal, at = self.u.journal, None if self.twins is None else self.twins.entry_at
+        journal, at = self.unwinding.journal, None if self.twins is None else self.twins.entry_at
         if at is None:
             return journal.finish_claim(*self._where, self.owner, status, error)
         won = entry.model_dump(mode="json")

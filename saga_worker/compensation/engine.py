@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .. import metrics, tracing
-from ..audit import check_actor, check_reason, check_via, default_actor
+from ..audit import default_actor
+from ..checks import check_actor, check_dry_run, check_reason, check_run_id, check_via
 from ..errors import MalformedRecordError, SagaError
 from ..journal.base import Journal
 from ..journal.records import (
@@ -29,7 +30,6 @@ from ..journal.records import (
     WorklistView,
     condemned_by,
 )
-from ..keys import check_dry_run, check_run_id
 from ..locks.base import StepLock
 from ..settings import get_settings
 from ..tools import Tool, check_tools

@@ -30,7 +30,7 @@ class LeaseKeeper:
         # How long the thread sleeps with no lease to renew: the shortest interval held so far. A new
         # lease of that interval or longer is then never due before the thread looks anyway, so
         # ``hold`` need not wake it: a notify hands the GIL to the keeper and back (two context
-        # switches, ~0.3 ms under load) on a path that otherwise costs a few µs (issue 26).
+        # switches) on a path that otherwise costs far less.
         self._idle = 60.0
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=self._forget_after_fork)

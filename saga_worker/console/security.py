@@ -1,4 +1,4 @@
-"""What keeps the console to the people it is for (issue 23's attack from loopback).
+"""What keeps the console to the people it is for (from loopback too: any local process can reach it).
 
 - ``Sessions``: a browser's login is a random session id in an HttpOnly cookie, held in the
   console's memory with its principal, its own CSRF secret and its expiry; logout revokes it. The

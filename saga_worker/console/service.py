@@ -15,10 +15,10 @@ from starlette.requests import Request
 
 from .. import actions
 from ..actions import ActionRefusedError, Enqueue, Workers
+from ..checks import check_run_id
 from ..errors import InvalidInputError
 from ..executor.context import WorkerContext
 from ..journal.base import Journal
-from ..keys import check_run_id
 from ..settings import SagaSettings
 from .auth import COOKIE, Principal, Tokens
 from .security import LoginLimiter, Network, Session, Sessions

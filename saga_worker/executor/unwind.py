@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .. import tracing
-from ..audit import check_via
+from ..checks import check_run_id, check_unwind_id, check_via
 from ..compensation.attempt import StepAttempt, Twins, Unwinding
 from ..compensation.engine import (
     UNWOUND,
@@ -32,7 +32,6 @@ from ..compensation.report import CompensationEntry, CompensationReport, Compens
 from ..errors import InvalidInputError, MalformedRecordError
 from ..journal.base import Journal
 from ..journal.records import StepView, UnwindInfo
-from ..keys import check_run_id, check_unwind_id
 from ..locks.base import StepLock
 from ..tools import Tool
 

@@ -35,10 +35,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..blocks import saga
+from ..checks import check_run_id, check_tool_name
 from ..compensation import assert_not_compensated
 from ..errors import CompensatedRunError, InvalidInputError, OutOfLineCallError, ToolFailedError
 from ..journal.base import Journal
-from ..keys import canonical_json, check_run_id, check_tool_name, hash16
+from ..keys import canonical_json, hash16
 from ..storable import exception_text
 from ..tools import CallOptions, NoEffect, Tool, check_tools
 from . import _CURRENT_CALL, _CURRENT_NOTES, said_no_effect

@@ -38,9 +38,9 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test in a clean env
     raise missing_extra("langchain", exc) from exc
 
+from ..checks import check_run_id
 from ..errors import InvalidInputError
 from ..journal.base import Journal
-from ..keys import check_run_id
 from ..tools import Tool, check_tools
 from ._agent import AgentJournal, HistoryCall, Outcome, Slot, slot_of
 

@@ -1,8 +1,8 @@
 """The journal's statements, compiled once by SQLAlchemy and run straight on the database driver.
 
-Why: a ``Connection.execute`` costs about 100 µs of Python (execution context, result objects,
-events) and a pool pre-ping costs a round trip: together several times SQLite's whole commit, and
-half of PostgreSQL's, on every step of every unwind. The journal's statements are fixed, so
+Why: a ``Connection.execute`` costs its Python (execution context, result objects, events) and a
+pool pre-ping a round trip: together more than SQLite's whole commit, on every step of every
+unwind. The journal's statements are fixed, so
 SQLAlchemy still writes each one (once per dialect, from the Core tables in ``schema.py``), and
 this module only executes the result on a pooled DBAPI connection.
 

@@ -81,7 +81,7 @@ class UnwindStatements(StatementsBase):
             .limit(2)
             .subquery("latest")
         )
-        # All a step task reads, in one round trip (issue 16): the unwind with its two latest entries
+        # All a step task reads, in one round trip: the unwind with its two latest entries
         # (a row each), each row with the step's tool record (columns prefixed ``record_``) and its
         # claim (prefixed ``claim_``), both by primary key; no unwind, no rows.
         step_record = records.outerjoin(
