@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import faults
+from . import faults, tracing
 from .errors import SideEffectRetryBlockedError
 from .journal.base import Journal
 from .journal.records import NewRecord, RecordStatus, SharedAction, SharedStatus, ToolRecord
@@ -27,6 +27,7 @@ class SharedCalls:
     run_id: str
     journal: Journal
     tools: Mapping[str, Tool]
+    trace: Any  # the run's span (tracing.py)
 
     def _cross(
         self,
@@ -135,6 +136,15 @@ class SharedCalls:
         return self._execute_shared(step, tool, mirror, again)
 
     def _execute_shared(self, step: int, tool: Tool, mirror: ToolRecord, action: SharedAction) -> RunEvent:
+        # Its span is not journaled: no unwind undoes a shared execution, so nothing links to it.
+        with tracing.execute(self.trace, mirror, action.key) as span:
+            event = self._execute_shared_traced(step, tool, mirror, action)
+            span.outcome(event)
+            return event
+
+    def _execute_shared_traced(
+        self, step: int, tool: Tool, mirror: ToolRecord, action: SharedAction
+    ) -> RunEvent:
         opts = CallOptions(action.key, mirror.tool_call_id, self.run_id)
         try:
             output = call_hook(tool.execute, action.input, opts)

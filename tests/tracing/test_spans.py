@@ -222,3 +222,16 @@ def test_a_resumed_run_links_to_the_span_that_started_it(journal: Journal, spans
 
 def _by_name(spans: list[Seen]) -> dict[str, Seen]:
     return {s.name: s for s in spans}
+
+
+def test_a_cross_run_call_has_its_execute_span_once_and_the_run_sharing_it_none(
+    journal: Journal, spans: Spans, run_id: str
+) -> None:
+    quote = {"quote": Tool(lambda i, o: {"price": 7}, idempotency="cross-run", window_s=60)}
+    for run in (run_id, f"{run_id}-b"):
+        run_durable(run, journal=journal, tools=quote, planner=scripted(ToolCall("quote", {"sku": 1})))
+    (execute,) = spans.named("execute_tool quote")
+    assert execute.attributes["saga.run.id"] == run_id
+    assert execute.attributes["saga.call.key"].startswith("quote:")
+    assert execute.attributes["saga.call.outcome"] == "executed"
+    assert len(spans.named("saga.run")) == 2
