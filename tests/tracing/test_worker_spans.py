@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from celery import chain
 
 from saga_worker import ToolCall, run_durable, scripted
 from saga_worker.celery import COMPENSATE_RUN
@@ -132,3 +133,49 @@ def test_an_unwind_on_a_worker_has_step_spans_under_celerys_task_spans_linked_to
     # The coordinator's unwind span sits under Celery's span of saga.compensate_run.
     coordinator = by_id[unwind.parent_id] if unwind.parent_id is not None else None
     assert coordinator is not None and coordinator.name == "run/saga.compensate_run"
+
+
+def test_forward_tasks_on_a_worker_build_one_run_whose_later_blocks_link_to_its_first_span(
+    setup: Setup, worker_spans: Path, run_id: str
+) -> None:
+    client = setup.client()
+    try:
+        steps = [
+            client.signature(f"traced.{name}", args=(run_id, {"n": i}), immutable=True)
+            for i, name in enumerate(("charge", "reserve", "notify"))
+        ]
+        chain(*steps).apply_async().get(timeout=60)
+        report = client.tasks[COMPENSATE_RUN].delay(run_id).get(timeout=60)
+    finally:
+        client.close()
+    assert [(e["tool_name"], e["status"]) for e in report["entries"]] == [
+        ("notify", "compensated"),
+        ("reserve", "compensated"),
+        ("charge", "compensated"),
+    ]
+
+    def mine() -> list[Seen]:
+        return [s for s in read_dir(worker_spans) if s.attributes.get("saga.run.id") == run_id]
+
+    def exported() -> bool:
+        seen = read_dir(worker_spans)
+        ids = {s.span_id for s in seen}
+        ours = [s for s in seen if s.attributes.get("saga.run.id") == run_id]
+        return any(s.name == "saga.unwind.report" for s in ours) and all(s.parent_id in ids for s in ours)
+
+    wait_for(exported, 30, "the run's and the unwind's spans and their parents")
+    by_id = {s.span_id: s for s in read_dir(worker_spans)}
+    ours = mine()
+    blocks = sorted((s for s in ours if s.name == "saga.run"), key=lambda s: s.start)
+    assert [s.attributes["saga.run.entry"] for s in blocks] == ["saga", "saga", "saga"]
+    first = blocks[0]
+    assert first.links == []
+    for later in blocks[1:]:  # each later forward task links into the run's first span
+        assert later.links == [(*first.ids, {"saga.link.type": "continues"})]
+    for block, name in zip(blocks, ("charge", "reserve", "notify"), strict=True):
+        assert by_id[block.parent_id].name == f"run/traced.{name}"  # Celery's task span, the parent
+    executes = {s.attributes["gen_ai.tool.name"]: s for s in ours if s.name.startswith("execute_tool ")}
+    assert {n: by_id[s.parent_id].name for n, s in executes.items()} == {n: "saga.run" for n in executes}
+    steps_seen = {s.attributes["gen_ai.tool.name"]: s for s in ours if s.name.startswith("saga.compensate ")}
+    for name, step in steps_seen.items():  # the undo, linked to its effect, both on the worker
+        assert [link[:2] for link in step.links] == [executes[name].ids], name

@@ -1,7 +1,8 @@
 """saga-worker's Celery app as a traced app runs it (``celery -A tests.tracing.traced_app:app worker``):
 each pool child gets the SDK, exporting every span into its own file under ``SAGA_TEST_SPANS``, and
 Celery's own instrumentation (opentelemetry-instrumentation-celery), whose task spans are the parents
-of saga-worker's on the worker."""
+of saga-worker's on the worker. Its forward tasks (``traced.charge`` …) record the order's calls into
+one run with ``record_call``, one call per task."""
 
 from __future__ import annotations
 
@@ -10,9 +11,20 @@ from typing import Any
 
 from celery.signals import worker_process_init
 
-from saga_worker.celery import make_app
+from saga_worker.celery import make_app, record_call
 
 app = make_app(main="saga-traced")
+
+
+def _forward(name: str, last: bool = False) -> None:
+    @app.task(name=f"traced.{name}", shared=False)
+    def step(run_id: str, input: Any) -> Any:
+        return record_call(run_id, name, input, id=name, finish=last)
+
+
+_forward("charge")
+_forward("reserve")
+_forward("notify", last=True)
 
 
 def _trace(**_: Any) -> None:
