@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
@@ -40,6 +41,20 @@ CLAIM_TAKEOVERS = Counter(
 )
 SWEEPER_REDRIVES = Counter("saga_sweeper_redrives", "Unwinds the beat sweeper re-drove.")
 SWEEPER_FLAGGED = Counter("saga_sweeper_flagged", "Runs the sweeper gave up on and flagged for a person.")
+
+
+_children: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+
+def labelled(metric: Any, *values: str) -> Any:
+    """``metric.labels(*values)``, kept: ``labels`` checks and joins its values on every call (~3 µs,
+    twice per compensated step), and the child it returns is the same object each time. Children are
+    fork-safe (in multiprocess mode their values notice a new pid and switch files)."""
+    key = (id(metric), values)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*values)
+    return child
 
 
 def multiprocess_dir() -> str | None:

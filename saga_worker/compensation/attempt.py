@@ -248,7 +248,7 @@ class StepAttempt:
                 return None
         entry = self._decide()
         if not u.dry_run:
-            metrics.STEPS.labels(entry.status.value).inc()
+            metrics.labelled(metrics.STEPS, entry.status.value).inc()
         return entry if twins is None else self._as_twins_see_it(entry, twins)
 
     @property
@@ -439,19 +439,19 @@ class StepAttempt:
                     faults.point("before_hook", key)
                     pending = self._call(tool.compensate, (record.input, output, opts), timeout)
                     if pending is not None:
-                        metrics.HOOK_SECONDS.labels(record.tool_name, "timed-out").observe(
+                        metrics.labelled(metrics.HOOK_SECONDS, record.tool_name, "timed-out").observe(
                             time.perf_counter() - started
                         )
                         handed_over = True
                         pending.when_done(lambda call: self._late_outcome(call, stop_renewing))
                         return self._entry(S.FAILED, _timed_out(timeout, pending, attempt, policy.attempts))
-                    metrics.HOOK_SECONDS.labels(record.tool_name, "returned").observe(
+                    metrics.labelled(metrics.HOOK_SECONDS, record.tool_name, "returned").observe(
                         time.perf_counter() - started
                     )
                     faults.point("after_hook", key)
                     break
                 except Exception as exc:
-                    metrics.HOOK_SECONDS.labels(record.tool_name, "raised").observe(
+                    metrics.labelled(metrics.HOOK_SECONDS, record.tool_name, "raised").observe(
                         time.perf_counter() - started
                     )
                     error = exception_text(exc)  # storable: the claim must be released, whatever the text
