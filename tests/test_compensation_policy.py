@@ -329,3 +329,13 @@ def test_a_workers_soft_time_limit_raised_in_the_hook_is_not_retried_and_release
     assert len(reserve_calls(ledger, run_id)) == 1
     claim = journal.get_claim(run_id, RESERVE)
     assert claim is not None and claim.status is ClaimStatus.FAILED  # the hook unwound: it cannot land
+
+
+def test_a_step_with_a_timeout_gets_celery_time_limits_covering_every_attempt_and_backoff() -> None:
+    from saga_worker.executor import step_budget
+
+    tool = Tool(noop, noop, compensate_timeout=2.0, compensate_retry=RetryPolicy(3, initial_interval=1.0))
+    # 3 calls of 2 s, waits of 1 s and 2 s, two claim TTLs (a dead twin's lease) and 10 s of journal work
+    assert step_budget(tool, 5.0) == 3 * 2.0 + 1.0 + 2.0 + 2 * 5.0 + 10.0
+    assert step_budget(Tool(noop, noop, compensate_retry=RetryPolicy(3)), 5.0) is None  # no limit, as ever
+    assert step_budget(Tool(noop, noop), 5.0) is None

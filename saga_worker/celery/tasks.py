@@ -217,6 +217,10 @@ def _continue(task: Task[Any, Any], nxt: executor.Next) -> Any:
     if isinstance(nxt, executor.Step):
         step = task.app.tasks[COMPENSATE_STEP]
         sig = step.si(nxt.run_id, nxt.unwind_id, nxt.suffix, nxt.dry_run)
+        ctx = executor.current()  # a tool's compensation timeout bounds its step task too
+        limits = executor.time_limits(ctx.journal, ctx.tools_if_configured, nxt, ctx.settings.claim_ttl)
+        if limits is not None:
+            sig.set(soft_time_limit=limits[0], time_limit=limits[1])
         if not plain:
             return task.replace(sig)  # under this very task id: Flower shows the steps as one row
         # The next step under its own task id, then this task ends without storing a result (the
@@ -366,7 +370,10 @@ def compensate_step(
     if nxt is None:
         raise Ignore()  # a live duplicate of this delivery carries the chain on; store no result
     faults.point("before_ack", f"{run_id}:comp:{suffix}")
-    return _continue(self, nxt)
+    try:
+        return _continue(self, nxt)
+    finally:  # the report is out; a hook that timed out may still land: hold it to the hard limit
+        executor.hold_for_timed_out_hooks(self.request)
 
 
 def finalize_unwind(self: Task[Any, Any], run_id: str, unwind_id: str) -> dict[str, Any]:

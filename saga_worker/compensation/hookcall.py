@@ -15,6 +15,10 @@ from typing import Any
 
 from ..tools import Hook, call_hook
 
+# Hook calls whose caller stopped waiting (timed out) and that still run, in this process.
+_abandoned: set[HookCall] = set()
+_abandoned_changed = threading.Condition()
+
 
 class HookCall:
     """One hook call on a daemon thread (a hung hook must not keep its process from exiting)."""
@@ -43,6 +47,9 @@ class HookCall:
             on_end, self._on_end = self._on_end, None
         if on_end is not None:
             on_end(self)
+        with _abandoned_changed:
+            _abandoned.discard(self)
+            _abandoned_changed.notify_all()
 
     def wait(self, timeout: float) -> bool:
         """Has the hook ended within ``timeout`` seconds? An exception raised into the waiting thread
@@ -63,13 +70,39 @@ class HookCall:
         return self.value
 
     def when_done(self, callback: Callable[[HookCall], None]) -> None:
-        """Call ``callback(self)`` once the hook has ended: on the hook's thread, or here if it already has."""
+        """Call ``callback(self)`` once the hook has ended: on the hook's thread, or here if it already
+        has. The caller stops waiting: until then the call counts as abandoned (``wait_for_abandoned``)."""
         with self._lock:
             if not self._done.is_set():
                 self._on_end = callback
+                with _abandoned_changed:
+                    _abandoned.add(self)
                 return
         callback(self)
 
     @property
     def running(self) -> bool:
         return not self._done.is_set()
+
+
+def abandoned() -> int:
+    """How many timed-out hook calls still run in this process."""
+    with _abandoned_changed:
+        return len(_abandoned)
+
+
+def wait_for_abandoned() -> None:
+    """Block until every timed-out hook call of this process has ended (their outcomes written).
+
+    For a Celery step task in a prefork child whose message carries a hard time limit: the pool kills
+    the child at that limit, and with it any hook that never returns, so it can no longer land. An
+    exception raised into this thread meanwhile (the soft limit) is ignored: the hook it was meant for
+    runs on another thread, and only the hard limit can stop it."""
+    while True:
+        try:
+            with _abandoned_changed:
+                if not _abandoned:
+                    return
+                _abandoned_changed.wait(1.0)
+        except Exception:  # SoftTimeLimitExceeded: wait on, for the hook or the hard limit
+            continue

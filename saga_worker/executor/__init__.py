@@ -20,6 +20,7 @@ from .context import (
     reset,
     tools_source,
 )
+from .limits import hold_for_timed_out_hooks, step_budget, time_limits
 from .sweeper import SweepOutcome, backoff_delay, sweep
 from .unwind import Finalize, Next, Step, finalize_unwind, run_step, start_unwind, step_owner
 
@@ -35,12 +36,15 @@ __all__ = [
     "configured_settings",
     "current",
     "finalize_unwind",
+    "hold_for_timed_out_hooks",
     "load_tools",
     "log_tools",
     "reset",
     "run_step",
     "start_unwind",
+    "step_budget",
     "step_owner",
     "sweep",
+    "time_limits",
     "tools_source",
 ]

@@ -3,6 +3,7 @@ locks, a PostgreSQL journal. The step task applies the same policy as the in-pro
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 
@@ -52,7 +53,7 @@ def test_a_hook_that_fails_once_on_a_worker_is_retried_after_the_backoff_with_th
     reserve = report["entries"][1]
     assert reserve["attempts"] == 2 and reserve["error"] is None
     key = compensate_key(run_id, "call-2")
-    starts = [c for c in ledger.calls() if c.what == "start:reserve"]
+    starts = [c for c in ledger.calls() if c.what == "start:reserve" and c.key.startswith(run_id)]
     assert [c.key for c in starts] == [key, key]
     assert starts[1].at - starts[0].at >= 0.5  # the policy's initial interval
     assert ledger.effect_counts("compensate")[key] == 1
@@ -80,7 +81,9 @@ def test_a_hanging_hook_on_a_worker_times_out_reads_failed_and_its_claim_is_held
     again = unwind(client, run_id)
     assert statuses(again) == ["already-compensated", "busy", "not-attempted"]
     key = compensate_key(run_id, "call-2")
-    assert [c.key for c in ledger.calls() if c.what == "entered:reserve"] == [key]
+    assert [c.key for c in ledger.calls() if c.what == "entered:reserve" and c.key.startswith(run_id)] == [
+        key
+    ]
 
     running.control_file(run_id, "release", "reserve")  # the hook returns: it undid the step after all
     wait_for(
@@ -93,3 +96,47 @@ def test_a_hanging_hook_on_a_worker_times_out_reads_failed_and_its_claim_is_held
     assert statuses(final) == ["already-compensated", "already-compensated", "compensated"]
     ours = {k: n for k, n in ledger.effect_counts("compensate").items() if k.startswith(f"{run_id}:")}
     assert ours == {compensate_key(run_id, s): 1 for s in ("call-1", "call-2", "call-3")}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_a_hook_that_never_returns_on_a_worker_is_ended_by_the_step_tasks_hard_time_limit_then_redriven(
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
+    client, journal, ledger = parts
+    place_order(journal, ledger, run_id)
+    block = running.control_file(run_id, "block", "reserve")
+
+    report = unwind(client, run_id)  # the caller has its report while the hook still runs
+
+    assert statuses(report) == ["compensated", "failed", "not-attempted"]
+    assert report["entries"][1]["error"].startswith("compensate hook timed out")
+    key = compensate_key(run_id, "call-2")
+    [entered] = [c for c in ledger.calls() if c.what == "entered:reserve" and c.key == key]
+    held = journal.get_claim(run_id, "call-2")
+    assert held is not None and held.status is ClaimStatus.CLAIMED
+    block.unlink()  # from now on the hook returns at once; the hung call never will
+
+    # The step task waits for its hook; at the hard time limit of its message the pool kills the child,
+    # and the hook with it. Until then the child renews the claim: nobody else may call the hook.
+    wait_for(lambda: not alive(entered.pid), 90, "the hard time limit to end the hook's pool child")
+    claim = journal.get_claim(run_id, "call-2")
+    assert claim is not None and claim.status is ClaimStatus.CLAIMED and claim.owner == held.owner
+    wait_for(lambda: journal.now() > claim.lease_expires_at, 30, "the dead child's lease to lapse")
+
+    final = unwind(client, run_id)
+    assert statuses(final) == ["already-compensated", "compensated", "compensated"]
+    assert final["entries"][1]["attempts"] == 2
+    ours = [c for c in ledger.calls() if c.key == key]
+    assert [c.what for c in ours if c.what != "compensate:reserve"] == [
+        "start:reserve",  # the call the hard limit ended
+        "entered:reserve",
+        "start:reserve",  # the re-driven call, same key
+    ]
+    assert ledger.effect_counts("compensate")[key] == 1
