@@ -339,3 +339,37 @@ def test_a_step_with_a_timeout_gets_celery_time_limits_covering_every_attempt_an
     assert step_budget(tool, 5.0) == 3 * 2.0 + 1.0 + 2.0 + 2 * 5.0 + 10.0
     assert step_budget(Tool(noop, noop, compensate_retry=RetryPolicy(3)), 5.0) is None  # no limit, as ever
     assert step_budget(Tool(noop, noop), 5.0) is None
+
+
+def test_ctrl_c_while_waiting_for_a_hook_is_raised_and_the_hook_keeps_its_claim(
+    journal: Journal, run_id: str, stack: ExitStack
+) -> None:
+    from saga_worker.compensation import hookcall
+
+    ledger = stack.enter_context(open_ledger(journal.url))
+    recorded(journal, run_id, ledger)
+    release = threading.Event()
+    stack.callback(release.set)
+
+    def hangs(name: str, input: Any, output: Any, opts: CallOptions) -> None:
+        if name == "notify":  # the first step of the unwind
+            release.wait(60)
+
+    real_wait = hookcall.HookCall.wait
+
+    def interrupted_wait(self: hookcall.HookCall, timeout: float) -> bool:
+        self.interrupted = KeyboardInterrupt()  # as if Ctrl-C landed in the waiting thread
+        return False
+
+    hookcall.HookCall.wait = interrupted_wait  # type: ignore[method-assign]
+    stack.callback(setattr, hookcall.HookCall, "wait", real_wait)
+    tools = order_tools(ledger, before_compensate=hangs, compensate_timeout=30.0)
+    with pytest.raises(KeyboardInterrupt):
+        compensate_run(run_id, journal=journal, tools=tools)
+    held = journal.get_claim(run_id, "call-3")
+    assert held is not None and held.status is ClaimStatus.CLAIMED  # the hook may still land
+    release.set()
+    wait_until(
+        lambda: journal.get_claim(run_id, "call-3").status is ClaimStatus.COMPENSATED,  # type: ignore[union-attr]
+        "the hook's outcome",
+    )

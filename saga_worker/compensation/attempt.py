@@ -444,6 +444,8 @@ class StepAttempt:
                         )
                         handed_over = True
                         pending.when_done(lambda call: self._late_outcome(call, stop_renewing))
+                        if pending.interrupted is not None and not isinstance(pending.interrupted, Exception):
+                            raise pending.interrupted  # Ctrl-C, SystemExit: the claim stays with the hook
                         return self._entry(S.FAILED, _timed_out(timeout, pending, attempt, policy.attempts))
                     metrics.labelled(metrics.HOOK_SECONDS, record.tool_name, "returned").observe(
                         time.perf_counter() - started
