@@ -220,7 +220,7 @@ def _continue(task: Task[Any, Any], nxt: executor.Next) -> Any:
         ctx = executor.current()  # a tool's compensation timeout bounds its step task too
         limits = executor.time_limits(ctx.journal, ctx.tools_if_configured, nxt, ctx.settings.claim_ttl)
         if limits is not None:
-            sig.set(soft_time_limit=limits[0], time_limit=limits[1])
+            sig.options.update(soft_time_limit=limits[0], time_limit=limits[1])  # apply_async options
         if not plain:
             return task.replace(sig)  # under this very task id: Flower shows the steps as one row
         # The next step under its own task id, then this task ends without storing a result (the
