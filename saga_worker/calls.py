@@ -15,7 +15,7 @@ from . import faults, tracing, transactions
 from .calls_shared import SharedCalls
 from .compensation.engine import new_owner
 from .compensation.leases import keeper
-from .errors import SideEffectRetryBlockedError, UnknownToolError
+from .errors import InvalidInputError, SideEffectRetryBlockedError, UnknownToolError
 from .journal.base import Journal
 from .journal.records import NO_EFFECT_OUTPUT, NewRecord, RecordStatus, SharedStatus, ToolRecord
 from .keys import execute_key, json_problem, record_suffix
@@ -129,6 +129,8 @@ class CallSettler(SharedCalls):
             suspended = self.journal.claim_record(self.run_id, new, gated=True)
             return None if suspended is None else self.event(step, suspended, "suspended")
         new = NewRecord(suffix, step, call_id, tool_name, tool.idempotency, input, self.run_id)
+        if tool.in_transaction:
+            return self._execute_in_transaction(step, tool, new)
         faults.point("before_gate", execute_key(self.run_id, tool.idempotency, tool_name, call_id, input))
         claimed = self.journal.claim_record(
             self.run_id,
@@ -196,6 +198,20 @@ class CallSettler(SharedCalls):
 
     def _recover_or_retry(self, step: int, tool: Tool, record: ToolRecord) -> RunEvent | None:
         """A failed or running record: the side effect may or may not have happened (docs/reference/tools-and-runs.md)."""
+        if tool.in_transaction and record.had_no_effect and record.status is RecordStatus.FAILED:
+            # Its last attempt rolled back with its record: executed again, in a transaction again.
+            again = NewRecord(
+                record.suffix,
+                record.step,
+                record.tool_call_id,
+                record.tool_name,
+                record.mode,
+                record.input,
+                record.origin_run_id,
+            )
+            return self._execute_in_transaction(
+                step, tool, again, expected=record.status, attempts=record.attempts
+            )
         # A record whose tool said nothing happened (NoEffect) needs no probe: it is executed again.
         if record.had_no_effect:
             pass
@@ -228,6 +244,69 @@ class CallSettler(SharedCalls):
             attempts=record.attempts,
         )
         return None if reclaimed is None else self._execute(step, tool, reclaimed)
+
+    def _execute_in_transaction(
+        self,
+        step: int,
+        tool: Tool,
+        new: NewRecord,
+        *,
+        expected: RecordStatus | None = None,
+        attempts: int | None = None,
+    ) -> RunEvent | None:
+        """A Tool(in_transaction=True): its effect, written by execute on ``opts.connection``, and its
+        record commit in one transaction of the journal's database (as DBOS's ``@transaction`` steps
+        do): both, or neither. A failure rolls both back, and is then journaled as a failure with no
+        effect (NoEffect's mark), so a resume executes the call again, in a transaction again."""
+        key = execute_key(self.run_id, tool.idempotency, new.tool_name, new.tool_call_id, new.input)
+        failures: list[BaseException] = []
+
+        def effect(connection: Any) -> Any:
+            opts = CallOptions(key, new.tool_call_id, self.run_id, connection=connection)
+            try:
+                output = call_hook(tool.execute, new.input, opts)
+                problem = json_problem(output)
+                if problem is not None:
+                    raise InvalidInputError(
+                        f"tool {new.tool_name!r}: the output of execute (a {type(output).__name__}) cannot "
+                        f"be journaled: {problem}"
+                    )
+            except Exception as exc:
+                failures.append(exc)
+                raise
+            return output
+
+        try:
+            record = self.journal.record_in_transaction(
+                self.run_id, new, effect, expected=expected, attempts=attempts
+            )
+        except Exception as exc:
+            failed_here = failures and (exc is failures[0] or exc.__cause__ is failures[0])
+            if not failed_here:
+                raise  # the tombstone gate, an ended run, the database: not the tool's outcome
+            return self._failed_in_transaction(step, new, failures[0], expected, attempts)
+        return None if record is None else self.event(step, record, "executed", output=record.output)
+
+    def _failed_in_transaction(
+        self,
+        step: int,
+        new: NewRecord,
+        exc: BaseException,
+        expected: RecordStatus | None,
+        attempts: int | None,
+    ) -> RunEvent | None:
+        owner = new_owner()
+        if expected is None:
+            claimed = self.journal.claim_record(self.run_id, new, gated=True, owner=owner, ttl=self.ttl)
+        else:
+            claimed = self.journal.reclaim_record(
+                self.run_id, new.suffix, expected, gated=True, owner=owner, ttl=self.ttl, attempts=attempts
+            )
+        if claimed is None:
+            return None
+        error = exception_text(exc)
+        failed = self._complete(step, claimed, owner, RecordStatus.FAILED, NO_EFFECT_OUTPUT, error)
+        return failed if isinstance(failed, RunEvent) else self.event(step, failed, "failed", error=error)
 
     def _complete(
         self,

@@ -24,6 +24,9 @@ class CallOptions:
     idempotency_key: str
     tool_call_id: str
     run_id: str
+    # For a Tool(in_transaction=True) execute: the DBAPI connection of the journal's transaction, in
+    # which the hook writes its effect (and must not commit). None for every other hook.
+    connection: Any = None
 
 
 @dataclass(frozen=True)
@@ -135,6 +138,7 @@ class Tool:
         "window_s",
         "compensate_timeout",
         "compensate_retry",
+        "in_transaction",
     )
 
     def __init__(
@@ -152,6 +156,7 @@ class Tool:
         window_s: float | None = None,
         compensate_timeout: float | None = None,
         compensate_retry: RetryPolicy | None = None,
+        in_transaction: bool = False,
     ) -> None:
         if not callable(execute):
             raise InvalidInputError(f"Tool(execute=...) must be callable, got {type(execute).__name__}")
@@ -184,6 +189,14 @@ class Tool:
                 )
         elif window_s is not None:
             raise InvalidInputError("Tool(window_s=...) only applies to idempotency='cross-run'")
+        if in_transaction and (idempotency == "cross-run" or not side_effect):
+            raise InvalidInputError(
+                "Tool(in_transaction=True) is for a side-effecting call of its own run ('call' or 'args' "
+                "idempotency): its effect is written in the transaction that records it"
+            )
+        # The effect is a write to the journal's own database, made by execute on opts.connection in
+        # the very transaction that records the call: both commit, or neither (docs/guides/django.md).
+        self.in_transaction = bool(in_transaction)
         self.execute = execute
         self.compensate = compensate
         self.recover = recover

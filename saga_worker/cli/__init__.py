@@ -7,6 +7,7 @@ print is ``render.py``, how they start and stop Celery processes is ``processes.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import click
@@ -43,8 +44,10 @@ __all__ = ["embedded_worker", "fail", "main", "report_table", "steps_table", "st
 )
 def main(django_settings: str | None, log_format: str | None) -> None:
     """saga-worker: condemn a run first, then compensate its steps in reverse, and report every step."""
-    if django_settings or os.environ.get("DJANGO_SETTINGS_MODULE"):
-        # Before any command reads settings or loads tools: tools that import models need the apps.
+    # Before any command reads settings or loads tools: tools that import models need the apps. With
+    # only DJANGO_SETTINGS_MODULE (no flag), Django is set up where it is installed and ignored where
+    # it is not; --django-settings without Django is an error.
+    if django_settings or (os.environ.get("DJANGO_SETTINGS_MODULE") and importlib.util.find_spec("django")):
         from ..contrib import django as contrib_django
 
         contrib_django.setup(django_settings)

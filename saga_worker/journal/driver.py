@@ -79,6 +79,11 @@ class Tx:
         self._cursor = cursor
         self.statements_run = 0
 
+    @property
+    def connection(self) -> Any:
+        """The DBAPI connection this transaction is on (for an effect written in it)."""
+        return self._cursor.connection
+
     def execute(self, stmt: Prepared, params: Mapping[str, Any]) -> Any:
         self._cursor.execute(stmt.sql, stmt.bind(params))
         self.statements_run += 1

@@ -13,7 +13,7 @@ compare-and-set on the state they expect, so a retried or duplicated message can
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ..errors import MalformedRecordError
@@ -136,6 +136,24 @@ class RecordsPart(Clock, Protocol):
         claim is on stable storage when this returns (a side-effecting call that is not idempotent:
         after a power loss it must still read as interrupted, never as not started). ``owner`` and
         ``ttl`` start the execute lease (see ``renew_execution``)."""
+
+    @abc.abstractmethod
+    def record_in_transaction(
+        self,
+        run_id: str,
+        new: NewRecord,
+        effect: Callable[[Any], Any],
+        *,
+        expected: RecordStatus | None = None,
+        attempts: int | None = None,
+    ) -> ToolRecord | None:
+        """Claim, execute and settle a call in one transaction: the tombstone gate (refusing a
+        condemned or ended run as ``claim_record`` does), then ``effect(connection)`` (the DBAPI
+        connection of this transaction, or None for a journal that has none), then the record written
+        ``succeeded`` with what ``effect`` returned. If ``effect`` raises, nothing is written (its own
+        writes roll back too) and the exception propagates. Without ``expected`` the record is
+        inserted (None if one exists); with it, a record in that status (and with those ``attempts``)
+        is taken over (None if it moved on)."""
 
     @abc.abstractmethod
     def reclaim_record(

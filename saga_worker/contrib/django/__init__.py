@@ -47,16 +47,12 @@ def _django() -> Any:
 def enabled() -> bool:
     """Is this process a Django project with saga-worker's app installed? (Reads settings only:
     true before ``django.setup()`` too, as a Celery app module imported by the worker needs.)"""
-    if not os.environ.get("DJANGO_SETTINGS_MODULE"):
-        try:
-            from django.conf import settings
-        except ImportError:
-            return False
-        if not settings.configured:
-            return False
-    else:
-        _django()
+    try:
         from django.conf import settings
+    except ImportError:  # no Django here: a DJANGO_SETTINGS_MODULE left in the environment is not ours
+        return False
+    if not os.environ.get("DJANGO_SETTINGS_MODULE") and not settings.configured:
+        return False
     try:
         apps = list(settings.INSTALLED_APPS)
     except Exception:  # noqa: BLE001 - a settings module that does not import is Django's to report

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -75,6 +75,35 @@ class MemoryRecords(MemoryState):
             self._records[(run_id, new.suffix)] = record
             self._suffixes.setdefault(run_id, []).append(new.suffix)
             return record_out(record)
+
+    def record_in_transaction(
+        self,
+        run_id: str,
+        new: NewRecord,
+        effect: Callable[[Any], Any],
+        *,
+        expected: RecordStatus | None = None,
+        attempts: int | None = None,
+    ) -> ToolRecord | None:
+        with self._lock:  # reentrant: the claim, the effect and the outcome under one hold
+            before = self._records.get((run_id, new.suffix))
+            if expected is None:
+                claimed = self.claim_record(run_id, new, gated=True)
+            else:
+                claimed = self.reclaim_record(run_id, new.suffix, expected, gated=True, attempts=attempts)
+            if claimed is None:
+                return None
+            try:
+                output = effect(None)
+            except BaseException:
+                # Nothing happened: the record goes back to what it was (absent, or as expected).
+                if before is None:
+                    del self._records[(run_id, new.suffix)]
+                    self._suffixes[run_id].remove(new.suffix)
+                else:
+                    self._records[(run_id, new.suffix)] = before
+                raise
+            return self.complete_record(run_id, new.suffix, RecordStatus.SUCCEEDED, output=output)
 
     def reclaim_record(
         self,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import sqlalchemy as sa
@@ -213,6 +213,58 @@ class SqlRecords(SqlPlumbing):
         }
         stmt = self._q.record_reclaim if attempts is None else self._q.record_reclaim_seen
         return self._behind_tombstone_gate(run_id, gated, durable, stmt, params)
+
+    def record_in_transaction(
+        self,
+        run_id: str,
+        new: NewRecord,
+        effect: Callable[[Any], Any],
+        *,
+        expected: RecordStatus | None = None,
+        attempts: int | None = None,
+    ) -> ToolRecord | None:
+        q = self._q
+        claim = {
+            "holder": None,
+            "ttl": 0.0,
+            "run": run_id,
+            "step_suffix": new.suffix,
+            "at_step": new.step,
+            "call_id": new.tool_call_id,
+            "name": new.tool_name,
+            "call_mode": new.mode,
+            "call_input": _dump(new.input),
+            "origin": new.origin_run_id,
+            "rec_status": RecordStatus.RUNNING.value,
+            "first_attempts": 1,
+            "shared_ref": new.shared_id,
+            "expected": None if expected is None else expected.value,
+            "seen_attempts": attempts,
+            "now": time.time(),
+        }
+
+        def work(tx: driver.Tx) -> driver.Row:
+            seq = tombstone_gate(tx, q, run_id, True)
+            if expected is None:
+                claimed = tx.one(q.record_insert, {**claim, "at_seq": seq})
+            else:
+                stmt = q.record_reclaim if attempts is None else q.record_reclaim_seen
+                claimed = tx.one(stmt, claim)
+            if claimed is None:
+                raise Conflict
+            # The effect, on this transaction's connection: it commits with the record, or neither does.
+            output = effect(tx.connection)
+            settle = self._settle_params(
+                run_id, new.suffix, RecordStatus.RUNNING, RecordStatus.SUCCEEDED, output, None
+            )
+            row = tx.one(q.record_settle, {**settle, "exec_trace": None})
+            assert row is not None  # claimed in this very transaction
+            return row
+
+        try:
+            return record_row(self._write(work, atomic=True, durable=True))
+        except Conflict:
+            return None
 
     def _behind_tombstone_gate(
         self, run_id: str, gated: bool, durable: bool, stmt: driver.Prepared, params: dict[str, Any]
