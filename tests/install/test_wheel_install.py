@@ -92,14 +92,18 @@ def test_the_installed_wheel_has_no_dev_extras_and_no_checkout_on_its_path(
     site: Path, tmp_path: Path
 ) -> None:
     probe = (
-        "import importlib.util as u, json, saga_worker; "
+        "import importlib.util as u, json, saga_worker; from saga_worker import tracing; "
         "print(json.dumps({'file': saga_worker.__file__, "
         "'pytest': u.find_spec('pytest') is not None, 'tasks': u.find_spec('tasks') is not None, "
-        "'config': u.find_spec('config') is not None}))"
+        "'config': u.find_spec('config') is not None, "
+        "'otel': u.find_spec('opentelemetry') is not None, 'tracing': tracing.ENABLED}))"
     )
     got = json.loads(_run([str(site / "bin" / "python"), "-c", probe], cwd=tmp_path, env=_clean_env()))
     assert got["file"].startswith(str(site)) and not got["pytest"]
     assert not got["tasks"] and not got["config"]
+    # Without the otel extra the OpenTelemetry API is absent, and tracing is off (issue 27): the worker
+    # below unwinds with it absent.
+    assert not got["otel"] and got["tracing"] is False
 
 
 def test_a_worker_from_the_installed_wheel_unwinds_a_run_on_redis_and_postgresql(
