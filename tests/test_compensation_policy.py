@@ -28,7 +28,7 @@ from saga_worker import (
     scripted,
 )
 from saga_worker.errors import InvalidInputError
-from saga_worker.journal.records import ClaimStatus
+from saga_worker.journal.records import ClaimStatus, UnwindState
 from tests.ledger import Ledger, open_ledger, order_script, order_tools
 from tests.procs.unwind_child import result_of, spawn
 
@@ -239,11 +239,17 @@ def test_a_hanging_hook_times_out_reads_failed_and_keeps_its_step_claimed_until_
     assert still is not None and still.status is ClaimStatus.CLAIMED and still.owner == held.owner
     assert len(reserve_calls(ledger, run_id)) == 1
 
+    # The sweeper gave up on the step (it read busy every time) and flagged the run for a person.
+    journal.set_unwind_state(run_id, UnwindState.ATTENTION, note="call-2: busy")
     release.set()  # the hook ends after all: what it did is the step's outcome
     wait_until(
         lambda: journal.get_claim(run_id, RESERVE).status is not ClaimStatus.CLAIMED,  # type: ignore[union-attr]
         "the hook's late outcome",
     )
+    # ... and the unwind, halted at this step, is due again for the steps after it.
+    wait_until(lambda: journal.get_run(run_id).unwind_state is UnwindState.PENDING, "the unwind reopened")  # type: ignore[union-attr]
+    run = journal.get_run(run_id)
+    assert run is not None and run.unwind_next_at is not None and run.unwind_next_at <= journal.now()
     late = journal.get_claim(run_id, RESERVE)
     assert late is not None
     after = compensate_run(run_id, journal=journal, tools=order_tools(ledger), claim_ttl=ttl)

@@ -23,7 +23,14 @@ from typing import Any
 
 from .. import faults, metrics, tracing
 from ..journal.base import Journal
-from ..journal.records import ClaimStatus, CompensationClaim, GateDecision, RecordStatus, ToolRecord
+from ..journal.records import (
+    ClaimStatus,
+    CompensationClaim,
+    GateDecision,
+    RecordStatus,
+    ToolRecord,
+    UnwindState,
+)
 from ..keys import compensate_key, execute_key
 from ..locks.base import StepLock
 from ..storable import exception_text
@@ -520,8 +527,19 @@ class StepAttempt:
         this attempt still owns the claim), then stop renewing. From now on it can no longer land."""
         status = ClaimStatus.COMPENSATED if call.error is None else ClaimStatus.FAILED
         error = None if call.error is None else f"after its timeout: {exception_text(call.error)}"
+        journal = self.unwinding.journal
         try:
-            written = self.unwinding.journal.finish_claim(*self._where, self.owner, status, error)
+            written = journal.finish_claim(*self._where, self.owner, status, error)
+            if written:
+                # The unwind halted at this step: the steps after it still wait, and a sweeper that gave
+                # up on a step that read busy must come back now (as an execute outcome landing late does).
+                ended = "returned" if call.error is None else "raised"
+                journal.set_unwind_state(
+                    self.unwinding.run_id,
+                    UnwindState.PENDING,
+                    note=f"{self.record.suffix}: its compensate hook {ended} after its timeout",
+                    next_at=journal.now(),
+                )
             log.warning(
                 "compensate hook of step %s ended after its timeout (%s); outcome %s",
                 self.key,
