@@ -203,11 +203,8 @@ class SqlUnwinds(SqlPlumbing):
         via: str = "worker",
         run_epoch: int | None = None,
     ) -> UnwindInfo:
-        q = self._q
         params = self._unwind_params(unwind_id, run_id, dry_run, suffixes, actor, reason, via, run_epoch)
-        row = self._write(lambda tx: tx.one(q.unwind_insert, params) or tx.one(q.unwind_get, params))
-        assert row is not None
-        return unwind_row(row)
+        return self._store_unwind(params, None)
 
     def record_unwind(
         self,
@@ -223,33 +220,36 @@ class SqlUnwinds(SqlPlumbing):
         hold_grace: float | None = None,
         hold_note: str = "",
     ) -> UnwindInfo:
-        if hold_grace is None:
-            return self.insert_unwind(
-                unwind_id,
-                run_id,
-                dry_run=dry_run,
-                suffixes=suffixes,
-                actor=actor,
-                reason=reason,
-                via=via,
-                run_epoch=run_epoch,
-            )
-        q = self._q
         params = self._unwind_params(unwind_id, run_id, dry_run, suffixes, actor, reason, via, run_epoch)
-        hold = {
-            "run": run_id,
-            "grace": float(hold_grace),
-            "note": storable_or_none(hold_note),
-            "now": time.time(),
-        }
+        hold = (
+            None
+            if hold_grace is None
+            else {
+                "run": run_id,
+                "grace": float(hold_grace),
+                "note": storable_or_none(hold_note),
+                "now": time.time(),
+            }
+        )
+        return self._store_unwind(params, hold)
 
-        def record_and_hold(tx: driver.Tx) -> driver.Row | None:
+    def _store_unwind(self, params: dict[str, Any], hold: dict[str, Any] | None) -> UnwindInfo:
+        """Insert the unwind if absent and read the stored one; with ``hold``, hold the sweep in the same
+        transaction if the stored unwind is this run's and not a dry run (one commit, not two)."""
+        q = self._q
+
+        def work(tx: driver.Tx) -> driver.Row | None:
             stored = tx.one(q.unwind_insert, params) or tx.one(q.unwind_get, params)
-            if stored is not None and stored["run_id"] == run_id and not stored["dry_run"]:
+            if (
+                hold is not None
+                and stored is not None
+                and stored["run_id"] == params["run"]
+                and not stored["dry_run"]
+            ):
                 tx.execute(q.hold_sweep, hold)
             return stored
 
-        row = self._write(record_and_hold, atomic=True)
+        row = self._write(work, atomic=hold is not None)
         assert row is not None
         return unwind_row(row)
 
