@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The demo needs the package alone (no dev extras: no agent frameworks, no browser, no docs tools).
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: screenshots install demo test test-core test-fast lint typecheck docs dist bench bench-peers soak clean services browser
+.PHONY: screenshots install demo test test-core test-fast lint typecheck typecheck-tests docs dist bench bench-peers soak clean services browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -68,6 +68,11 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+
+# The tests under mypy --strict too: not yet clean (122 errors in 40 files when it was added), so not
+# part of `make test`; run it to drive the count down, then add tests to [tool.mypy] packages.
+typecheck-tests: $(STAMP)
+	$(BIN)/mypy --strict tests
 
 # The release: sdist and wheel into dist/, checked (metadata, README rendering) by twine.
 dist: $(STAMP)
