@@ -1,9 +1,11 @@
 """One SDK tracer provider for the test process (OpenTelemetry allows one global provider per
-process), exporting into an ``InMemorySpanExporter`` that each test starts empty."""
+process), exporting into an ``InMemorySpanExporter`` that each test starts empty. It samples only
+while a test of this folder runs: the rest of the session (in any order) records nothing."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from opentelemetry import trace
@@ -11,17 +13,44 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
 from .spans import Seen, of
 
 _EXPORTER = InMemorySpanExporter()
 
 
+class _WhileTesting(Sampler):
+    """Record and sample while a tracing test runs; drop every span at any other time."""
+
+    active = False
+
+    def should_sample(
+        self,
+        parent_context: Any,
+        trace_id: int,
+        name: str,
+        kind: Any = None,
+        attributes: Any = None,
+        links: Any = None,
+        trace_state: Any = None,
+    ) -> SamplingResult:
+        if not self.active:
+            return SamplingResult(Decision.DROP)
+        return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes)
+
+    def get_description(self) -> str:
+        return "while a tests/tracing test runs"
+
+
+_SAMPLER = _WhileTesting()
+
+
 def _install() -> None:
     current = trace.get_tracer_provider()
     if isinstance(current, TracerProvider):
         return
-    provider = TracerProvider(resource=Resource.create({"service.name": "saga-tests"}))
+    provider = TracerProvider(resource=Resource.create({"service.name": "saga-tests"}), sampler=_SAMPLER)
     provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
     trace.set_tracer_provider(provider)
 
@@ -49,5 +78,9 @@ class Spans:
 def spans() -> Iterator[Spans]:
     _install()
     _EXPORTER.clear()
-    yield Spans(_EXPORTER)
-    _EXPORTER.clear()
+    _SAMPLER.active = True
+    try:
+        yield Spans(_EXPORTER)
+    finally:
+        _SAMPLER.active = False
+        _EXPORTER.clear()
