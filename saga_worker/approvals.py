@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .checks import check_actor, check_reason, check_run_id, check_via
+from .audit import check_via
+from .checks import check_actor, check_reason, check_run_id
 from .errors import ApprovalError, CompensatedRunError, UnknownRunError
 from .journal.parts import AuditPart, RecordsPart, RunsPart
 from .journal.records import (

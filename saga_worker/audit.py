@@ -13,14 +13,13 @@ from dataclasses import asdict
 from typing import Any
 
 from .checks import ACTOR_MAX as ACTOR_MAX  # the checks' home is checks.py; named here as before
-from .checks import NOT_IN_ACTOR, check_run_id
+from .checks import NOT_IN_ACTOR, check_choice, check_run_id
 from .checks import REASON_MAX as REASON_MAX
 from .checks import check_actor as check_actor
 from .checks import check_reason as check_reason
-from .checks import check_via as check_via
 from .errors import InvalidInputError
 from .journal.parts import AuditPart
-from .journal.records import AuditRecord
+from .journal.records import AuditRecord, AuditVia
 from .settings import get_settings
 
 
@@ -44,6 +43,11 @@ def _os_user() -> str:
         return getpass.getuser()
     except Exception:  # no user name in this environment (a container without a passwd entry)
         return "unknown"
+
+
+def check_via(via: object) -> AuditVia:
+    """Through what an action came (``AuditVia``): the check is ``checks.check_choice``'s."""
+    return check_choice(via, AuditVia, "via")
 
 
 def read_audit(journal: AuditPart, run_id: str) -> list[AuditRecord]:

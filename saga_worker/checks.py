@@ -9,14 +9,14 @@ nothing, for one it refuses; an error shows at most the start of a refused value
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from enum import Enum
+from typing import Any, TypeVar
 
 from .display import neutral
 from .errors import InvalidInputError
 from .storable import text_problem
 
-if TYPE_CHECKING:
-    from .journal.records import AuditVia
+E = TypeVar("E", bound=Enum)
 
 # ":" separates the parts of a key and "-" the parts of an args suffix; an id holding either part
 # separator in the wrong place would make two different calls share one key.
@@ -160,14 +160,13 @@ def check_reason(reason: object) -> str:
     return check_storable_text(reason, "reason")
 
 
-def check_via(via: object) -> AuditVia:
-    from .journal.records import AuditVia  # the journal's package is not imported for an id check
-
+def check_choice(value: object, kind: type[E], name: str) -> E:
+    """One of an enumeration's values (``via`` of the audit trail: ``audit.check_via``)."""
     try:
-        return AuditVia(via)
+        return kind(value)
     except ValueError:
-        known = ", ".join(v.value for v in AuditVia)
-        raise InvalidInputError(f"via must be one of {known}, got {via!r}") from None
+        known = ", ".join(str(v.value) for v in kind)
+        raise InvalidInputError(f"{name} must be one of {known}, got {value!r}") from None
 
 
 def check_storable_text(value: object, field: str, **detail: Any) -> str:

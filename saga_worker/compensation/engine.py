@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .. import metrics, tracing
-from ..audit import default_actor
-from ..checks import check_actor, check_dry_run, check_reason, check_run_id, check_via
+from ..audit import check_via, default_actor
+from ..checks import check_actor, check_dry_run, check_reason, check_run_id
 from ..errors import MalformedRecordError, SagaError
 from ..journal.base import Journal
 from ..journal.records import (

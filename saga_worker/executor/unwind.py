@@ -17,7 +17,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from .. import tracing
-from ..checks import check_run_id, check_unwind_id, check_via
+from ..audit import check_via
+from ..checks import check_run_id, check_unwind_id
 from ..compensation.attempt import StepAttempt, Twins, Unwinding
 from ..compensation.engine import (
     UNWOUND,
