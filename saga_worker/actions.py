@@ -160,8 +160,9 @@ def decide(
 ) -> Any:
     """Approve or deny a suspended call (``target`` its tool call id) or an approval-gated
     compensation (``target`` the step's suffix). Deciding again as before is a no-op; the library
-    raises CompensatedRunError for a condemned run's call and ApprovalError for a decision that
-    cannot apply (no such call or step, or decided the other way)."""
+    raises CompensatedRunError for a condemned run's call, RunEndedError for an undecided call of a
+    run that has ended, and ApprovalError for a decision that cannot apply (no such call or step,
+    or decided the other way)."""
     if decision not in DECISIONS:
         raise InvalidInputError(f"unknown decision {decision!r}; one of {', '.join(DECISIONS)}")
     call, _ = DECISIONS[decision]

@@ -15,7 +15,7 @@ from typing import Protocol
 
 from .audit import check_via
 from .checks import check_actor, check_reason, check_run_id
-from .errors import ApprovalError, CompensatedRunError, UnknownRunError
+from .errors import ApprovalError, CompensatedRunError, RunEndedError, UnknownRunError
 from .journal.parts import AuditPart, RecordsPart, RunsPart
 from .journal.records import (
     AuditAction,
@@ -50,7 +50,8 @@ def approve(
 ) -> ToolRecord:
     """Approve a suspended call: the next ``resume_run`` executes it. Approving it again is a no-op.
 
-    Raises CompensatedRunError (writing nothing) if the run is condemned, ApprovalError if the call
+    Raises CompensatedRunError (writing nothing) if the run is condemned, RunEndedError (writing
+    nothing) if it has ended (finished or failed) with the call undecided, ApprovalError if the call
     is not suspended (or was denied)."""
     return _decide(journal, run_id, tool_call_id, RecordStatus.APPROVED, actor, reason, via)
 
@@ -93,15 +94,32 @@ def _decide(
     audit = NewAudit(
         run_id, action, who, through, why, target=record.tool_call_id, detail={"tool": record.tool_name}
     )
-    decided = journal.decide_call(run_id, record.suffix, decision, error=error, audit=audit)
+    try:
+        decided = journal.decide_call(run_id, record.suffix, decision, error=error, audit=audit)
+    except RunEndedError:
+        # The call can never execute now; deciding it as it was decided before the end is still a no-op.
+        decided = None
+        if _decided_so(journal, run_id, record, decision, action) is None:
+            raise
     if decided is not None:
         return decided
+    now = _decided_so(journal, run_id, record, decision, action)
+    if now is not None:
+        return now  # decided so already (by this person or another; maybe executed since): no-op
+    status = (journal.get_record(run_id, record.suffix) or record).status.value
+    raise ApprovalError(run_id, tool_call_id, f"the call is {status}, not waiting for approval")
+
+
+def _decided_so(
+    journal: ApprovalsJournal, run_id: str, record: ToolRecord, decision: RecordStatus, action: AuditAction
+) -> ToolRecord | None:
+    """The call as it is now, if it was decided ``decision`` already; else None."""
     now = journal.get_record(run_id, record.suffix) or record
     if now.status is decision or any(
         row.action is action and row.target == record.tool_call_id for row in journal.read_audit(run_id)
     ):
-        return now  # decided so already (by this person or another; maybe executed since): no-op
-    raise ApprovalError(run_id, tool_call_id, f"the call is {now.status.value}, not waiting for approval")
+        return now
+    return None
 
 
 def _find_call(journal: ApprovalsJournal, run_id: str, tool_call_id: str) -> ToolRecord:

@@ -14,6 +14,7 @@ from saga_worker import (
     CallOptions,
     CompensatedRunError,
     Journal,
+    RunEndedError,
     Tool,
     ToolCall,
     approve,
@@ -25,7 +26,7 @@ from saga_worker import (
     run_durable,
     scripted,
 )
-from saga_worker.journal.records import RecordStatus
+from saga_worker.journal.records import RecordStatus, RunStatus
 from tests.ledger import MemoryLedger
 
 
@@ -130,6 +131,35 @@ def test_a_condemned_suspended_run_refuses_approve_deny_and_resume_writing_nothi
     assert journal.get_record(run_id, "call-2").status is RecordStatus.SUSPENDED  # type: ignore[union-attr]
     assert read_audit(journal, run_id) == trail
     assert "execute:refund" not in ledger.whats()
+
+
+@pytest.mark.parametrize("ended", [RunStatus.FINISHED, RunStatus.FAILED])
+def test_a_run_that_ended_with_a_call_suspended_refuses_approve_and_deny_naming_the_run_and_its_state(
+    journal: Journal, run_id: str, ended: RunStatus
+) -> None:
+    ledger = MemoryLedger()
+    suspended_run(journal, ledger, run_id)
+    journal.end_run(run_id, ended, "", None)  # another process ended the run: the call can never execute
+    trail = read_audit(journal, run_id)
+    for decide in (approve, deny):
+        with pytest.raises(RunEndedError, match=rf"{run_id}.*\({ended.value}\)"):
+            decide(journal, run_id, "call-2", actor="alice")
+    assert journal.get_record(run_id, "call-2").status is RecordStatus.SUSPENDED  # type: ignore[union-attr]
+    assert read_audit(journal, run_id) == trail
+    assert "execute:refund" not in ledger.whats()
+
+
+def test_approving_again_after_the_approved_call_ran_and_the_run_finished_is_still_a_no_op(
+    journal: Journal, run_id: str
+) -> None:
+    ledger = MemoryLedger()
+    suspended_run(journal, ledger, run_id)
+    approve(journal, run_id, "call-2", actor="alice")
+    assert resume_run(run_id, journal=journal, tools=tools(ledger), planner=SCRIPT).status == "finished"
+    assert approve(journal, run_id, "call-2", actor="carol").status is RecordStatus.SUCCEEDED
+    assert [r.actor for r in read_audit(journal, run_id) if r.action is AuditAction.APPROVED] == ["alice"]
+    with pytest.raises(RunEndedError):
+        deny(journal, run_id, "call-2", actor="bob")
 
 
 def test_an_approval_and_a_tombstone_racing_never_leave_an_approval_on_a_condemned_run(

@@ -6,11 +6,19 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from saga_worker import CompensatedRunError, Journal, RunExistsError, UnknownRunError, open_journal
+from saga_worker import (
+    CompensatedRunError,
+    Journal,
+    RunEndedError,
+    RunExistsError,
+    UnknownRunError,
+    open_journal,
+)
 from saga_worker.journal.records import (
     AuditAction,
     AuditVia,
@@ -128,6 +136,23 @@ def test_a_gated_claim_on_a_condemned_run_raises_and_writes_nothing(journal: Jou
 def test_a_claim_for_a_run_never_started_raises_unknown_run(journal: Journal) -> None:
     with pytest.raises(UnknownRunError):
         journal.claim_record("never-started", new("call-1"), gated=True)
+
+
+@pytest.mark.parametrize("ended", [RunStatus.FINISHED, RunStatus.FAILED])
+@pytest.mark.parametrize("decision", [RecordStatus.APPROVED, RecordStatus.DENIED])
+def test_a_decision_on_a_suspended_call_of_an_ended_run_is_refused_and_writes_nothing(
+    journal: Journal, run_id: str, ended: RunStatus, decision: RecordStatus
+) -> None:
+    journal.start_run(run_id, "")
+    journal.claim_record(run_id, replace(new(), status=RecordStatus.SUSPENDED), gated=True)
+    journal.end_run(run_id, ended, "", None)
+    action = AuditAction.APPROVED if decision is RecordStatus.APPROVED else AuditAction.DENIED
+    audit = NewAudit(run_id, action, "ops", AuditVia.LIBRARY, "", target="call-1")
+    with pytest.raises(RunEndedError) as error:
+        journal.decide_call(run_id, "call-1", decision, error=None, audit=audit)
+    assert error.value.detail == {"run_id": run_id, "status": ended.value}
+    assert journal.get_record(run_id, "call-1").status is RecordStatus.SUSPENDED  # type: ignore[union-attr]
+    assert journal.read_audit(run_id) == []
 
 
 def test_record_transitions_are_compare_and_set(journal: Journal, run_id: str) -> None:

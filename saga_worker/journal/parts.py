@@ -213,9 +213,10 @@ class AuditPart(Clock, Protocol):
     ) -> ToolRecord | None:
         """A person's word on a suspended call: compare-and-set ``suspended`` → ``decision`` (approved
         or denied, with ``error`` for a denial) and append ``audit``, in one transaction behind the
-        run's gate (the statement a tool claim takes), so it is ordered against the tombstone: raises
-        CompensatedRunError, writing nothing, if the run is condemned. None if the record was not
-        suspended (nothing written)."""
+        run's gate (the statement a tool claim takes), so it is ordered against the tombstone and the
+        run's end: raises CompensatedRunError, writing nothing, if the run is condemned, and
+        RunEndedError if it has ended (finished or failed). None if the record was not suspended
+        (nothing written)."""
 
     @abc.abstractmethod
     def decide_compensation(self, gate: CompensationGate, audit: NewAudit) -> tuple[CompensationGate, bool]:

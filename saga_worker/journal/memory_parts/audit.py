@@ -24,7 +24,7 @@ class MemoryAudit(MemoryState):
     ) -> ToolRecord | None:
         check_not_condemned_row(audit)
         with self._lock:
-            self._tombstone_gate(run_id, True, ended=False)
+            self._tombstone_gate(run_id, True)
             decided = self._cas(run_id, suffix, RecordStatus.SUSPENDED, status=decision, error=error)
             if decided is not None:
                 self._append(audit)

@@ -47,15 +47,15 @@ class MemoryState:
             """An audit row, under the lock (``MemoryAudit``'s): the tombstone and the unwind state
             write theirs with it."""
 
-    def _tombstone_gate(self, run_id: str, gated: bool, *, ended: bool = True) -> None:
+    def _tombstone_gate(self, run_id: str, gated: bool) -> None:
         """Under the lock, as SQL's statement on the run's row: refuse a condemned run (``gated``) and
-        one that has ended (``ended``: a call, never a person's word on one already suspended)."""
+        one that has ended."""
         run = self._runs.get(run_id)
         if run is None:
             raise UnknownRunError(run_id)
         if gated and run.condemned:
             raise CompensatedRunError(run_id)
-        if ended and run.ended:
+        if run.ended:
             raise RunEndedError(run_id, str(getattr(run.status, "value", run.status)))
 
     def _cas(self, run_id: str, suffix: str, expected: RecordStatus, **changes: Any) -> ToolRecord | None:

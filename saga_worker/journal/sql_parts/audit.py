@@ -8,7 +8,6 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ...errors import CompensatedRunError, UnknownRunError
 from .. import driver
 from ..base import check_not_condemned_row
 from ..dialects import DialectPolicy
@@ -27,6 +26,7 @@ from ..schema import audit, gates, runs
 from .common import AUDIT_VALUES, RUN, Conflict, SqlPlumbing, StatementsBase, b
 from .common import dump_json as _dump
 from .common import load_json as _load
+from .gate import call_gate
 from .records import record_row
 
 
@@ -160,11 +160,9 @@ class SqlAudit(SqlPlumbing):
         }
 
         def work(tx: driver.Tx) -> driver.Row:
-            # The tombstone gate first: condemn updates the same row, so whichever commits second sees the other.
-            if tx.one(q.tombstone_gate_lock, params) is None:
-                if tx.one(q.condemned_at, params) is None:
-                    raise UnknownRunError(run_id)
-                raise CompensatedRunError(run_id)
+            # The call gate first (a condemned or ended run refuses): condemn and end_run update the same
+            # row, so whichever commits second sees the other.
+            call_gate(tx, q, run_id)
             row = tx.one(q.record_settle, params)
             if row is None:
                 raise Conflict

@@ -65,18 +65,11 @@ class RunStatements(StatementsBase):
         self.next_seq_ungated = p(
             sa.update(runs).where(RUN, NOT_ENDED).values(**bump_seq).returning(runs.c.next_seq)
         )
-        # The same gate without a sequence number, for a claim that is no record (a shared execution).
+        # The same gate without a sequence number, for a claim that is no record (a shared execution) and a
+        # person's decision on a suspended call: ordered against the tombstone and the run's end the same way.
         self.call_gate_lock = p(
             sa.update(runs)
             .where(RUN, runs.c.condemned_at.is_(None), NOT_ENDED)
-            .values(next_seq=runs.c.next_seq)
-            .returning(runs.c.next_seq)
-        )
-        # The tombstone gate without a sequence number: a person's decision on a suspended call takes the same
-        # row lock as a claim, so it is ordered against the tombstone the same way.
-        self.tombstone_gate_lock = p(
-            sa.update(runs)
-            .where(RUN, runs.c.condemned_at.is_(None))
             .values(next_seq=runs.c.next_seq)
             .returning(runs.c.next_seq)
         )
