@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import importlib
 import logging
+import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from . import approvals
+from .audit import check_via
 from .checks import check_actor, check_reason, check_run_id
 from .compensation.engine import compensate_run
 from .compensation.report import CompensationReport
@@ -23,16 +25,18 @@ from .errors import InvalidInputError, SagaError, UnknownRunError
 from .executor.context import WorkerContext
 from .executor.unwind import SWEEP_GRACE_TTLS
 from .journal.base import Journal
-from .journal.records import UnwindState
+from .journal.records import AuditAction, AuditRecord, NewAudit, UnwindState
 
 log = logging.getLogger(__name__)
 
 
 class Enqueue(Protocol):
-    """Send ``saga.compensate_run`` for the run; the task id. ``actor``, ``reason`` and ``via`` go
-    with it to the run's audit trail."""
+    """Send ``saga.compensate_run`` for the run; the task id (``task_id`` when given). ``actor``,
+    ``reason`` and ``via`` go with it to the run's audit trail."""
 
-    def __call__(self, run_id: str, dry_run: bool, *, actor: str, reason: str, via: str) -> str: ...
+    def __call__(
+        self, run_id: str, dry_run: bool, *, actor: str, reason: str, via: str, task_id: str | None = None
+    ) -> str: ...
 
 
 # The decisions a person takes on what waits for them: name -> (library call, what it decides on).
@@ -56,8 +60,11 @@ def celery_enqueue() -> Enqueue:
     """Enqueue on the workers with ``saga.compensate_run``, as ``saga-worker compensate`` does."""
     tasks: Any = importlib.import_module("saga_worker.celery")
 
-    def enqueue(run_id: str, dry_run: bool, *, actor: str, reason: str, via: str) -> str:
-        result = tasks.compensate_run.delay(run_id, dry_run=dry_run, actor=actor, reason=reason, via=via)
+    def enqueue(
+        run_id: str, dry_run: bool, *, actor: str, reason: str, via: str, task_id: str | None = None
+    ) -> str:
+        kwargs = {"dry_run": dry_run, "actor": actor, "reason": reason, "via": via}
+        result = tasks.compensate_run.apply_async((run_id,), kwargs, task_id=task_id)
         return str(result.id)
 
     return enqueue
@@ -108,27 +115,89 @@ def _known(journal: Journal, run_id: str) -> Any:
 
 
 def enqueue_unwind(
-    run_id: str, *, enqueue: Enqueue, actor: str, reason: str | None, via: str, dry_run: bool = False
+    run_id: str,
+    *,
+    enqueue: Enqueue,
+    actor: str,
+    reason: str | None,
+    via: str,
+    dry_run: bool = False,
+    task_id: str | None = None,
 ) -> str:
     """The one way an unwind is sent to the workers (the console's Compensate, ``saga-worker
     compensate``, a re-drive); the task id. The run id, the actor and the reason are refused here,
     before anything is enqueued (the worker would refuse them too, later and unseen)."""
     check_run_id(run_id)
     actor, reason = check_actor(actor), check_reason(reason)
-    return enqueue(run_id, dry_run, actor=actor, reason=reason, via=via)
+    if task_id is None:
+        return enqueue(run_id, dry_run, actor=actor, reason=reason, via=via)
+    return enqueue(run_id, dry_run, actor=actor, reason=reason, via=via, task_id=task_id)
+
+
+class UnwindQueuedError(SagaError):
+    """An unwind queued earlier for the run has not started yet."""
+
+    def __init__(self, run_id: str, task_id: str, age: float) -> None:
+        super().__init__(
+            f"the unwind of run {run_id!r} queued as task {task_id} has not started", run_id=run_id
+        )
+        self._rebuilds_from(run_id, task_id, age)
+        self.task_id, self.age = task_id, age
+
+
+def queued_unwind(journal: Journal, run_id: str, pending_for: float) -> AuditRecord | None:
+    """The run's newest ``unwind-queued`` row if its task has not started an unwind and was queued
+    less than ``pending_for`` seconds ago (after that, its message is taken to be lost)."""
+    rows = [r for r in journal.read_audit(run_id) if r.action is AuditAction.UNWIND_QUEUED]
+    last = rows[-1] if rows else None
+    if last is None or last.target is None:
+        return None
+    if journal.get_unwind(last.target) is not None or journal.now() - last.at >= pending_for:
+        return None
+    return last
 
 
 def request_unwind(
-    run_id: str, *, journal: Journal, enqueue: Enqueue, actor: str, reason: str, via: str = "console"
+    run_id: str,
+    *,
+    journal: Journal,
+    enqueue: Enqueue,
+    actor: str,
+    reason: str,
+    via: str = "console",
+    pending_for: float = 300.0,
 ) -> str:
     """Condemn and unwind a run the journal knows on the workers (the console's Compensate); the task
     id. A reason is required: it is the answer to "why was order 7 reversed?" (the audit trail's
-    ``condemned`` row keeps it)."""
+    ``condemned`` row keeps it).
+
+    At most one such request waits at a time, whichever process asks: the request is an
+    ``unwind-queued`` audit row, appended insert-if-absent on the run's next request number before
+    anything is sent, so of two racing requests one writes it and the other is refused
+    (UnwindQueuedError) until the queued task starts its unwind or ``pending_for`` seconds pass."""
     _known(journal, run_id)
     reason = " ".join((reason or "").split())
     if not reason:
         raise InvalidInputError("a reason is required to compensate a run", run_id=run_id)
-    task_id = enqueue_unwind(run_id, enqueue=enqueue, actor=actor, reason=reason, via=via)
+    actor = check_actor(actor)
+    waiting = queued_unwind(journal, run_id, pending_for)
+    if waiting is not None and waiting.target is not None:
+        raise UnwindQueuedError(run_id, waiting.target, journal.now() - waiting.at)
+    earlier = sum(1 for r in journal.read_audit(run_id) if r.action is AuditAction.UNWIND_QUEUED)
+    task_id = str(uuid.uuid4())
+    request = NewAudit(
+        run_id,
+        AuditAction.UNWIND_QUEUED,
+        actor,
+        check_via(via),
+        check_reason(reason) or "",
+        target=task_id,
+        event_key=f"unwind-queued:{earlier}:{run_id}",
+    )
+    if not journal.append_audit(request):
+        winner = queued_unwind(journal, run_id, pending_for)
+        raise UnwindQueuedError(run_id, winner.target if winner and winner.target else "?", 0.0)
+    task_id = enqueue_unwind(run_id, enqueue=enqueue, actor=actor, reason=reason, via=via, task_id=task_id)
     log.info("unwind of run %s requested by %s (task %s): %s", run_id, actor, task_id, reason)
     return task_id
 

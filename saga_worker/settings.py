@@ -75,10 +75,17 @@ class SagaSettings(BaseSettings):
         description="Addresses or networks (comma-separated) of the TLS proxies in front of the "
         "console: only their X-Forwarded-Proto/-For are believed (Secure cookies, the client's address).",
     )
+    console_secret: SecretStr | None = Field(
+        None,
+        description="The key (at least 32 characters) the console signs its session cookies and "
+        "notices with: every console process of a deployment shares it, so a login holds on any of "
+        "them and across restarts. Unset, `saga-worker serve` refuses to start, except in the embedded "
+        "default (no SAGA_BROKER_URL), where each start draws its own and a restart logs everyone out.",
+    )
     console_session_ttl: float = Field(
         12 * 3600.0,
         gt=0,
-        description="Seconds a console login lasts (sessions live in the console's memory).",
+        description="Seconds a console login lasts (the expiry is signed into its cookie).",
     )
     console_login_attempts: int = Field(
         10, ge=1, description="Failed logins a client may make in 5 minutes before it must wait."

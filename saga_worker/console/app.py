@@ -32,7 +32,7 @@ from ..redact import redact_text
 from ..settings import SagaSettings, get_settings
 from . import api, pages
 from .auth import Tokens
-from .security import Guard, LoginLimiter, Network, Sessions
+from .security import Guard, LoginLimiter, Network, Sessions, Signer, console_secret
 from .service import (
     Console,
     Forbidden,
@@ -161,6 +161,8 @@ def create_app(
     settings = settings if settings is not None else get_settings()
     secret = settings.console_tokens.get_secret_value() if settings.console_tokens else None
     tokens = Tokens(secret)
+    key = settings.console_secret.get_secret_value() if settings.console_secret else None
+    signer = Signer(console_secret(key, embedded=settings.embedded))
     network = Network.configure(
         allowed_hosts=settings.console_allowed_hosts,
         bind_host=settings.console_host,
@@ -171,7 +173,8 @@ def create_app(
         tokens=tokens,
         context=context if context is not None else WorkerContext(settings),
         enqueue=enqueue if enqueue is not None else celery_enqueue(),
-        sessions=Sessions(settings.console_session_ttl),
+        sessions=Sessions(settings.console_session_ttl, signer),
+        signer=signer,
         limiter=LoginLimiter(settings.console_login_attempts),
         network=network,
         workers=workers if workers is not None else celery_workers(settings.queue),

@@ -23,6 +23,7 @@ from starlette.templating import Jinja2Templates
 from .. import actions, views
 from ..display import neutral
 from ..errors import InvalidInputError, UnknownRunError
+from ..journal.records import AuditAction
 from .auth import COOKIE, Principal
 from .security import journal_summary
 from .service import (
@@ -188,12 +189,25 @@ async def inbox_counts(request: Request) -> None:
     request.state.inbox_counts = cached[1]
 
 
+NOTICE = "saga-console-notice"
+NOTICE_TTL_S = 600.0
+
+
+def notice(request: Request, done: str, target: str, run_id: str) -> str:
+    """What the page a redirect lands on should say happened, signed with the console's secret: a link
+    someone else made cannot show an operator a confirmation of something that did not happen."""
+    data = {"d": done, "t": target[:300], "r": run_id[:200], "e": time.time() + NOTICE_TTL_S}
+    return console_of(request).signer.sign(NOTICE, data)
+
+
 def next_step(request: Request) -> str | None:
-    q = request.query_params
-    template = NEXT_STEP.get(q.get("done", ""))
+    data = console_of(request).signer.unsign(NOTICE, request.query_params.get("notice"))
+    if data is None:
+        return None
+    template = NEXT_STEP.get(str(data.get("d", "")))
     if template is None:
         return None
-    return template.format(target=q.get("target", "")[:300], run_id=q.get("run", "")[:200])
+    return template.format(target=str(data.get("t", "")), run_id=str(data.get("r", "")))
 
 
 async def inbox_page(request: Request) -> Response:
@@ -259,9 +273,15 @@ async def run_page(request: Request) -> Response:
     console = console_of(request)
     queued = None
     task = request.query_params.get("task")
-    if task and console.queued.get(run_id, ("",))[0] == task:  # only a task this console queued
-        alive = await blocking(console.workers)
-        queued = {"task_id": task, "workers": alive, "note": workers_sentence(alive, console.settings.queue)}
+    if task:  # only a request the journal holds: a link cannot make one up
+        trail = await blocking(console.journal.read_audit, run_id)
+        if any(r.action is AuditAction.UNWIND_QUEUED and r.target == task for r in trail):
+            alive = await blocking(console.workers)
+            queued = {
+                "task_id": task,
+                "workers": alive,
+                "note": workers_sentence(alive, console.settings.queue),
+            }
     await inbox_counts(request)
     return render(
         request,
@@ -319,7 +339,8 @@ async def redrive_form(request: Request) -> Response:
         claim_ttl=console.settings.claim_ttl,
     )
     return RedirectResponse(
-        f"/runs/{run_id}?" + urlencode({"watch": 1, "done": "redrive", "run": run_id}), status_code=303
+        f"/runs/{run_id}?" + urlencode({"watch": 1, "notice": notice(request, "redrive", "", run_id)}),
+        status_code=303,
     )
 
 
@@ -348,14 +369,14 @@ async def decide_form(request: Request) -> Response:
         reason=reason,
         via="console",
     )
-    done = urlencode({"done": decision, "target": target, "run": run_id})
+    done = urlencode({"notice": notice(request, decision, target, run_id)})
     if form.get("back") == "inbox":
         return RedirectResponse(f"/inbox?{done}", status_code=303)
     return RedirectResponse(f"/runs/{run_id}?watch=1&{done}", status_code=303)
 
 
 async def login(request: Request) -> Response:
-    """A known token opens a server-side session: the cookie holds its random id, never the token."""
+    """A known token opens a session: a signed cookie (the token's digest, never the token)."""
     if request.method == "GET":
         return render(request, "login.html", None)
     form = await request.form()
@@ -383,7 +404,7 @@ async def login(request: Request) -> Response:
 
 
 async def logout(request: Request) -> Response:
-    """Revokes the session on the server (a copy of the cookie is worth nothing after)."""
+    """Clears the browser's cookie and revokes its session in this process (see ``Sessions``)."""
     console_of(request).sessions.close(request.cookies.get(COOKIE))
     response = RedirectResponse("/login", status_code=303)
     response.delete_cookie(COOKIE, httponly=True, samesite="strict")

@@ -1,8 +1,9 @@
 """What keeps the console to the people it is for (from loopback too: any local process can reach it).
 
-- ``Sessions``: a browser's login is a random session id in an HttpOnly cookie, held in the
-  console's memory with its principal, its own CSRF secret and its expiry; logout revokes it. The
-  cookie never carries the token, and the CSRF secret cannot be computed from the configuration.
+- ``Sessions``: a browser's login is an HttpOnly cookie signed with SAGA_CONSOLE_SECRET: the
+  token's digest, the session's own CSRF secret and its expiry. Every console process sharing the
+  secret reads it (several processes, restarts). The cookie never carries the token, and the CSRF
+  secret cannot be computed from the configuration.
 - ``LoginLimiter``: failed logins (a wrong token in the form or in ``Authorization``) per client
   address; past the limit the client waits out the window (429).
 - ``Guard``: the ASGI middleware in front of everything: a ``Host`` the console is not configured
@@ -15,8 +16,11 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import ipaddress
+import json
 import secrets
 import threading
 import time
@@ -49,57 +53,127 @@ HEADERS = {
 
 # -- sessions -----------------------------------------------------------------------------------------
 
+SECRET_MIN = 32
+
 
 @dataclass(frozen=True)
 class Session:
     principal: Principal
     csrf: str  # this session's own CSRF secret, sent back by its forms
-    expires_at: float  # time.monotonic()
+    expires_at: float  # time.time(): every console process reads the same clock
+    session_id: str
 
 
-def _key(session_id: str) -> str:
-    # Looked up by a digest of the id: the dict's string compare never sees the id itself.
-    return hashlib.sha256(session_id.encode()).hexdigest()
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+class Signer:
+    """HMAC-SHA256 over JSON, one derived key per purpose (a session cookie cannot pass for a notice)."""
+
+    def __init__(self, secret: str) -> None:
+        self._secret = secret.encode()
+
+    def _mac(self, purpose: str, body: str) -> str:
+        key = hmac.new(self._secret, purpose.encode(), hashlib.sha256).digest()
+        return _b64(hmac.new(key, body.encode(), hashlib.sha256).digest())
+
+    def sign(self, purpose: str, data: dict[str, Any]) -> str:
+        body = _b64(json.dumps(data, separators=(",", ":"), sort_keys=True).encode())
+        return f"{body}.{self._mac(purpose, body)}"
+
+    def unsign(self, purpose: str, value: str | None, limit: int = 4096) -> dict[str, Any] | None:
+        """The signed data, or None for anything not signed by this key for this purpose, or expired
+        (``e``, a time.time())."""
+        if not value or len(value) > limit or value.count(".") != 1:
+            return None
+        body, mac = value.split(".")
+        if not hmac.compare_digest(mac.encode(), self._mac(purpose, body).encode()):
+            return None
+        try:
+            data = json.loads(_unb64(body))
+        except ValueError:
+            return None
+        if (
+            not isinstance(data, dict)
+            or not isinstance(data.get("e"), int | float)
+            or data["e"] <= time.time()
+        ):
+            return None
+        return data
+
+
+def console_secret(secret: str | None, *, embedded: bool) -> str:
+    """The key that signs sessions: SAGA_CONSOLE_SECRET, or in the embedded default (one process, one
+    machine) a fresh one per start. Elsewhere a missing or short key refuses to start: two processes
+    with keys of their own would each refuse the other's logins."""
+    from .auth import ConsoleConfigError
+
+    if secret is None:
+        if embedded:
+            return secrets.token_urlsafe(32)
+        raise ConsoleConfigError(
+            "SAGA_CONSOLE_SECRET is not set: every console process of a deployment signs its session "
+            "cookies with it (make one with `python -c 'import secrets; print(secrets.token_urlsafe(32))'`); "
+            "only the embedded default (no SAGA_BROKER_URL) runs without one"
+        )
+    if len(secret) < SECRET_MIN:
+        raise ConsoleConfigError(f"SAGA_CONSOLE_SECRET must be at least {SECRET_MIN} characters long")
+    return secret
 
 
 class Sessions:
-    """Logged-in browsers, in this process's memory (a restart logs everyone out)."""
+    """Logins as signed, expiring cookies: the principal's token digest, a CSRF secret of the session's
+    own and the expiry, signed with the console's secret. Any console process with the same secret
+    reads them, and a restart keeps them. Logout clears the browser's cookie and revokes its id in
+    this process; a copy replayed to another process stays valid until it expires (remove the token
+    from SAGA_CONSOLE_TOKENS, or change SAGA_CONSOLE_SECRET, to end every session at once)."""
 
-    def __init__(self, ttl: float, limit: int = MAX_SESSIONS) -> None:
+    PURPOSE = "saga-console-session"
+
+    def __init__(self, ttl: float, signer: Signer, limit: int = MAX_SESSIONS) -> None:
         self.ttl = ttl
+        self._signer = signer
         self._limit = limit
-        self._by_key: dict[str, Session] = {}
+        self._revoked: dict[str, float] = {}  # session id -> its expiry
         self._lock = threading.Lock()
 
     def open(self, principal: Principal) -> tuple[str, Session]:
-        session_id = secrets.token_urlsafe(32)
-        session = Session(principal, secrets.token_urlsafe(32), time.monotonic() + self.ttl)
-        with self._lock:
-            self._drop_expired()
-            while len(self._by_key) >= self._limit:  # the oldest login goes first
-                self._by_key.pop(next(iter(self._by_key)))
-            self._by_key[_key(session_id)] = session
-        return session_id, session
+        session = Session(
+            principal, secrets.token_urlsafe(32), time.time() + self.ttl, secrets.token_urlsafe(16)
+        )
+        cookie = self._signer.sign(
+            self.PURPOSE,
+            {"p": principal.digest, "c": session.csrf, "e": session.expires_at, "i": session.session_id},
+        )
+        return cookie, session
 
-    def get(self, session_id: str | None) -> Session | None:
-        if not session_id or len(session_id) > 128:
+    def get(self, cookie: str | None, principal_of: Callable[[str], Principal | None]) -> Session | None:
+        data = self._signer.unsign(self.PURPOSE, cookie)
+        if data is None or not all(isinstance(data.get(k), str) for k in ("p", "c", "i")):
             return None
         with self._lock:
-            session = self._by_key.get(_key(session_id))
-            if session is not None and session.expires_at <= time.monotonic():
-                del self._by_key[_key(session_id)]
+            if data["i"] in self._revoked:
                 return None
-            return session
+        principal = principal_of(data["p"])
+        if principal is None:  # its token was removed from SAGA_CONSOLE_TOKENS
+            return None
+        return Session(principal, data["c"], float(data["e"]), data["i"])
 
-    def close(self, session_id: str | None) -> None:
-        if session_id:
-            with self._lock:
-                self._by_key.pop(_key(session_id), None)
-
-    def _drop_expired(self) -> None:
-        now = time.monotonic()
-        for key in [k for k, s in self._by_key.items() if s.expires_at <= now]:
-            del self._by_key[key]
+    def close(self, cookie: str | None) -> None:
+        data = self._signer.unsign(self.PURPOSE, cookie)
+        if data is None or not isinstance(data.get("i"), str):
+            return
+        now = time.time()
+        with self._lock:
+            for sid in [s for s, e in self._revoked.items() if e <= now]:
+                del self._revoked[sid]
+            if len(self._revoked) < self._limit:
+                self._revoked[data["i"]] = float(data["e"])
 
 
 # -- failed logins ------------------------------------------------------------------------------------

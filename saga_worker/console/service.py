@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import hmac
 import logging
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
@@ -21,7 +20,7 @@ from ..executor.context import WorkerContext
 from ..journal.base import Journal
 from ..settings import SagaSettings
 from .auth import COOKIE, Principal, Tokens
-from .security import LoginLimiter, Network, Session, Sessions
+from .security import LoginLimiter, Network, Session, Sessions, Signer
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -53,8 +52,7 @@ class Console:
     limiter: LoginLimiter
     network: Network
     workers: Workers  # who consumes the queue (a ping), None: the broker cannot tell
-    queued: dict[str, tuple[str, float]] = field(default_factory=dict)  # run -> (task id, journal time)
-    queued_lock: threading.Lock = field(default_factory=threading.Lock)
+    signer: Signer  # SAGA_CONSOLE_SECRET's: session cookies and the notices a redirect carries
 
     @property
     def journal(self) -> Journal:
@@ -93,10 +91,8 @@ def check_token(request: Request, token: str | None, how: str) -> Principal | No
 
 def session_of(request: Request) -> Session | None:
     """The browser's live session (from its cookie), if any."""
-    session = console_of(request).sessions.get(request.cookies.get(COOKIE))
-    if session is None or console_of(request).tokens.by_digest(session.principal.digest) is None:
-        return None
-    return session
+    console = console_of(request)
+    return console.sessions.get(request.cookies.get(COOKIE), console.tokens.by_digest)
 
 
 def principal(request: Request) -> Principal:
@@ -152,25 +148,25 @@ async def blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
 
 
 def request_unwind(console: Console, run_id: str, actor: str, reason: str) -> dict[str, Any]:
-    """Enqueue the run's unwind, unless one this console queued has not started yet (409: a second
-    click must not queue a second unwind). The answer names the task and the workers alive."""
-    with console.queued_lock:
-        earlier = console.queued.get(run_id)
-        if earlier is not None:
-            task_id, at = earlier
-            started = any(u.created_at >= at - 1.0 for u in console.journal.list_unwinds(run_id, limit=1))
-            if not started and console.journal.now() - at < console.settings.visibility_timeout:
-                alive = console.workers()
-                raise ActionRefusedError(
-                    run_id,
-                    "queue another unwind of",
-                    f"the unwind queued {int(console.journal.now() - at)} s ago (task {task_id}) has not started: "
-                    + workers_sentence(alive, console.settings.queue),
-                )
+    """Enqueue the run's unwind, unless one queued earlier (by any console process) has not started
+    (409: a second click must not queue a second unwind). The answer names the task and the workers
+    alive."""
+    try:
         task_id = actions.request_unwind(
-            run_id, journal=console.journal, enqueue=console.enqueue, actor=actor, reason=reason
+            run_id,
+            journal=console.journal,
+            enqueue=console.enqueue,
+            actor=actor,
+            reason=reason,
+            pending_for=console.settings.visibility_timeout,
         )
-        console.queued[run_id] = (task_id, console.journal.now())
+    except actions.UnwindQueuedError as exc:
+        raise ActionRefusedError(
+            run_id,
+            "queue another unwind of",
+            f"the unwind queued {int(exc.age)} s ago (task {exc.task_id}) has not started: "
+            + workers_sentence(console.workers(), console.settings.queue),
+        ) from None
     alive = console.workers()
     return {
         "task_id": task_id,

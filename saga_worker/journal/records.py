@@ -224,6 +224,7 @@ class AuditAction(str, Enum):
     COMPENSATION_APPROVED = "compensation-approved"  # an approval-gated compensation was allowed
     COMPENSATION_DENIED = "compensation-denied"  # an approval-gated compensation was refused
     UNWOUND = "unwound"  # an unwind ended: its entries' counts by status
+    UNWIND_QUEUED = "unwind-queued"  # an operator's unwind was sent to the workers (target: its task id)
 
 
 class AuditVia(str, Enum):

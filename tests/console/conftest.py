@@ -46,6 +46,8 @@ DOCS = (
     else Path(tempfile.mkdtemp(prefix="saga-screenshots-"))
 )
 READY_TIMEOUT_S = 60.0
+# The key every console process of a deployment signs its session cookies with (SAGA_CONSOLE_SECRET).
+CONSOLE_SECRET = "test-console-secret-" + "0123456789abcdef" * 2
 
 
 def free_port() -> int:
@@ -92,13 +94,19 @@ def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
 class ConsoleServer:
     """``python -m saga_worker.cli serve`` with a deployment's settings and the tokens."""
 
-    def __init__(self, setup: Setup, tokens: Tokens, log: Path, **extra_env: str) -> None:
-        self.port = free_port()
+    def __init__(
+        self, setup: Setup, tokens: Tokens, log: Path, port: int | None = None, **extra_env: str
+    ) -> None:
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        env = dict(
-            setup.env(), SAGA_CONSOLE_TOKENS=tokens.spec, SAGA_CONSOLE_PORT=str(self.port), **extra_env
-        )
+        env = {
+            **setup.env(),
+            "SAGA_CONSOLE_TOKENS": tokens.spec,
+            "SAGA_CONSOLE_PORT": str(self.port),
+            "SAGA_CONSOLE_SECRET": CONSOLE_SECRET,
+            **extra_env,
+        }
         self._out = open(log, "ab")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "saga_worker.cli", "serve"],

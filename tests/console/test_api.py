@@ -31,11 +31,15 @@ class Sent:
     def __init__(self) -> None:
         self.calls: list[tuple[str, bool]] = []
         self.audit: list[dict[str, str]] = []
+        self.task_ids: list[str] = []
 
-    def __call__(self, run_id: str, dry_run: bool, *, actor: str, reason: str, via: str) -> str:
+    def __call__(
+        self, run_id: str, dry_run: bool, *, actor: str, reason: str, via: str, task_id: str | None = None
+    ) -> str:
         self.calls.append((run_id, dry_run))
         self.audit.append({"actor": actor, "reason": reason, "via": via})
-        return f"task-{len(self.calls)}"
+        self.task_ids.append(task_id or f"task-{len(self.calls)}")
+        return self.task_ids[-1]
 
 
 def no_workers() -> list[str]:
@@ -271,7 +275,7 @@ def test_compensate_needs_an_operator_and_a_reason_then_enqueues_the_unwind(
     assert sent.calls == []
     answer = app.post(url, json={"reason": "customer cancelled"}, headers=bearer(tokens.operator))
     assert answer.status_code == 202
-    assert answer.json()["task_id"] == "task-1" and answer.json()["actor"] == "alice"
+    assert answer.json()["task_id"] == sent.task_ids[0] and answer.json()["actor"] == "alice"
     assert answer.json()["workers"] == [] and "no worker consumes" in answer.json()["workers_note"]
     assert sent.calls == [(run_id, False)]
     assert sent.audit == [{"actor": "alice", "reason": "customer cancelled", "via": "console"}]
@@ -319,7 +323,10 @@ def test_browser_forms_need_the_csrf_token_of_the_logged_in_operator(
     csrf = plan.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
     assert app.post(url, data={"reason": "", "csrf": csrf}).status_code == 400  # a reason is required
     answer = app.post(url, data={"reason": "duplicate order", "csrf": csrf}, follow_redirects=False)
-    assert answer.status_code == 303 and answer.headers["location"] == f"/runs/{run_id}?watch=1&task=task-1"
+    assert (
+        answer.status_code == 303
+        and answer.headers["location"] == f"/runs/{run_id}?watch=1&task={sent.task_ids[0]}"
+    )
     assert sent.calls == [(run_id, False)]
 
 
@@ -346,6 +353,7 @@ def test_no_token_or_url_password_appears_in_pages_answers_or_metrics(
         home=tmp_path,
         journal_url=f"sqlite:///{tmp_path}/journal.db",
         broker_url="redis://user:hunter2@127.0.0.1:6379/9",
+        console_secret="s" * 32,
         console_tokens=tokens.spec,
     )
     context = WorkerContext(settings, tools=lambda: order_tools(ledger))

@@ -163,7 +163,9 @@ def test_the_decide_form_needs_the_csrf_token_from_a_browser_and_then_denies_as_
     form["confirm"] = "yes"
     answer = app.post(f"/runs/{run_id}/decide", data={**form, "csrf": csrf}, follow_redirects=False)
     assert answer.status_code == 303
-    assert answer.headers["location"] == f"/runs/{run_id}?watch=1&done=deny&target=call-2&run={run_id}"
+    assert answer.headers["location"].startswith(f"/runs/{run_id}?watch=1&notice=")
+    landed = app.get(answer.headers["location"])
+    assert "Denied call-2" in landed.text
     record = journal_of(app).get_record(run_id, "call-2")
     assert record is not None and record.status is RecordStatus.DENIED
     page = app.get(f"/runs/{run_id}")

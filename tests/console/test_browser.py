@@ -178,7 +178,7 @@ def test_an_operator_approves_a_gated_compensation_on_the_run_page_and_the_trail
     approve_form = gate.locator("form").filter(has=page.locator("button", has_text="Approve"))
     approve_form.locator("input[name=reason]").fill("stock counted")
     approve_form.locator("button").click()
-    expect(page).to_have_url(re.compile(rf"/runs/{run_id}\?watch=1&done=approve-compensation"))
+    expect(page).to_have_url(re.compile(rf"/runs/{run_id}\?watch=1&notice="))
     expect(page.locator("#next-step")).to_contain_text("beat sweeper re-drives the unwind")
     expect(page.locator("tr[data-approval]")).to_have_count(0)
     approved = page.locator("table.audit tr[data-action=compensation-approved]")

@@ -370,3 +370,19 @@ def test_secrets_in_tool_values_are_redacted_by_key_name_in_pages_and_answers(
         for secret in ("tok-live-4242", "9931", "sk-abc123", "hunter22"):
             assert secret not in text, secret
         assert "Access_Token" in text and "***" in text and "amount" in text
+
+
+def test_a_confirmation_or_a_queued_unwind_in_a_link_cannot_be_forged(
+    app: TestClient, ledger: MemoryLedger, tokens: Tokens
+) -> None:
+    log_in(app, tokens.operator)
+    run_id = place(app, ledger)
+    forged = app.get("/inbox", params={"done": "approve", "target": "call-9", "run": run_id})
+    assert forged.status_code == 200 and "Approved" not in forged.text and 'id="next-step"' not in forged.text
+    made_up = app.get(f"/runs/{run_id}", params={"notice": "e30.AAAA", "task": "task-1"})
+    assert 'id="next-step"' not in made_up.text and 'id="queued"' not in made_up.text
+    csrf = csrf_of(app.get(f"/runs/{run_id}").text)
+    queued = app.post(f"/runs/{run_id}/compensate", data={"csrf": csrf, "reason": "customer cancelled"})
+    assert 'id="queued"' in queued.text
+    other = app.get(f"/runs/{run_id}", params={"task": "task-1"})  # not the task the journal holds
+    assert 'id="queued"' not in other.text
