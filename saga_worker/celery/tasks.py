@@ -44,6 +44,7 @@ from ..redact import redact_exception, redact_url
 from ..settings import get_settings
 from .logs import redact_saga_logs
 from .transport import reuse_redis_clients
+from .undecodable import UndecodableSagaMessages
 
 COMPENSATE_RUN = "saga.compensate_run"
 COMPENSATE_STEP = "saga.compensate_step"
@@ -402,6 +403,8 @@ def register(app: Celery, **options: Any) -> dict[str, Task[Any, Any]]:
         RETRY_UNCERTAIN: (retry_uncertain, False),
     }
     registered: dict[str, Task[Any, Any]] = {}
+    # A saga message whose body cannot be decoded is answered with a stored error (undecodable.py).
+    app.steps["consumer"].add(UndecodableSagaMessages)
     base = type("SagaTask", (_RedactedErrors, app.Task), {})  # the app's own Task class, kept
     for name, (body, retries) in bodies.items():
         # Every saga task refuses, on receipt, a message it could never process (celery/request.py).

@@ -344,3 +344,46 @@ def test_a_megabyte_id_reason_or_error_text_is_answered_acknowledged_and_the_wor
         ledger.close()
         journal.close()
         client.close()
+
+
+def test_a_saga_message_whose_json_body_cannot_be_decoded_ends_acked_with_a_stored_error_and_a_log_line(
+    tmp_path: Path, pg_database_url: str, workers: Workers, run_id: str
+) -> None:
+    """A body that is not JSON although it says so: the worker answers under the message's task id
+    (FAILURE naming what was wrong), logs it, acknowledges it and serves the unwind behind it."""
+    setup = redis_setup(tmp_path, pg_database_url)
+    worker = workers.start(setup, concurrency=1)
+    client, journal, ledger = setup.client(), setup.journal(), setup.ledger()
+    broker = redis.Redis.from_url(setup.saga["broker_url"])
+    task_id = f"undecodable-{run_id}"
+    try:
+        with client.producer_or_acquire() as producer:
+            producer.publish(
+                b'[["order-1"], {"dry_run": fal',  # cut short: not JSON
+                routing_key=setup.saga["queue"],
+                content_type="application/json",
+                content_encoding="utf-8",
+                headers={
+                    "task": "saga.compensate_run",
+                    "id": task_id,
+                    "lang": "py",
+                    "argsrepr": "",
+                    "kwargsrepr": "",
+                },
+            )
+        with pytest.raises(Exception, match="saga.compensate_run.*body is not valid JSON.*refused") as failed:
+            client.AsyncResult(task_id).get(timeout=60)
+        assert len(str(failed.value)) < 600
+
+        scenarios.place_order(journal, ledger, run_id)
+        report = scenarios.unwind(client, run_id)  # the same worker, still serving
+        assert scenarios.statuses(report) == ["compensated"] * len(scenarios.SUFFIXES)
+        assert broker.llen(setup.saga["queue"]) == 0
+        assert task_id.encode() not in b"".join(broker.hvals("unacked"))
+        log = worker.log.read_text(errors="replace")
+        assert f"saga.compensate_run [{task_id}]" in log and "body is not valid JSON" in log
+    finally:
+        broker.close()
+        ledger.close()
+        journal.close()
+        client.close()
