@@ -1,7 +1,5 @@
 """saga-worker: unwinds multi-step runs. Condemn first, compensate in reverse, report honestly."""
 
-import importlib.metadata as _metadata
-
 from .approvals import approve, approve_compensation, deny, deny_compensation, pending_calls
 from .audit import read_audit
 from .blocks import SagaRun, saga
@@ -13,6 +11,7 @@ from .compensation import (
     compensate_run,
     run_compensated,
 )
+from .contrib import django as _contrib_django  # noqa: F401 - adds Django's settings as a settings source
 from .decorator import tool
 from .errors import (
     ApprovalError,
@@ -36,12 +35,7 @@ from .journal.records import AuditAction, AuditRecord, AuditVia, CompensationGat
 from .planning import CallResult, Finish, Planner, RunState, ToolCall, scripted
 from .runs import PendingCall, RunEvent, RunResult, fork_run, resume_run, run_durable, stream_durable
 from .tools import CallOptions, NoEffect, RecoverResult, RetryPolicy, Tool
-
-# One source for the version: pyproject.toml, read back from the installed package's metadata.
-try:
-    __version__ = _metadata.version("saga-worker")
-except _metadata.PackageNotFoundError:  # imported from a checkout that was never installed
-    __version__ = "0+unknown"
+from .version import __version__ as __version__
 
 
 def __getattr__(name: str) -> object:

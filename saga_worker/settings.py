@@ -3,6 +3,7 @@ SQLite files under ``.saga/`` in the working directory, no server needed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -127,12 +128,25 @@ class SagaSettings(BaseSettings):
         return self.broker_url is None
 
 
+# Where settings come from besides the environment, asked in order: ``saga_worker.contrib.django``
+# adds Django's settings when it is imported. A source answers None when it has nothing to say.
+_sources: list[Callable[[], SagaSettings | None]] = []
+
+
+def add_settings_source(source: Callable[[], SagaSettings | None]) -> None:
+    """Ask ``source`` for this process's settings before the environment (once per source)."""
+    if source not in _sources:
+        _sources.append(source)
+        get_settings.cache_clear()
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> SagaSettings:
-    """This process's settings: in a Django project with ``saga_worker.contrib.django`` installed,
-    ``SAGA_*`` from Django's settings (the environment filling the rest); else the environment."""
-    from .contrib import django as contrib_django
-
-    if contrib_django.enabled():
-        return contrib_django.saga_settings()
+    """This process's settings: the first a settings source gives (in a Django project with
+    ``saga_worker.contrib.django`` installed, ``SAGA_*`` from Django's settings, the environment
+    filling the rest); else the environment."""
+    for source in _sources:
+        found = source()
+        if found is not None:
+            return found
     return SagaSettings()

@@ -18,9 +18,9 @@ under keys named like secrets, ``SAGA_REDACT_KEYS``, still read ``***``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from .keys import canonical_json
 from .redact import redact_secrets, redact_text
@@ -33,11 +33,94 @@ try:  # the optional extra: saga-worker[otel]
 except ImportError:  # pragma: no cover - exercised by the tests that block the import
     otel = None  # type: ignore[assignment]
 
-if TYPE_CHECKING:
-    from .compensation.report import CompensationEntry, CompensationReport
-    from .journal.records import RunInfo, ToolRecord
-    from .run_events import RunEvent
-    from .tools import CallOptions, RecoverRefusal, RecoverResult
+# What the spans read of the values they describe, as protocols: tracing sits below the modules whose
+# values it observes (runs, calls, compensation, the journal's records), so it names none of them.
+
+
+class CallIdentity(Protocol):
+    """What a recover span names a call by (``tools.CallOptions``)."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def tool_call_id(self) -> str: ...
+    @property
+    def idempotency_key(self) -> str: ...
+
+
+class CallRecord(Protocol):
+    """What execute and compensate spans read of a call's journal record (``ToolRecord``)."""
+
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def origin_run_id(self) -> str: ...
+    @property
+    def suffix(self) -> str: ...
+    @property
+    def tool_name(self) -> str: ...
+    @property
+    def tool_call_id(self) -> str: ...
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def input(self) -> Any: ...
+    @property
+    def status(self) -> Any: ...
+    @property
+    def exec_traceparent(self) -> str | None: ...
+
+
+class RunTrace(Protocol):
+    """What a run span reads of the run's row (``RunInfo``): where its trace began."""
+
+    @property
+    def traceparent(self) -> str | None: ...
+
+
+class CallEvent(Protocol):
+    """What run and execute spans read of a run's event (``RunEvent``)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def outcome(self) -> str | None: ...
+    @property
+    def error(self) -> str | None: ...
+    @property
+    def output(self) -> Any: ...
+    @property
+    def result(self) -> Any: ...
+
+
+class StepVerdict(Protocol):
+    """What a compensate span reads of a step's outcome (``CompensationEntry``)."""
+
+    @property
+    def suffix(self) -> str: ...
+    @property
+    def status(self) -> Any: ...
+    @property
+    def attempts(self) -> int: ...
+    @property
+    def needs_approval(self) -> bool: ...
+    @property
+    def error(self) -> str | None: ...
+
+
+class UnwindReport(Protocol):
+    """What an unwind span reads of its report (``CompensationReport``)."""
+
+    @property
+    def complete(self) -> bool: ...
+    @property
+    def condemned(self) -> bool: ...
+    @property
+    def entries(self) -> Sequence[StepVerdict]: ...
+    def counts(self) -> Mapping[str, int]: ...
+
+
+E = TypeVar("E", bound=CallEvent)
 
 ENABLED = otel is not None
 TRACER_NAME = "saga_worker"
@@ -54,7 +137,7 @@ def tracer() -> Any:
     """saga-worker's tracer (the global provider's: set it before or after importing saga_worker)."""
     global _tracer
     if _tracer is None:
-        from . import __version__
+        from .version import __version__
 
         _tracer = otel.get_tracer(TRACER_NAME, __version__)
     return _tracer
@@ -145,19 +228,19 @@ class _NoSpan:
     def context(self) -> Any:
         return None
 
-    def outcome(self, event: RunEvent) -> None:
+    def outcome(self, event: CallEvent) -> None:
         return None
 
-    def verdict(self, entry: CompensationEntry | None) -> None:
+    def verdict(self, entry: StepVerdict | None) -> None:
         return None
 
-    def answer(self, answer: RecoverResult | RecoverRefusal) -> None:
+    def answer(self, answer: object) -> None:
         return None
 
     def worklist(self, steps: int) -> None:
         return None
 
-    def report(self, report: CompensationReport) -> None:
+    def report(self, report: UnwindReport) -> None:
         return None
 
 
@@ -208,7 +291,7 @@ class Span(_NoSpan):
             self.error(f"{type(exc).__name__}: {exc}", type(exc).__qualname__)
 
     # -- what each kind of span learns at its end ----------------------------------------------
-    def outcome(self, event: RunEvent) -> None:
+    def outcome(self, event: CallEvent) -> None:
         """A call's end (execute spans): how it settled, its error, its output if values are on."""
         if not self.recording:
             return
@@ -218,7 +301,7 @@ class Span(_NoSpan):
         elif event.output is not None and get_settings().trace_values:
             self.set("gen_ai.tool.call.result", _value(event.output))
 
-    def verdict(self, entry: CompensationEntry | None) -> None:
+    def verdict(self, entry: StepVerdict | None) -> None:
         """A step's end (compensate spans): its status, attempts, error; a stood-down twin says so."""
         if not self.recording:
             return
@@ -234,7 +317,7 @@ class Span(_NoSpan):
             if entry.status.value == "failed":
                 self.error(entry.error, _error_type(entry.error))
 
-    def answer(self, answer: RecoverResult | RecoverRefusal) -> None:
+    def answer(self, answer: object) -> None:
         """``recover``'s answer (recover spans): done or not; a refusal is the span's error."""
         if not self.recording:
             return
@@ -248,7 +331,7 @@ class Span(_NoSpan):
         if self.recording:
             self.set("saga.unwind.steps", steps)
 
-    def report(self, report: CompensationReport) -> None:
+    def report(self, report: UnwindReport) -> None:
         """An unwind's end (unwind spans): its counts by status, whether it is complete, where it halted."""
         if not self.recording:
             return
@@ -303,7 +386,7 @@ def _error_type(error: str) -> str:
 # -- the call sites --------------------------------------------------------------------------------
 
 
-def traced_run(loop: Any, run: RunInfo | None, events: Iterator[RunEvent], entry: str) -> Iterator[RunEvent]:
+def traced_run(loop: Any, run: RunTrace | None, events: Iterator[E], entry: str) -> Iterator[E]:
     """A run's events under its ``saga.run`` span (``entry``: how it was driven); the events as they
     are, untouched, without the API."""
     if _idle():
@@ -311,7 +394,7 @@ def traced_run(loop: Any, run: RunInfo | None, events: Iterator[RunEvent], entry
     return _traced_run(loop, run, events, entry)
 
 
-def _traced_run(loop: Any, run: RunInfo | None, events: Iterator[RunEvent], entry: str) -> Iterator[RunEvent]:
+def _traced_run(loop: Any, run: RunTrace | None, events: Iterator[E], entry: str) -> Iterator[E]:
     # Not made current: a generator's consumer runs between its yields, in its own context. The run's
     # calls are parented on it explicitly (``loop.trace``).
     span = _start(
@@ -357,7 +440,7 @@ def block(run: Any) -> Any:
     return span
 
 
-def execute(parent: Any, record: ToolRecord, key: str) -> Any:
+def execute(parent: Any, record: CallRecord, key: str) -> Any:
     """A call's ``execute_tool {tool}`` span (GenAI semantic conventions for tool execution), current
     while ``execute`` runs; its ``traceparent`` is journaled with the outcome."""
     if _idle():
@@ -376,7 +459,7 @@ def execute(parent: Any, record: ToolRecord, key: str) -> Any:
     return _start(f"execute_tool {record.tool_name}", attributes, parent=parent.context())
 
 
-def compensate(run_id: str, record: ToolRecord, key: str, *, dry_run: bool) -> Any:
+def compensate(run_id: str, record: CallRecord, key: str, *, dry_run: bool) -> Any:
     """A step's ``saga.compensate {tool}`` span, linked to the execute span of the effect it undoes."""
     if _idle():
         return NO_SPAN
@@ -394,7 +477,7 @@ def compensate(run_id: str, record: ToolRecord, key: str, *, dry_run: bool) -> A
     return _start(f"saga.compensate {record.tool_name}", attributes, links=links)
 
 
-def recover(opts: CallOptions, tool_name: str | None) -> Any:
+def recover(opts: CallIdentity, tool_name: str | None) -> Any:
     """A ``saga.recover {tool}`` span: the probe of whether an interrupted or failed call took effect."""
     if _idle():
         return NO_SPAN

@@ -17,12 +17,11 @@ from celery.local import Proxy
 
 from .config import celery_config, is_redis, make_app, prepare_stores
 from .forward import record_call
-from .install import install, task_options
+from .install import install, installed_app, task_options
 from .tasks import COMPENSATE_RUN, COMPENSATE_STEP, FINALIZE_UNWIND, NAMES, RETRY_UNCERTAIN
 
 _lock = threading.Lock()
 _default: Celery | None = None
-_installed: Celery | None = None
 
 
 def default_app() -> Celery:
@@ -36,13 +35,8 @@ def default_app() -> Celery:
 
 def current_app() -> Celery:
     """The app the ``saga.*`` tasks are sent through: the one :func:`install` was given, else ours."""
-    return _installed if _installed is not None else default_app()
-
-
-def _set_installed(app: Celery | None) -> None:
-    global _installed
-    with _lock:
-        _installed = app
+    installed = installed_app()
+    return installed if installed is not None else default_app()
 
 
 def _task(name: str) -> Any:

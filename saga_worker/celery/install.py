@@ -12,6 +12,7 @@ one broker per app.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from celery import Celery, Task
@@ -24,6 +25,9 @@ from .config import SWEEP_ENTRY, sweep_entry
 from .tasks import register
 
 SAGA_ROUTE = "saga.*"
+
+_lock = threading.Lock()
+_installed: Celery | None = None
 
 
 def task_options(settings: SagaSettings) -> dict[str, Any]:
@@ -96,10 +100,19 @@ def install(
     if beat:
         _beat(app, s)
     executor.configure(s if settings is not None else None, tools)
-    from . import _set_installed
-
     _set_installed(app)
     return registered
 
 
-__all__ = ["install", "task_options"]
+def installed_app() -> Celery | None:
+    """The app :func:`install` was last given in this process, if any."""
+    return _installed
+
+
+def _set_installed(app: Celery | None) -> None:
+    global _installed
+    with _lock:
+        _installed = app
+
+
+__all__ = ["install", "installed_app", "task_options"]

@@ -37,6 +37,7 @@ from .sql_parts.runs import SqlRuns, stamped_or_raise
 from .sql_parts.shared import SqlShared
 from .sql_parts.sweeps import SqlSweeps
 from .sql_parts.unwinds import SqlUnwinds
+from .statements import Statements
 
 T = TypeVar("T")
 # A worklist as read: the run row (with who condemned it), its record rows, their claims' rows.
@@ -61,6 +62,7 @@ class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared
         self.dialect = self.engine.dialect.name
         self.policy = policy_for(self.dialect)
         self._connections = driver.Connections(self.engine, self.policy)
+        self._q: Statements = Statements(self.engine.dialect)
         self.guard_bound_to_process = self.policy.guard_proves_holder_gone(self.engine)
         if migrate_schema is None:
             migrate_schema = self.policy.migrates_on_open

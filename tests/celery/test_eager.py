@@ -13,6 +13,7 @@ from celery import Celery
 import saga_worker.celery as saga_celery
 from saga_worker import executor, open_journal
 from saga_worker.celery import install
+from saga_worker.celery.install import _set_installed
 from saga_worker.settings import SagaSettings
 from tests.integration.scenarios import place_order
 from tests.ledger import Ledger, open_ledger, order_tools
@@ -52,7 +53,7 @@ def eager(url: str, tmp_path: Path) -> Iterator[Eager]:
     finally:
         ledger.close()
         app.close()
-        saga_celery._set_installed(None)
+        _set_installed(None)
         executor.configure(None, None)
 
 

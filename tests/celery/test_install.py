@@ -12,6 +12,7 @@ from celery import Celery
 import saga_worker.celery as saga_celery
 from saga_worker import InvalidInputError, Tool, executor
 from saga_worker.celery import NAMES, install
+from saga_worker.celery.install import _set_installed
 from saga_worker.settings import SagaSettings
 
 
@@ -34,7 +35,7 @@ def host() -> Iterator[Celery]:
         return "tock"
 
     yield app
-    saga_celery._set_installed(None)
+    _set_installed(None)
     executor.configure(None, None)
 
 

@@ -15,6 +15,7 @@ from celery import Celery
 
 import saga_worker.celery as saga_celery
 from saga_worker import Journal, executor
+from saga_worker.celery.install import _set_installed
 from saga_worker.journal.records import RunStatus
 from saga_worker.settings import get_settings
 from tests.ledger import Ledger
@@ -75,7 +76,7 @@ def host(tmp_path_factory: pytest.TempPathFactory, pg_database_url: str) -> Iter
         for proc in procs:
             proc.stop()
         app.close()
-        saga_celery._set_installed(None)
+        _set_installed(None)
         executor.configure(None, None)
         mp.undo()
         get_settings.cache_clear()

@@ -27,7 +27,7 @@ from typing import Any
 
 from ...errors import InvalidInputError, JournalError
 from ...journal import Journal, open_journal
-from ...settings import SagaSettings
+from ...settings import SagaSettings, add_settings_source
 
 APP = "saga_worker.contrib.django"
 _journals: dict[str, Journal] = {}
@@ -122,6 +122,13 @@ def saga_settings() -> DjangoSagaSettings:
     }
     update = {k: v for k, v in fallback.items() if getattr(s, k) is None and v}
     return s.model_copy(update=update) if update else s
+
+
+def _settings_if_enabled() -> SagaSettings | None:
+    return saga_settings() if enabled() else None
+
+
+add_settings_source(_settings_if_enabled)
 
 
 def journal() -> Journal:

@@ -9,11 +9,10 @@ read ``now`` too.
 
 from __future__ import annotations
 
-import functools
 import json
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
@@ -24,9 +23,6 @@ from ..dialects import DialectPolicy, policy_for
 from ..driver import Prepared
 from ..records import RunStatus, UnwindState
 from ..schema import records_waiting_clause, runs
-
-if TYPE_CHECKING:
-    from ..statements import Statements
 
 T = TypeVar("T")
 
@@ -106,12 +102,9 @@ class SqlPlumbing:
     engine: sa.Engine
     policy: DialectPolicy
     _connections: driver.Connections
-
-    @functools.cached_property
-    def _q(self) -> Statements:
-        from ..statements import Statements
-
-        return Statements(self.engine.dialect)
+    # The composed statements of every part (``statements.Statements``), set by the journal that
+    # composes the parts: a part reaches another area's statements through it.
+    _q: Any
 
     def _write(self, work: Callable[[driver.Tx], T], *, atomic: bool = False, durable: bool = False) -> T:
         """Run ``work``, which writes, on the driver (the hot path: see ``driver.transaction``).

@@ -8,14 +8,21 @@ commits second sees the other. ``refusal`` says why the gate refused.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ...errors import CompensatedRunError, RunEndedError, UnknownRunError
 from .. import driver
+from ..driver import Prepared
 from ..records import RunInfo, RunStatus, UnwindState, parse_status
 
-if TYPE_CHECKING:
-    from ..statements import Statements
+
+class GateStatements(Protocol):
+    """The statements the gate runs (``RunStatements`` builds them)."""
+
+    run_get: Prepared
+    tombstone_gate: Prepared
+    next_seq_ungated: Prepared
+    call_gate_lock: Prepared
 
 
 def run_row(m: Mapping[Any, Any]) -> RunInfo:
@@ -38,7 +45,7 @@ def run_row(m: Mapping[Any, Any]) -> RunInfo:
     )
 
 
-def tombstone_gate(tx: driver.Tx, q: Statements, run_id: str, gated: bool) -> int:
+def tombstone_gate(tx: driver.Tx, q: GateStatements, run_id: str, gated: bool) -> int:
     """Lock the run's row and take the next sequence number, refusing a condemned run if ``gated``.
 
     This row lock is what orders a claim against the tombstone: ``condemn`` updates the same row,
@@ -50,13 +57,13 @@ def tombstone_gate(tx: driver.Tx, q: Statements, run_id: str, gated: bool) -> in
     raise refusal(tx, q, run_id, gated=gated)
 
 
-def call_gate(tx: driver.Tx, q: Statements, run_id: str) -> None:
+def call_gate(tx: driver.Tx, q: GateStatements, run_id: str) -> None:
     """The gated tombstone gate without a sequence number (a shared execution's claim)."""
     if tx.one(q.call_gate_lock, {"run": run_id}) is None:
         raise refusal(tx, q, run_id, gated=True)
 
 
-def refusal(tx: driver.Tx, q: Statements, run_id: str, *, gated: bool) -> Exception:
+def refusal(tx: driver.Tx, q: GateStatements, run_id: str, *, gated: bool) -> Exception:
     """Why the gate refused: an unknown run, a condemned one (``gated``), or one that has ended."""
     row = tx.one(q.run_get, {"run": run_id})
     if row is None:

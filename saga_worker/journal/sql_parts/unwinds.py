@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -19,9 +19,6 @@ from .common import CLAIM_PREFIX, MAX_ROWS, NOW, RECORD_PREFIX, SqlPlumbing, Sta
 from .common import dump_json as _dump
 from .common import load_json as _load
 from .records import record_row
-
-if TYPE_CHECKING:
-    from ..statements import Statements
 
 
 class UnwindStatements(StatementsBase):
@@ -353,7 +350,7 @@ class SqlUnwinds(SqlPlumbing):
 
 
 def _step_entries(
-    tx: driver.Tx, q: Statements, unwind_id: str, at: int | None, rows: list[driver.Row]
+    tx: driver.Tx, q: UnwindStatements, unwind_id: str, at: int | None, rows: list[driver.Row]
 ) -> tuple[str | None, str | None]:
     """The stored entry texts at ``at`` and ``at - 1``, from the unwind's two latest entries when they
     tell (every entry above the lower of the two is known to be absent), else read one by one (a stale

@@ -1,0 +1,115 @@
+"""The package's imports run one way: no module imports, directly or through others, a module that
+imports it back (DEVELOPING.md, "Layers"). Every import counts, a function's own and those under
+``if TYPE_CHECKING:`` too, as read from the source with ``ast``."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "saga_worker"
+NAME = PACKAGE.name
+
+
+def _modules(package: Path) -> dict[str, Path]:
+    found: dict[str, Path] = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _owner(name: str, modules: dict[str, Path]) -> str | None:
+    """The module ``name`` is, or the package it is a name of."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph(package: Path) -> dict[str, dict[str, int]]:
+    """Each module -> the package's modules it imports, with the line of the first import seen."""
+    modules = _modules(package)
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in modules.items():
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        targets: dict[str, int] = {}
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                wanted = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = here[: len(here) - node.level + 1] if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                wanted = [f"{module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            for each in wanted:
+                target = _owner(each, modules) if each.split(".")[0] == NAME else None
+                if target is not None and target != name:
+                    targets.setdefault(target, node.lineno)
+        graph[name] = targets
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(graph[child])))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.append(member)
+                    if member == node:
+                        break
+                if len(group) > 1:
+                    found.append(sorted(group))
+    return found
+
+
+def _described(group: list[str], graph: dict[str, dict[str, int]]) -> str:
+    ties = [
+        f"  {a} -> {b} (line {line})" for a in group for b, line in sorted(graph[a].items()) if b in group
+    ]
+    return f"{len(group)} modules import each other:\n" + "\n".join(ties)
+
+
+def test_no_module_imports_a_module_that_imports_it_back() -> None:
+    graph = import_graph(PACKAGE)
+    assert [_described(group, graph) for group in cycles(graph)] == []
+
+
+def test_the_checker_sees_a_cycle_through_a_lazy_import(tmp_path: Path) -> None:
+    package = tmp_path / NAME
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "low.py").write_text("def f():\n    from .high import g\n    return g\n")
+    (package / "high.py").write_text("from . import low\n\ndef g():\n    return low\n")
+    assert cycles(import_graph(package)) == [[f"{NAME}.high", f"{NAME}.low"]]
