@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from .audit import audit_dict
 from .checks import check_run_id
-from .compensation.report import CompensationStatus, halted_at, halts
+from .compensation.report import CompensationStatus, halted_at, until_halt
 from .errors import InvalidInputError
 from .journal.parts import AuditPart, ClaimsPart, RecordsPart, RunsPart, UnwindsPart
 from .journal.records import (
@@ -361,28 +361,33 @@ def unwind_dict(
     """One distributed unwind: each worklist step with the entry stored for it (None: not yet).
     ``steps_by_suffix`` (the run's steps) names the tool and key of steps the unwind never reached."""
     stored = journal.list_unwind_entries(info.unwind_id)
-    steps: list[dict[str, Any]] = []
-    halted = False
-    for position, suffix in enumerate(info.suffixes):
-        entry = None if halted else stored.get(position)
-        if halted:
-            # As the report says: once an unwind halts, the steps after it were not attempted.
-            known = (steps_by_suffix or {}).get(suffix, {})
-            entry = {
-                "suffix": suffix,
-                "tool_name": known.get("tool_name", ""),
-                "status": CompensationStatus.NOT_ATTEMPTED.value,
-                "attempts": 0,
-                "idempotency_key": known.get("compensation_key", compensate_key(info.run_id, suffix)),
-            }
-        elif entry is not None:
-            if entry.get("error"):
-                entry = {**entry, "error": redact_text(str(entry["error"]))}
-            halted = halts(entry.get("status"))
-        steps.append({"position": position, "suffix": suffix, "entry": entry})
-    done = halted or len(stored) >= len(info.suffixes)
-    end = (ended or {}).get(info.unwind_id)
+    known = steps_by_suffix or {}
+
+    def reached(position: int) -> dict[str, Any]:
+        entry = stored.get(position)  # None: not yet
+        if entry is not None and entry.get("error"):
+            entry = {**entry, "error": redact_text(str(entry["error"]))}
+        return {"position": position, "suffix": info.suffixes[position], "entry": entry}
+
+    def not_attempted(position: int) -> dict[str, Any]:
+        # As the report says: once an unwind halts, the steps after it were not attempted.
+        suffix = info.suffixes[position]
+        step = known.get(suffix, {})
+        entry = {
+            "suffix": suffix,
+            "tool_name": step.get("tool_name", ""),
+            "status": CompensationStatus.NOT_ATTEMPTED.value,
+            "attempts": 0,
+            "idempotency_key": step.get("compensation_key", compensate_key(info.run_id, suffix)),
+        }
+        return {"position": position, "suffix": suffix, "entry": entry}
+
+    steps = until_halt(
+        range(len(info.suffixes)), reached, not_attempted, lambda step: (step["entry"] or {}).get("status")
+    )
     halt = halted_at(st["entry"]["status"] for st in steps if st["entry"])
+    done = halt is not None or len(stored) >= len(info.suffixes)
+    end = (ended or {}).get(info.unwind_id)
     if info.dry_run:
         outcome = "plan"
     elif not done:

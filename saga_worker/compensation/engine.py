@@ -2,16 +2,16 @@
 
 The in-process ``compensate_run`` and the Celery tasks share these functions: ``begin_unwind`` writes
 the tombstone and reads the worklist, ``attempt.StepAttempt`` applies the rules to one step,
-``until_halt`` stops the unwind at the first step that halts it, ``build_report`` says whether the
+``report.until_halt`` stops the unwind at the first step that halts it, ``build_report`` says whether the
 run is condemned, and ``finish_unwind`` records whether the unwind is complete, for the sweeper.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from .. import metrics, tracing
 from ..audit import check_via, default_actor
@@ -34,7 +34,7 @@ from ..locks.base import StepLock
 from ..settings import get_settings
 from ..tools import Tool, check_tools
 from .attempt import StepAttempt, Unwinding, entry_for, missing_record_entry, new_owner
-from .report import SETTLED, CompensationEntry, CompensationReport, CompensationStatus, halts
+from .report import SETTLED, CompensationEntry, CompensationReport, CompensationStatus, until_halt
 
 __all__ = [  # entry_for, missing_record_entry and new_owner are the attempt's, named here for the executor
     "begin_unwind",
@@ -45,10 +45,8 @@ __all__ = [  # entry_for, missing_record_entry and new_owner are the attempt's, 
     "missing_record_entry",
     "new_owner",
     "undo_steps",
-    "until_halt",
     "UnwindRequest",
 ]
-T = TypeVar("T")
 UNWOUND = (RecordStatus.SUCCEEDED, RecordStatus.FAILED, RecordStatus.RUNNING)
 
 
@@ -272,27 +270,6 @@ def undo_steps(
         return entry
 
     return until_halt(worklist, attempt, lambda record: entry_for(record, CompensationStatus.NOT_ATTEMPTED))
-
-
-def until_halt(
-    steps: Iterable[T],
-    outcome: Callable[[T], CompensationEntry | None],
-    not_attempted: Callable[[T], CompensationEntry],
-) -> list[CompensationEntry]:
-    """Each step's ``outcome`` until one halts the unwind (failed, busy, awaiting approval); every step
-    after it is ``not_attempted``, and nothing more is probed. An outcome of None (a distributed
-    unwind's chain never got to that step) stops there too, that step included."""
-    entries: list[CompensationEntry] = []
-    stopped = False
-    for step in steps:
-        entry = None if stopped else outcome(step)
-        if entry is None:
-            stopped = True
-            entry = not_attempted(step)
-        else:
-            stopped = halts(entry.status)
-        entries.append(entry)
-    return entries
 
 
 def build_report(

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from enum import Enum
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -43,6 +44,38 @@ def halted_at(statuses: Iterable[object]) -> CompensationStatus | None:
     """The status of the first step that halts the unwind, or None: the one reading of "stop at the
     first halting step" for a report, its JSON (the CLI's exit codes) and a stored unwind (views)."""
     return next((CompensationStatus(s) for s in statuses if halts(s)), None)
+
+
+T = TypeVar("T")
+E = TypeVar("E")
+
+
+def _status_of(entry: Any) -> object:
+    return entry.status
+
+
+def until_halt(
+    steps: Iterable[T],
+    outcome: Callable[[T], E | None],
+    not_attempted: Callable[[T], E],
+    status: Callable[[E], object] = _status_of,
+) -> list[E]:
+    """Each step's ``outcome`` until one halts the unwind (``halts``: failed, busy, awaiting
+    approval); every step after it is ``not_attempted``, and nothing more is probed. An outcome of
+    None (a distributed unwind's chain never got to that step) stops there too, that step included.
+    The one walk for the in-process unwind, the executor's report and a stored unwind's view;
+    ``status`` reads an outcome's status (an entry's ``status`` unless told)."""
+    entries: list[E] = []
+    stopped = False
+    for step in steps:
+        entry = None if stopped else outcome(step)
+        if entry is None:
+            stopped = True
+            entry = not_attempted(step)
+        else:
+            stopped = halts(status(entry))
+        entries.append(entry)
+    return entries
 
 
 # Steps that need nothing more: an unwind whose entries are all settled is complete.

@@ -27,9 +27,14 @@ from ..compensation.engine import (
     entry_for,
     finish_unwind,
     missing_record_entry,
+)
+from ..compensation.report import (
+    CompensationEntry,
+    CompensationReport,
+    CompensationStatus,
+    halts,
     until_halt,
 )
-from ..compensation.report import CompensationEntry, CompensationReport, CompensationStatus, halts
 from ..errors import InvalidInputError, MalformedRecordError
 from ..journal.base import Journal
 from ..journal.records import StepView, UnwindInfo
