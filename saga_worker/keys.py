@@ -9,15 +9,6 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from .checks import SHOWN_MAX as SHOWN_MAX  # the checks' home is checks.py; named here as before
-from .checks import UNWIND_ID_MAX as UNWIND_ID_MAX
-from .checks import check_call_id as check_call_id
-from .checks import check_dry_run as check_dry_run
-from .checks import check_run_id as check_run_id
-from .checks import check_tool_name as check_tool_name
-from .checks import check_unwind_id as check_unwind_id
-from .checks import clipped as clipped
-from .checks import shown as shown
 from .errors import InvalidInputError
 from .storable import has_surrogate, surrogate_problem
 

@@ -27,7 +27,7 @@ from saga_worker import (
     scripted,
 )
 from saga_worker import executor as ex
-from saga_worker.audit import REASON_MAX
+from saga_worker.checks import REASON_MAX
 from saga_worker.cli import main
 from saga_worker.console.app import create_app
 from saga_worker.console.auth import Role, new_token

@@ -18,7 +18,7 @@ from saga_worker import (
     run_durable,
     scripted,
 )
-from saga_worker.keys import check_call_id, check_run_id, check_tool_name
+from saga_worker.checks import check_call_id, check_run_id, check_tool_name
 from saga_worker.storable import ERROR_TEXT_MAX, exception_text
 
 MEGABYTE = 1_000_000
