@@ -1,5 +1,7 @@
 """saga-worker: unwinds multi-step runs. Condemn first, compensate in reverse, report honestly."""
 
+from typing import TYPE_CHECKING
+
 from .approvals import approve, approve_compensation, deny, deny_compensation, pending_calls
 from .audit import read_audit
 from .blocks import SagaRun, saga
@@ -36,6 +38,9 @@ from .planning import CallResult, Finish, Planner, RunState, ToolCall, scripted
 from .runs import PendingCall, RunEvent, RunResult, fork_run, resume_run, run_durable, stream_durable
 from .tools import CallOptions, NoEffect, RecoverResult, RetryPolicy, Tool
 from .version import __version__ as __version__
+
+if TYPE_CHECKING:  # typed for checkers; at run time imported only when asked for (below)
+    from .journal.sql import SqlJournal
 
 
 def __getattr__(name: str) -> object:
