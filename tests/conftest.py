@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -55,8 +56,8 @@ def pg_url(pg_database_url: str) -> str:
 
 
 @pytest.fixture
-def sqlite_url(tmp_path: object) -> str:
-    return f"sqlite:///{tmp_path}/journal.db"  # type: ignore[str-bytes-safe]
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path}/journal.db"
 
 
 @pytest.fixture(params=BACKENDS)

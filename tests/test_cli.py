@@ -242,6 +242,7 @@ def test_redrive_refuses_a_run_not_flagged_and_hands_a_flagged_one_back_to_the_w
     assert (
         run is not None
         and run.unwind_state is UnwindState.PENDING
+        and run.unwind_note is not None
         and run.unwind_note.startswith("re-driven by cli:")
     )
 

@@ -10,7 +10,7 @@ import threading
 import time
 import uuid
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -26,13 +26,13 @@ from saga_worker import (
     run_durable,
     scripted,
 )
-from saga_worker.compensation import attempt
+from saga_worker.compensation import leases
 from saga_worker.compensation.leases import LeaseKeeper
 from saga_worker.journal.records import ClaimStatus, CompensationClaim
 from saga_worker.locks import MemoryStepLock, StepLock
 from saga_worker.locks.redis import RedisStepLock
 from tests.ledger import open_ledger, order_script, order_tools
-from tests.procs.unwind_child import EXIT_CODE, spawn
+from tests.procs.unwind_child import EXIT_CODE, kill_if_alive, spawn
 
 RESERVE = "call-2"
 
@@ -45,6 +45,16 @@ def stack() -> Iterator[ExitStack]:
 
 def statuses(report: CompensationReport) -> list[str]:
     return [e.status.value for e in report.entries]
+
+
+def setting(event: threading.Event) -> Callable[[], bool]:
+    """A lease's renew callback that sets ``event`` and says the lease is kept."""
+
+    def renew() -> bool:
+        event.set()
+        return True
+
+    return renew
 
 
 def wait_until(predicate: Any, what: str, timeout: float = 30.0) -> None:
@@ -80,7 +90,7 @@ def test_unwinder_killed_inside_a_hook_leaves_its_step_claimed_until_the_lease_e
         step="reserve",
         ttl=3,
     )
-    stack.callback(lambda: child.poll() is None and child.kill())
+    stack.callback(kill_if_alive, child)
     if death == "os._exit":
         child.communicate(timeout=60)
         assert child.returncode == EXIT_CODE
@@ -227,7 +237,7 @@ def test_unwinder_that_lost_its_lease_mid_hook_leaves_the_new_owners_outcome_sta
     journal: Journal, run_id: str, stack: ExitStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The first holder's renewals stall (a frozen VM, a long GC pause): its lease lapses mid-hook.
-    monkeypatch.setattr(attempt.keeper, "hold", lambda renew, interval: lambda: None)
+    monkeypatch.setattr(leases.keeper, "hold", lambda renew, interval: lambda: None)
     ledger = stack.enter_context(open_ledger(journal.url))
     entered, release = threading.Event(), threading.Event()
     calls: list[str] = []
@@ -292,7 +302,7 @@ def test_forked_child_never_renews_the_leases_of_its_parents_hooks(tmp_path: Pat
             code = 3
             try:
                 renewed = threading.Event()
-                with keeper.keep(lambda: renewed.set() or True, 0.02):
+                with keeper.keep(setting(renewed), 0.02):
                     code = 0 if renewed.wait(timeout=10) else 2
                     time.sleep(0.2)
             finally:
@@ -328,7 +338,7 @@ def test_holding_a_lease_of_a_known_interval_does_not_wake_the_keeper() -> None:
 
     # A lease that must be renewed sooner than the thread plans to look still wakes it in time.
     renewed = threading.Event()
-    with keeper.keep(lambda: renewed.set() or True, 0.02):
+    with keeper.keep(setting(renewed), 0.02):
         assert renewed.wait(timeout=2)
     assert notified == 1
 

@@ -30,7 +30,7 @@ from saga_worker import (
 from saga_worker.errors import InvalidInputError
 from saga_worker.journal.records import ClaimStatus, UnwindState
 from tests.ledger import Ledger, open_ledger, order_script, order_tools
-from tests.procs.unwind_child import result_of, spawn
+from tests.procs.unwind_child import kill_if_alive, result_of, spawn
 
 RESERVE = "call-2"
 
@@ -80,12 +80,12 @@ def noop(*_: Any) -> None:
         (lambda: Tool(noop, noop, compensate_timeout=math.nan), "compensate_timeout"),
         (lambda: Tool(noop, noop, compensate_timeout=math.inf), "compensate_timeout"),
         (lambda: Tool(noop, noop, compensate_timeout=True), "compensate_timeout"),
-        (lambda: Tool(noop, noop, compensate_timeout="5"), "compensate_timeout"),
-        (lambda: Tool(noop, noop, compensate_retry=3), "compensate_retry"),
+        (lambda: Tool(noop, noop, compensate_timeout="5"), "compensate_timeout"),  # type: ignore[arg-type]  # the wrong type is the point
+        (lambda: Tool(noop, noop, compensate_retry=3), "compensate_retry"),  # type: ignore[arg-type]  # the wrong type is the point
         (lambda: Tool(noop, compensate_timeout=5.0), "compensate_timeout"),
         (lambda: Tool(noop, compensate_retry=RetryPolicy(3)), "compensate_retry"),
         (lambda: RetryPolicy(0), "attempts"),
-        (lambda: RetryPolicy(2.5), "attempts"),
+        (lambda: RetryPolicy(2.5), "attempts"),  # type: ignore[arg-type]  # the wrong type is the point
         (lambda: RetryPolicy(True), "attempts"),
         (lambda: RetryPolicy(3, initial_interval=-0.1), "initial_interval"),
         (lambda: RetryPolicy(3, initial_interval=math.nan), "initial_interval"),
@@ -291,7 +291,7 @@ def test_a_timed_out_hook_whose_process_exits_leaves_its_claim_to_lapse_then_it_
     recorded(journal, run_id, ledger)
 
     child = spawn(shared_journal_url, ledger.scope, run_id, mode="hang", step="reserve", ttl=ttl, timeout=0.5)
-    stack.callback(lambda: child.poll() is None and child.kill())
+    stack.callback(kill_if_alive, child)
     out = result_of(child)  # the child's unwind returned, and the child exited with the hook still hanging
     entries = out["report"]["entries"]
     assert [e["status"] for e in entries] == ["compensated", "failed", "not-attempted"]

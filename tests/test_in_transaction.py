@@ -38,7 +38,7 @@ def journal(shared_journal_url: str) -> Iterator[Journal]:
 
 
 def payments(journal: Journal) -> list[tuple[str, int]]:
-    engine = sa.create_engine(journal.url)  # type: ignore[attr-defined]
+    engine = sa.create_engine(journal.url)
     try:
         with engine.connect() as conn:
             return [

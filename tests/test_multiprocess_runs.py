@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,16 +38,16 @@ def scope() -> str:
 
 
 @pytest.fixture
-def shared(shared_journal_url: str) -> Journal:
+def shared(shared_journal_url: str) -> Iterator[Journal]:
     j = open_journal(shared_journal_url, migrate=True)
-    yield j  # type: ignore[misc]
+    yield j
     j.close()
 
 
 @pytest.fixture
-def ledger(shared_journal_url: str, scope: str) -> Ledger:
+def ledger(shared_journal_url: str, scope: str) -> Iterator[Ledger]:
     led = open_ledger(shared_journal_url, scope)
-    yield led  # type: ignore[misc]
+    yield led
     led.close()
 
 

@@ -148,7 +148,7 @@ def test_beat_connects_with_the_real_redis_url_kept_out_of_the_conf(redis_url: s
     try:
         assert SECRET not in str(app.conf.redbeat_redis_url)
         scheduler = ResilientRedBeatScheduler(app, lazy=True)
-        assert app.redbeat_conf.redis_url == real
+        assert app.redbeat_conf.redis_url == real  # type: ignore[attr-defined]  # set by redbeat, which has no types
         scheduler.close()
     finally:
         app.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import pytest
 
@@ -132,12 +132,17 @@ def test_recover_not_done_executes_the_call_again_with_the_same_key(
     assert record.attempts == before.attempts + 1 and record.seq == before.seq
 
 
+class SafeToRepeat(TypedDict, total=False):
+    idempotent: bool
+    side_effect: bool
+
+
 @pytest.mark.parametrize("status", STATUSES, ids=lambda s: s.value)
 @pytest.mark.parametrize(
     "flags", [{"idempotent": True}, {"side_effect": False}], ids=["idempotent", "read-only"]
 )
 def test_a_tool_safe_to_repeat_is_executed_again_with_the_same_key(
-    journal: Journal, run_id: str, status: RecordStatus, flags: dict[str, bool]
+    journal: Journal, run_id: str, status: RecordStatus, flags: SafeToRepeat
 ) -> None:
     leave_record(journal, run_id, status)
     probe = Probe()

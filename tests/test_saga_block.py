@@ -308,4 +308,4 @@ def test_the_tool_decorator_makes_a_tool_whose_hooks_and_options_are_used(
 
 def test_the_tool_decorator_refuses_a_bad_option() -> None:
     with pytest.raises(InvalidInputError):
-        tool(idempotency="sometimes")(lambda i, o: None)  # type: ignore[arg-type]
+        tool(idempotency="sometimes")(lambda i, o: None)

@@ -30,7 +30,8 @@ def traced(tmp_path: Path, *flags: str) -> tuple[str, list[Call]]:
 
 def segments(calls: list[Call], opening: str, closing: str) -> list[list[Call]]:
     """The calls from each ``opening`` mark up to the next ``closing`` mark (exclusive)."""
-    found, current = [], None
+    found: list[list[Call]] = []
+    current: list[Call] | None = None
     for call in calls:
         if call.text == opening:
             current = []

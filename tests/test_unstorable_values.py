@@ -250,6 +250,6 @@ def test_unwind_audit_words_the_journal_cannot_store_are_refused_before_the_tomb
     charge_run(journal, run_id, tools)
     words = {"actor": "ops", "reason": "customer asked", field: "bad \x00 words"}
     with pytest.raises(InvalidInputError, match=field):
-        compensate_run(run_id, journal=journal, tools=tools, **words)
+        compensate_run(run_id, journal=journal, tools=tools, actor=words["actor"], reason=words["reason"])
     run = journal.get_run(run_id)
     assert run is not None and not run.condemned

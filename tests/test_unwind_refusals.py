@@ -53,7 +53,7 @@ def order(journal: Journal, provider: Provider, run_id: str) -> None:
     assert result.status == "finished"
 
 
-NOT_BOOLEANS = [None, "", 0, 1, [], "false", "true", "no", 0.0]
+NOT_BOOLEANS: list[object] = [None, "", 0, 1, [], "false", "true", "no", 0.0]
 
 
 @pytest.mark.parametrize("dry_run", NOT_BOOLEANS, ids=repr)

@@ -86,6 +86,7 @@ def _langchain(journal: Journal, ledger: Ledger, run_id: str) -> None:
 def _openai_agents(journal: Journal, ledger: Ledger, run_id: str) -> None:
     require_framework("agents")
     from agents import Agent, RunConfig, function_tool
+    from agents import Tool as AgentTool
     from agents.testing import ScriptedModel, assistant_message, function_call
 
     from saga_worker.integrations.openai_agents import SagaRunner, saga_tool
@@ -95,7 +96,7 @@ def _openai_agents(journal: Journal, ledger: Ledger, run_id: str) -> None:
         [[function_call(name, args, call_id=f"fc-{uuid.uuid4().hex[:8]}")] for name, args in ORDER]
         + [[assistant_message("done")]]
     )
-    tools = [function_tool(saga_tool(f)) for f in (shop.charge, shop.reserve, shop.notify)]
+    tools: list[AgentTool] = [function_tool(saga_tool(f)) for f in (shop.charge, shop.reserve, shop.notify)]
     result = SagaRunner(journal=journal, tools=shop_hooks(ledger)).run_sync(
         Agent(name="shop", model=model, tools=tools),
         "place order 7",

@@ -26,7 +26,7 @@ require_framework("langchain")
 
 from langchain.agents import create_agent  # noqa: E402
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage  # noqa: E402
+from langchain_core.messages import AIMessage, ToolMessage  # noqa: E402
 from langchain_core.tools import BaseTool, tool  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 
@@ -113,7 +113,7 @@ def ask(thread: str) -> tuple[dict[str, Any], dict[str, Any]]:
     }
 
 
-def tool_messages(result: dict[str, Any]) -> list[BaseMessage]:
+def tool_messages(result: dict[str, Any]) -> list[ToolMessage]:
     return [m for m in result["messages"] if isinstance(m, ToolMessage)]
 
 

@@ -24,6 +24,7 @@ from .shop import ORDER, Crash, Shop, compensated, executed, require_framework, 
 require_framework("agents")
 
 from agents import Agent, FunctionTool, RunConfig, RunContextWrapper, function_tool  # noqa: E402
+from agents import Tool as AgentTool  # noqa: E402
 from agents.run_state import RunState  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
 
@@ -100,7 +101,8 @@ def shop_tools(ledger: Ledger, *, approve_reserve: bool = False) -> list[Functio
 
 
 def shop_agent(model: Scripted, ledger: Ledger, **options: Any) -> Agent[Any]:
-    return Agent(name="shop", model=model, tools=shop_tools(ledger, **options))
+    tools: list[AgentTool] = [*shop_tools(ledger, **options)]
+    return Agent(name="shop", model=model, tools=tools)
 
 
 def runner(journal: Journal, ledger: Ledger) -> SagaRunner:

@@ -281,7 +281,7 @@ def test_a_call_that_requires_approval_executes_once_approved_even_when_the_appr
     def agent_needing_approval(model: FunctionModel) -> Agent[None, str | DeferredToolRequests]:
         agent = Agent(
             model,
-            output_type=[str, DeferredToolRequests],  # type: ignore[arg-type]
+            output_type=[str, DeferredToolRequests],
             # pydantic-ai refuses a run_id already in message_history: a resume is a new agent run,
             # so the saga run id is the capability's.
             capabilities=[SagaCapability(journal=journal, tools=shop_hooks(ledger), run_id=run_id)],

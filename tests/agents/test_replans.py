@@ -101,6 +101,7 @@ def _openai_agents(
 ) -> None:
     require_framework("agents")
     from agents import Agent, RunConfig, function_tool
+    from agents import Tool as AgentTool
     from agents.testing import ScriptedModel, assistant_message, function_call
 
     from saga_worker.integrations.openai_agents import SagaRunner, saga_tool
@@ -119,7 +120,7 @@ def _openai_agents(
         [[function_call(n, a, call_id=f"fc-{uuid.uuid4().hex[:8]}") for n, a in step] for step in steps]
         + [[assistant_message("done")]]
     )
-    tools = [function_tool(saga_tool(f)) for f in (shop.charge, shop.reserve)]
+    tools: list[AgentTool] = [function_tool(saga_tool(f)) for f in (shop.charge, shop.reserve)]
     result = SagaRunner(journal=journal, tools=shop_hooks(ledger)).run_sync(
         Agent(name="shop", model=model, tools=tools),
         "place order 7",

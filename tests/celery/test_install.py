@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 from celery import Celery
+from kombu.transport import virtual
 
 import saga_worker.celery as saga_celery
 from saga_worker import InvalidInputError, Tool, executor
@@ -50,7 +51,7 @@ def test_install_registers_the_saga_tasks_with_what_they_rely_on_and_leaves_the_
     assert sorted(registered) == sorted(NAMES)
     for name in NAMES:
         task = host.tasks[name]
-        assert (task.serializer, task.acks_late, task.reject_on_worker_lost, task.queue) == (
+        assert (task.serializer, task.acks_late, task.reject_on_worker_lost, task.queue) == (  # type: ignore[attr-defined]  # not in celery-types' Task
             "json",
             True,
             True,
@@ -104,7 +105,9 @@ def test_a_saga_task_sent_by_name_from_a_pickle_app_goes_out_as_json_on_the_saga
     install(host, settings=settings(), beat=False)
     host.send_task("saga.compensate_run", args=["order-7"])  # the host's task_serializer is pickle
     with host.connection_for_write() as conn:
-        message = conn.default_channel.basic_get("saga-q")  # raw: nothing decoded here
+        channel = conn.default_channel
+        assert isinstance(channel, virtual.Channel)  # the memory transport's
+        message = channel.basic_get("saga-q")  # raw: nothing decoded here
     assert message is not None
     assert message.content_type == "application/json"
-    assert json.loads(message.body)[0] == ["order-7"]
+    assert message.body is not None and json.loads(message.body)[0] == ["order-7"]

@@ -155,9 +155,13 @@ def test_the_runs_listing_pages_with_a_cursor_through_every_run_once(
 ) -> None:
     placed = {place(app, ledger, "page") for _ in range(5)}
     seen: list[str] = []
-    cursor = None
+    cursor: str | None = None
     for _ in range(10):
-        params = {"limit": 2, "search": "page-", **({"cursor": cursor} if cursor else {})}
+        params: dict[str, str | int] = {
+            "limit": 2,
+            "search": "page-",
+            **({"cursor": cursor} if cursor else {}),
+        }
         body = app.get("/api/runs", params=params, headers=bearer(tokens.viewer)).json()
         assert len(body["runs"]) <= 2
         seen += [r["run_id"] for r in body["runs"]]

@@ -37,7 +37,7 @@ def _no_fencing(setter: Setter) -> None:
         def claim_anyway(
             self: Any, origin: str, suffix: str, *, _claim: Any = cls.claim_compensation, **kw: Any
         ) -> ClaimAttempt:
-            got = _claim(self, origin, suffix, **kw)
+            got: ClaimAttempt = _claim(self, origin, suffix, **kw)
             if got.acquired or (got.claim is not None and got.claim.status is ClaimStatus.COMPENSATED):
                 return got
             return ClaimAttempt(True, got.claim)
@@ -104,8 +104,7 @@ def _no_tombstone_check(setter: Setter) -> None:
 def _unstable_key(setter: Setter) -> None:
     """The compensation key changes on every attempt, so the provider cannot deduplicate a retry."""
     from saga_worker.compensation import attempt
-
-    stable = attempt.compensate_key
+    from saga_worker.keys import compensate_key as stable
 
     def fresh(origin: str, suffix: str) -> str:
         return f"{stable(origin, suffix)}-{uuid.uuid4().hex[:8]}"

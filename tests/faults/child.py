@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     faults.enable()  # the harness arms this process through its SAGA_FAULTS / SAGA_FAULTS_DIR
     if args.skew:
         real = time.time
-        time.time = lambda: real() + args.skew  # type: ignore[assignment]
+        time.time = lambda: real() + args.skew
     from tests.faults import breaks
 
     for name in args.breaks:

@@ -75,7 +75,7 @@ class Ledger:
     def _exec(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
         for attempt in range(3):
             try:
-                cur = self._c().execute(sql, args)  # type: ignore[arg-type]
+                cur = self._c().execute(sql, args)
                 return cur.fetchall() if cur.description else []
             except psycopg.OperationalError:
                 self._conn = None

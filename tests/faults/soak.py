@@ -341,7 +341,7 @@ class Soak:
 
     def table(self, verdict: Verdict) -> str:
         mean, peak = verdict.calls_mean_max()
-        rows = [("runs condemned", self.fig.runs), ("steps", self.fig.steps)]
+        rows: list[tuple[str, int | str]] = [("runs condemned", self.fig.runs), ("steps", self.fig.steps)]
         landed: dict[str, int] = {}
         for _, _, point, action, _ in fired(self.dep.fault_dir):
             name = {"kill": "SIGKILL of a pool child", "stop": "SIGSTOP past the lease"}[action]

@@ -81,7 +81,7 @@ def test_a_malformed_row_fails_closed_with_a_clear_error_and_no_hook_call_on_tha
     where = [key == run_id]
     if table is not runs:
         where.append(table.c.suffix == "call-2" if table is claims else table.c.suffix == step)
-    with journal.engine.begin() as conn:  # type: ignore[attr-defined]
+    with journal.engine.begin() as conn:
         conn.execute(sa.update(table).where(*where).values({column: value}))
 
     try:

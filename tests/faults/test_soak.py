@@ -27,9 +27,8 @@ def test_soak_loses_nothing_doubles_nothing_and_every_report_is_true(
     try:
         journal = open_journal(pg.url, migrate=True)
         deployment.journal_url = pg.url
-        extra = {"SAGA_SWEEP_MAX_ATTEMPTS": "30"}
-        deployment.start_worker(beat=True, concurrency=2, **extra)
-        deployment.start_worker(concurrency=2, **extra)
+        deployment.start_worker(beat=True, concurrency=2, SAGA_SWEEP_MAX_ATTEMPTS="30")
+        deployment.start_worker(concurrency=2, SAGA_SWEEP_MAX_ATTEMPTS="30")
         soak = Soak(deployment, pg, journal, ledger, Plan())
         soak.run()
         verdict = soak.verdict()

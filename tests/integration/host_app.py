@@ -44,7 +44,7 @@ def make_host_app() -> Celery:
 
     def forward(name: str, last: bool = False) -> Any:
         @app.task(name=f"host.{name}", bind=True, shared=False)
-        def step(self: Task, run_id: str, input: Any) -> dict[str, Any]:
+        def step(self: Task[Any, Any], run_id: str, input: Any) -> dict[str, Any]:
             output = record_call(run_id, name, input, id=name, finish=last, prompt="host order")
             return {"output": output, "worker": self.request.hostname}
 

@@ -164,17 +164,17 @@ def bad_inputs_are_refused_before_the_tombstone(
     """A ``dry_run`` that is not a JSON boolean, or a task id too long to be the unwind id: the caller
     gets a clear error, and the run is not condemned (issue 10, item 7)."""
     place_order(journal, ledger, run_id)
-    for kwargs, options, match in (
-        ({"dry_run": "false"}, {}, "dry_run must be true or false"),
-        ({"dry_run": None}, {}, "dry_run must be true or false"),
-        ({"dry_run": 0}, {}, "dry_run must be true or false"),
-        ({}, {"task_id": "t" * 300}, "unwind id"),
+    for kwargs, task_id, match in (
+        ({"dry_run": "false"}, None, "dry_run must be true or false"),
+        ({"dry_run": None}, None, "dry_run must be true or false"),
+        ({"dry_run": 0}, None, "dry_run must be true or false"),
+        ({}, "t" * 300, "unwind id"),
     ):
-        result = client.send_task("saga.compensate_run", args=[run_id], kwargs=kwargs, **options)
+        result = client.send_task("saga.compensate_run", args=[run_id], kwargs=kwargs, task_id=task_id)
         with pytest.raises(Exception, match=match):
             result.get(timeout=GET_TIMEOUT_S, interval=0.05)
         run = journal.get_run(run_id)
-        assert run is not None and not run.condemned, (kwargs, options)
+        assert run is not None and not run.condemned, (kwargs, task_id)
     assert [c for c in ledger.calls() if c.key.startswith(f"{run_id}:comp:")] == []
 
 

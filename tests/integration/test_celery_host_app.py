@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from celery import Celery
+from celery.result import AsyncResult
 
 import saga_worker.celery as saga_celery
 from saga_worker import Journal, executor
@@ -119,9 +120,11 @@ def test_a_chain_of_forward_tasks_on_two_workers_builds_one_run_that_compensate_
     for name, input, side in steps[1:]:
         chain = chain | sig(f"host.{name}", (run_id, input), immutable=True, queue=f"{host.queue}-{side}")
     last = chain.apply_async()
+    assert isinstance(last, AsyncResult)
     results: list[dict[str, Any]] = [last.get(timeout=TIMEOUT)]
     node = last.parent
     while node is not None:
+        assert isinstance(node, AsyncResult)
         results.insert(0, node.get(timeout=TIMEOUT))
         node = node.parent
     assert len({r["worker"] for r in results}) == 2  # the run was built by two worker processes

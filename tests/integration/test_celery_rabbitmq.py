@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import amqp
 import pytest
 from celery import Celery
 
@@ -42,7 +43,9 @@ def running(tmp_path_factory: pytest.TempPathFactory, module_workers: Workers) -
 def _delete_queue(setup: Setup) -> None:
     client = setup.client()
     with client.connection_for_write() as conn:
-        conn.default_channel.queue_delete(setup.saga["queue"])
+        channel = conn.default_channel
+        assert isinstance(channel, amqp.Channel)  # py-amqp's, under kombu's pyamqp transport
+        channel.queue_delete(setup.saga["queue"])
     client.close()
 
 

@@ -12,6 +12,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -134,7 +135,7 @@ def test_step_tasks_send_a_compensating_event_naming_the_run_and_the_step_for_fl
 ) -> None:
     client, journal, ledger = parts
     scenarios.place_order(journal, ledger, run_id)
-    seen: list[dict[str, object]] = []
+    seen: list[dict[str, Any]] = []  # events as decoded from the broker's JSON
     listening = threading.Event()
     with client.connection_for_read() as conn:
         receiver = client.events.Receiver(conn, handlers={"task-compensating": seen.append})
@@ -162,7 +163,8 @@ def test_step_tasks_send_a_compensating_event_naming_the_run_and_the_step_for_fl
     state = State()
     for event in mine:
         state.event(dict(event))
-    assert [state.tasks[e["uuid"]].state for e in mine] == ["COMPENSATING"] * 3
+    tasks = dict(state.itertasks())
+    assert [tasks[e["uuid"]].state for e in mine] == ["COMPENSATING"] * 3
 
 
 def test_two_beat_processes_on_redis_run_one_sweeper_schedule_between_them(
@@ -337,7 +339,7 @@ def test_a_megabyte_id_reason_or_error_text_is_answered_acknowledged_and_the_wor
         assert scenarios.compensations(ledger, run_id) == {s: 1 for s in scenarios.SUFFIXES}
         # Nothing of the refused messages waits to be delivered again: not queued, not unacked.
         assert broker.llen(setup.saga["queue"]) == 0
-        held = b"".join(broker.hvals("unacked"))
+        held = b"".join(v if isinstance(v, bytes) else v.encode() for v in broker.hvals("unacked"))
         assert all(t.id.encode() not in held for t in (huge_id, huge_reason, long_id))
     finally:
         broker.close()

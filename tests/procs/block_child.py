@@ -39,6 +39,7 @@ def main(argv: list[str]) -> int:
         idempotent=args.flavour == "idempotent",
     )
     outputs = []
+    status: str  # the run's status, "open", or "blocked"
     try:
         with saga(args.run, journal=journal, tools=tools, prompt="sample order") as run:
             for call in order_script():

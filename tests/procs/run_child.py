@@ -175,6 +175,7 @@ def main(argv: list[str]) -> int:
         recover=args.flavour == "recover",
         idempotent=args.flavour == "idempotent",
     )
+    status: str  # the run's status, or "blocked"
     try:
         status = run_durable(
             args.run,

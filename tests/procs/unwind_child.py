@@ -72,6 +72,12 @@ def spawn(
     )
 
 
+def kill_if_alive(proc: subprocess.Popen[str]) -> None:
+    """SIGKILL a child started by ``spawn`` unless it has exited (a test's cleanup)."""
+    if proc.poll() is None:
+        proc.kill()
+
+
 def result_of(proc: subprocess.Popen[str], timeout: float = 90.0) -> dict[str, Any]:
     """Wait for a child started by ``spawn`` and return its printed ``{"pid", "report"}``."""
     out, err = proc.communicate(timeout=timeout)

@@ -12,7 +12,7 @@ import pytest
 from celery import chain
 
 from saga_worker import ToolCall, run_durable, scripted
-from saga_worker.celery import COMPENSATE_RUN
+from saga_worker.celery.tasks import COMPENSATE_RUN
 from tests.integration.conftest import Setup, make_setup, redis_db, wait_for
 from tests.ledger import order_tools
 from tests.services import REDIS_URL, require
@@ -165,6 +165,11 @@ def test_forward_tasks_on_a_worker_build_one_run_whose_later_blocks_link_to_its_
 
     wait_for(exported, 30, "the run's and the unwind's spans and their parents")
     by_id = {s.span_id: s for s in read_dir(worker_spans)}
+
+    def parent(span: Seen) -> Seen:
+        assert span.parent_id is not None, span.name
+        return by_id[span.parent_id]
+
     ours = mine()
     blocks = sorted((s for s in ours if s.name == "saga.run"), key=lambda s: s.start)
     assert [s.attributes["saga.run.entry"] for s in blocks] == ["saga", "saga", "saga"]
@@ -173,9 +178,9 @@ def test_forward_tasks_on_a_worker_build_one_run_whose_later_blocks_link_to_its_
     for later in blocks[1:]:  # each later forward task links into the run's first span
         assert later.links == [(*first.ids, {"saga.link.type": "continues"})]
     for block, name in zip(blocks, ("charge", "reserve", "notify"), strict=True):
-        assert by_id[block.parent_id].name == f"run/traced.{name}"  # Celery's task span, the parent
+        assert parent(block).name == f"run/traced.{name}"  # Celery's task span, the parent
     executes = {s.attributes["gen_ai.tool.name"]: s for s in ours if s.name.startswith("execute_tool ")}
-    assert {n: by_id[s.parent_id].name for n, s in executes.items()} == {n: "saga.run" for n in executes}
+    assert {n: parent(s).name for n, s in executes.items()} == {n: "saga.run" for n in executes}
     steps_seen = {s.attributes["gen_ai.tool.name"]: s for s in ours if s.name.startswith("saga.compensate ")}
     for name, step in steps_seen.items():  # the undo, linked to its effect, both on the worker
         assert [link[:2] for link in step.links] == [executes[name].ids], name

@@ -34,7 +34,7 @@ def _trace(**_: Any) -> None:
     from .spans import export_to_dir
 
     export_to_dir(os.environ["SAGA_TEST_SPANS"], "the-worker")
-    CeleryInstrumentor().instrument()
+    CeleryInstrumentor().instrument()  # type: ignore[no-untyped-call]  # opentelemetry-instrumentation-celery has no types
 
 
 worker_process_init.connect(_trace, weak=False)
