@@ -28,6 +28,7 @@ from saga_worker import (
 )
 from saga_worker.journal.records import RecordStatus, RunStatus
 from tests.ledger import MemoryLedger
+from tests.reads import record_of
 
 
 def tools(ledger: MemoryLedger, needs_approval: Any = True) -> dict[str, Tool]:
@@ -103,7 +104,7 @@ def test_a_denied_call_is_handed_to_the_planner_as_its_error_and_is_not_in_the_u
     result = resume_run(run_id, journal=journal, tools=tools(ledger), planner=planner)
     assert result.status == "failed" and "denied by bob: over the limit" in (result.error or "")
     assert seen[-1][-1].error == "denied by bob: over the limit"
-    assert journal.get_record(run_id, "call-2").status is RecordStatus.DENIED  # type: ignore[union-attr]
+    assert record_of(journal, run_id, "call-2").status is RecordStatus.DENIED
     assert "execute:refund" not in ledger.whats()
     report = compensate_run(run_id, journal=journal, tools=tools(ledger))
     assert [e.suffix for e in report.entries] == ["call-1"]
@@ -128,7 +129,7 @@ def test_a_condemned_suspended_run_refuses_approve_deny_and_resume_writing_nothi
             decide(journal, run_id, "call-2", actor="alice")
     with pytest.raises(CompensatedRunError):
         resume_run(run_id, journal=journal, tools=tools(ledger), planner=SCRIPT)
-    assert journal.get_record(run_id, "call-2").status is RecordStatus.SUSPENDED  # type: ignore[union-attr]
+    assert record_of(journal, run_id, "call-2").status is RecordStatus.SUSPENDED
     assert read_audit(journal, run_id) == trail
     assert "execute:refund" not in ledger.whats()
 

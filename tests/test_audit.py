@@ -28,6 +28,7 @@ from saga_worker.audit import audit_dict, default_actor
 from saga_worker.executor import sweep
 from saga_worker.journal.records import NewAudit, UnwindState
 from saga_worker.settings import SagaSettings
+from tests.reads import run_of
 
 
 def noop(input: Any, opts: CallOptions) -> Any:
@@ -168,7 +169,7 @@ def test_a_condemned_row_cannot_be_forged_before_the_tombstone_and_the_report_na
     with pytest.raises(InvalidInputError, match="only with the tombstone"):
         journal.set_unwind_state(run_id, UnwindState.PENDING, audit=forged)
     assert journal.read_audit(run_id) == []
-    assert not journal.get_run(run_id).condemned  # type: ignore[union-attr]
+    assert not run_of(journal, run_id).condemned
     report = compensate_run(run_id, journal=journal, tools=TOOLS, actor="ops", reason="cancelled")
     assert (report.condemned_by, report.reason) == ("ops", "cancelled")
     assert [(r.action, r.actor) for r in read_audit(journal, run_id)] == [

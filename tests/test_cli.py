@@ -15,6 +15,7 @@ from saga_worker.cli import main
 from saga_worker.demo import TOOLS, order_planner
 from saga_worker.journal.records import UnwindState
 from saga_worker.settings import get_settings
+from tests.reads import run_of
 
 
 @pytest.fixture
@@ -66,7 +67,7 @@ def test_compensate_local_dry_run_prints_a_plan_and_condemns_nothing(demo_tools:
     assert code == 0, output
     assert "would-compensate" in output and "plan (dry run)" in output
     with open_journal(get_settings().resolved_journal_url()) as journal:
-        assert not journal.get_run("order-2").condemned  # type: ignore[union-attr]
+        assert not run_of(journal, "order-2").condemned
 
 
 def test_report_shows_each_step_with_its_compensation_state_from_the_journal(demo_tools: Path) -> None:

@@ -25,6 +25,7 @@ from saga_worker import (
 )
 from saga_worker.journal.records import UnwindState
 from tests.ledger import Ledger, MemoryLedger, open_ledger
+from tests.reads import run_of
 
 SCRIPT = scripted(
     ToolCall("charge", {"amount": 900}), ToolCall("reserve", {"sku": "A1"}), ToolCall("notify", {})
@@ -67,7 +68,7 @@ def test_awaiting_approval_halts_the_unwind_and_resumes_after_approval_with_the_
     ]
     assert first.entries[1].needs_approval and first.halted and not first.complete
     assert "compensate:reserve" not in ledger.whats()
-    assert journal.get_run(run_id).unwind_state is UnwindState.AWAITING  # type: ignore[union-attr]
+    assert run_of(journal, run_id).unwind_state is UnwindState.AWAITING
     # Unwinding again without a decision halts at the same gate.
     assert statuses(compensate_run(run_id, journal=journal, tools=tools))[1] == (
         "call-2",
@@ -75,7 +76,7 @@ def test_awaiting_approval_halts_the_unwind_and_resumes_after_approval_with_the_
     )
 
     approve_compensation(journal, run_id, "call-2", actor="alice", reason="refund ok")
-    assert journal.get_run(run_id).unwind_state is UnwindState.PENDING  # type: ignore[union-attr]
+    assert run_of(journal, run_id).unwind_state is UnwindState.PENDING
     second = compensate_run(run_id, journal=journal, tools=tools)
     assert statuses(second) == [
         ("call-3", "already-compensated"),

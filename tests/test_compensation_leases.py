@@ -57,7 +57,7 @@ def setting(event: threading.Event) -> Callable[[], bool]:
     return renew
 
 
-def wait_until(predicate: Any, what: str, timeout: float = 30.0) -> None:
+def wait_until(predicate: Callable[[], object], what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from typing import Any
 
@@ -31,6 +31,7 @@ from saga_worker.errors import InvalidInputError
 from saga_worker.journal.records import ClaimStatus, UnwindState
 from tests.ledger import Ledger, open_ledger, order_script, order_tools
 from tests.procs.unwind_child import kill_if_alive, result_of, spawn
+from tests.reads import claim_of, run_of
 
 RESERVE = "call-2"
 
@@ -45,7 +46,7 @@ def statuses(report: CompensationReport) -> list[str]:
     return [e.status.value for e in report.entries]
 
 
-def wait_until(predicate: Any, what: str, timeout: float = 30.0) -> None:
+def wait_until(predicate: Callable[[], object], what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -243,11 +244,11 @@ def test_a_hanging_hook_times_out_reads_failed_and_keeps_its_step_claimed_until_
     journal.set_unwind_state(run_id, UnwindState.ATTENTION, note="call-2: busy")
     release.set()  # the hook ends after all: what it did is the step's outcome
     wait_until(
-        lambda: journal.get_claim(run_id, RESERVE).status is not ClaimStatus.CLAIMED,  # type: ignore[union-attr]
+        lambda: claim_of(journal, run_id, RESERVE).status is not ClaimStatus.CLAIMED,
         "the hook's late outcome",
     )
     # ... and the unwind, halted at this step, is due again for the steps after it.
-    wait_until(lambda: journal.get_run(run_id).unwind_state is UnwindState.PENDING, "the unwind reopened")  # type: ignore[union-attr]
+    wait_until(lambda: run_of(journal, run_id).unwind_state is UnwindState.PENDING, "the unwind reopened")
     run = journal.get_run(run_id)
     assert run is not None and run.unwind_next_at is not None and run.unwind_next_at <= journal.now()
     late = journal.get_claim(run_id, RESERVE)
@@ -376,6 +377,6 @@ def test_ctrl_c_while_waiting_for_a_hook_is_raised_and_the_hook_keeps_its_claim(
     assert held is not None and held.status is ClaimStatus.CLAIMED  # the hook may still land
     release.set()
     wait_until(
-        lambda: journal.get_claim(run_id, "call-3").status is ClaimStatus.COMPENSATED,  # type: ignore[union-attr]
+        lambda: claim_of(journal, run_id, "call-3").status is ClaimStatus.COMPENSATED,
         "the hook's outcome",
     )

@@ -25,6 +25,7 @@ from saga_worker import (
 from saga_worker.journal.records import RecordStatus
 from saga_worker.keys import hash16
 from tests.ledger import Ledger, MemoryLedger, open_ledger
+from tests.reads import record_of, shared_of
 
 INPUT = {"to": "c@example.com", "template": "welcome"}
 KEY = f"notify:{hash16(INPUT)}"
@@ -66,7 +67,7 @@ def test_identical_calls_of_two_runs_in_the_window_share_one_execution(journal: 
         mirror = journal.get_record(rid, "call-1")
         assert mirror is not None and mirror.status is RecordStatus.MIRRORED
         assert mirror.shared_id == f"{KEY}:1"
-    assert journal.get_shared(f"{KEY}:1").output == {"sent": run_id}  # type: ignore[union-attr]
+    assert shared_of(journal, f"{KEY}:1").output == {"sent": run_id}
 
 
 def test_mirrors_are_untouched_by_any_runs_unwind(journal: Journal, run_id: str) -> None:
@@ -90,7 +91,7 @@ def test_after_the_window_an_identical_call_executes_anew(journal: Journal, run_
     time.sleep(0.4)
     run_durable(run_id + "-b", journal=journal, tools=tools, planner=only_notify())
     assert ledger.call_counts("execute:notify") == {KEY: 2}  # the key is the shared one both times
-    assert journal.get_record(run_id + "-b", "call-1").shared_id == f"{KEY}:2"  # type: ignore[union-attr]
+    assert record_of(journal, run_id + "-b", "call-1").shared_id == f"{KEY}:2"
 
 
 def test_two_runs_racing_on_one_shared_call_execute_it_once(
@@ -144,7 +145,7 @@ def test_a_shared_execution_left_running_by_a_crash_is_recovered_not_run_twice(
     resumed = resume_run(run_id, journal=journal, tools=healthy, planner=only_notify())
     assert resumed.status == "finished"
     assert ledger.call_counts("execute:notify") == {KEY: 1}
-    assert journal.get_shared(f"{KEY}:1").output == {"sent": "recovered"}  # type: ignore[union-attr]
+    assert shared_of(journal, f"{KEY}:1").output == {"sent": "recovered"}
 
 
 def test_a_cross_run_tool_needs_a_window() -> None:

@@ -32,6 +32,7 @@ from saga_worker.celery.forward import record_call
 from saga_worker.journal.records import RecordStatus
 from saga_worker.keys import hash16
 from tests.ledger import Ledger, open_ledger
+from tests.reads import latest_shared_of, record_of
 
 INPUT = {"amount": 10}
 SHARED_KEY = f"notify:{hash16(INPUT)}"
@@ -171,7 +172,7 @@ def test_an_approved_call_condemned_inside_the_window_executes_nothing(
     with condemn_inside_the_window(run_id) as fired, pytest.raises(CompensatedRunError):
         resume_run(run_id, journal=journal, tools=tools, planner=planner)
     assert fired == [f"{run_id}:call-1"]
-    assert journal.get_record(run_id, "call-1").status is RecordStatus.APPROVED  # type: ignore[union-attr]
+    assert record_of(journal, run_id, "call-1").status is RecordStatus.APPROVED
     nothing_executed(ledger, journal, run_id)
 
 
@@ -195,7 +196,7 @@ def test_a_failed_shared_execution_re_settled_by_a_run_condemned_inside_the_wind
     planner = scripted(ToolCall("notify", INPUT))
     first = run_durable(run_id + "-a", journal=journal, tools=tools, planner=planner)
     assert first.status == "failed"
-    assert journal.latest_shared(SHARED_KEY).status.value == "failed"  # type: ignore[union-attr]
+    assert latest_shared_of(journal, SHARED_KEY).status.value == "failed"
     # Run B meets the failed shared execution within its window and would execute it again.
     with condemn_inside_the_window(run_id) as fired, pytest.raises(CompensatedRunError):
         run_durable(run_id, journal=journal, tools=tools, planner=planner)

@@ -20,6 +20,7 @@ from saga_worker.keys import (
     hash16,
     record_suffix,
 )
+from tests.reads import record_of
 
 
 def expected_hash16(value: Any) -> str:
@@ -75,7 +76,7 @@ def test_call_mode_execute_key_is_run_id_colon_tool_call_id(journal: Journal, ru
     assert [o.idempotency_key for o in seen] == [f"{run_id}:call-1", f"{run_id}:refund-x"]
     assert [o.tool_call_id for o in seen] == ["call-1", "refund-x"]
     assert {o.run_id for o in seen} == {run_id}
-    assert journal.get_record(run_id, "call-1").output == {"key": f"{run_id}:call-1"}  # type: ignore[union-attr]
+    assert record_of(journal, run_id, "call-1").output == {"key": f"{run_id}:call-1"}
 
 
 def test_args_mode_execute_key_is_run_id_tool_and_hash16_of_the_input(journal: Journal, run_id: str) -> None:

@@ -18,6 +18,7 @@ from saga_worker import (
     saga,
 )
 from saga_worker.journal.records import RecordStatus
+from tests.reads import record_of
 
 
 class Card:
@@ -78,7 +79,7 @@ def test_a_call_that_failed_otherwise_stays_uncertain_without_a_recover_hook(
     with pytest.raises(ToolFailedError):
         charge_once(journal, run_id, card)
 
-    assert not journal.get_record(run_id, "call-1").had_no_effect  # type: ignore[union-attr]
+    assert not record_of(journal, run_id, "call-1").had_no_effect
     report = compensate_run(run_id, journal=journal, tools=card.tools())
     assert [e.status for e in report.entries] == [CompensationStatus.UNCERTAIN]
 

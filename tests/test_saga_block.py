@@ -33,6 +33,7 @@ from saga_worker import (
 from saga_worker.journal.records import RecordStatus, RunStatus
 from tests.leases import lapse_execute_lease
 from tests.ledger import Ledger, open_ledger, order_script, order_tools
+from tests.reads import record_of, run_of
 
 ORDER = [(c.tool, c.input) for c in order_script()]
 
@@ -99,13 +100,13 @@ def test_re_entering_after_a_crash_replays_what_was_done_and_executes_only_the_r
     with pytest.raises(Crash), saga(run_id, journal=journal, tools=tools) as run:
         run.call("charge", {"amount": 10})
         raise Crash()
-    assert journal.get_run(run_id).status is RunStatus.RUNNING  # type: ignore[union-attr]
+    assert run_of(journal, run_id).status is RunStatus.RUNNING
     with saga(run_id, journal=journal, tools=tools) as run:
         first = run.call("charge", {"amount": 10})
         run.call("reserve", {"sku": "A1"})
     assert first == {"id": "charge-call-1", "input": {"amount": 10}}
     assert ledger.call_counts("execute") == {f"{run_id}:call-1": 1, f"{run_id}:call-2": 1}
-    assert journal.get_run(run_id).status is RunStatus.FINISHED  # type: ignore[union-attr]
+    assert run_of(journal, run_id).status is RunStatus.FINISHED
 
 
 def test_explicit_ids_name_the_calls_and_key_them(journal: Journal, ledger: Ledger, run_id: str) -> None:
@@ -145,8 +146,8 @@ def test_a_tool_that_raises_is_recorded_failed_and_ends_the_run_as_scripted_woul
     run_durable(
         "scripted", journal=journal, tools=tools, planner=scripted(ToolCall("charge", {"amount": 10}))
     )
-    assert journal.get_run(run_id).error == journal.get_run("scripted").error  # type: ignore[union-attr]
-    assert journal.get_record(run_id, "call-1").status is RecordStatus.FAILED  # type: ignore[union-attr]
+    assert run_of(journal, run_id).error == run_of(journal, "scripted").error
+    assert record_of(journal, run_id, "call-1").status is RecordStatus.FAILED
 
 
 def test_a_condemned_run_refuses_the_block_at_entry_and_writes_nothing(
@@ -206,7 +207,7 @@ def test_code_that_changed_under_its_journal_is_refused_with_the_call_named(
     ):
         run.call("charge", {"amount": 20})
     assert ledger.call_counts("execute") == {f"{run_id}:call-1": 1}
-    assert journal.get_run(run_id).status is RunStatus.RUNNING  # type: ignore[union-attr]
+    assert run_of(journal, run_id).status is RunStatus.RUNNING
 
 
 def test_an_ended_run_re_entered_replays_its_calls_and_executes_nothing_new(
@@ -270,7 +271,7 @@ def test_acall_records_from_async_code(journal: Journal, ledger: Ledger, run_id:
             return await run.acall("charge", {"amount": 10})
 
     assert asyncio.run(place())["id"] == "charge-call-1"
-    assert journal.get_run(run_id).status is RunStatus.FINISHED  # type: ignore[union-attr]
+    assert run_of(journal, run_id).status is RunStatus.FINISHED
 
 
 # -- the decorator --------------------------------------------------------------------------------

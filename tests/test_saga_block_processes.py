@@ -18,6 +18,7 @@ from saga_worker.journal.records import RecordStatus, RunStatus
 from tests.leases import lapse_execute_lease
 from tests.ledger import Ledger, open_ledger
 from tests.procs.run_child import EXIT_CODE, ROOT, finish
+from tests.reads import run_of
 
 
 @pytest.fixture
@@ -65,7 +66,7 @@ def test_a_block_killed_after_an_effect_runs_again_and_recovers_it_instead_of_ex
     keys = [f"{run_id}:call-{n}" for n in (1, 2, 3)]
     assert ledger.effect_counts("execute") == dict.fromkeys(keys, 1)
     assert ledger.call_counts("execute") == dict.fromkeys(keys, 1)  # raw: no second attempt anywhere
-    assert shared.get_run(run_id).status is RunStatus.FINISHED  # type: ignore[union-attr]
+    assert run_of(shared, run_id).status is RunStatus.FINISHED
 
 
 def test_a_block_killed_mid_call_without_recover_is_blocked_on_rerun_and_its_unwind_says_uncertain(

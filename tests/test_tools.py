@@ -23,6 +23,7 @@ from saga_worker import (
 from saga_worker.journal.records import RecordStatus
 from saga_worker.tools import call_hook, check_tools
 from tests.leases import lapse_execute_lease
+from tests.reads import record_of
 
 
 class Crash(BaseException):
@@ -119,7 +120,7 @@ def test_async_execute_and_compensate_hooks_work_in_a_run_and_its_unwind(
         run_id, journal=journal, tools=tools, planner=scripted(ToolCall("charge", {"amount": 3}))
     )
     assert result.status == "finished"
-    assert journal.get_record(run_id, "call-1").output == {"charged": 3}  # type: ignore[union-attr]
+    assert record_of(journal, run_id, "call-1").output == {"charged": 3}
     report = compensate_run(run_id, journal=journal, tools=tools)
     assert [e.status.value for e in report.entries] == ["compensated"]
     assert log[0].startswith(f"execute {run_id}:call-1")
@@ -140,7 +141,7 @@ def test_async_hooks_work_when_a_run_and_its_unwind_are_driven_from_inside_an_ev
         return status, [e.status.value for e in report.entries]
 
     assert asyncio.run(app()) == ("finished", ["compensated"])
-    assert journal.get_record(run_id, "call-1").output == {"charged": 5}  # type: ignore[union-attr]
+    assert record_of(journal, run_id, "call-1").output == {"charged": 5}
     assert log[0].endswith("on saga-async-hook")  # driven on the private thread, not the blocked loop
     assert log[1] == f"compensate {run_id}:comp:call-1 {{'charged': 5}}"
 
@@ -152,7 +153,7 @@ def test_an_async_recover_hook_decides_a_resumed_interrupted_call(journal: Journ
     planner = scripted(ToolCall("charge", {"amount": 1}))
     with pytest.raises(Crash):
         run_durable(run_id, journal=journal, tools={"charge": Tool(crash)}, planner=planner)
-    assert journal.get_record(run_id, "call-1").status is RecordStatus.RUNNING  # type: ignore[union-attr]
+    assert record_of(journal, run_id, "call-1").status is RecordStatus.RUNNING
     lapse_execute_lease(journal, run_id, "call-1")  # the dead process renews it no more
 
     log: list[str] = []

@@ -31,6 +31,7 @@ from langchain_core.tools import BaseTool, tool  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 
 from saga_worker.integrations.langchain import SagaMiddleware  # noqa: E402
+from tests.reads import record_of, run_of  # noqa: E402
 
 Step = list[tuple[str, dict[str, Any]]]
 ONE_PER_STEP = [[call] for call in ORDER]
@@ -130,7 +131,7 @@ def test_a_three_tool_agent_run_is_journaled_under_the_thread_id_by_position(
     ]
     assert executed(ledger) == {f"{run_id}:call-{n}": 1 for n in (1, 2, 3)}
     # A thread's turns are one run: the middleware leaves it open for the next turn.
-    assert journal.get_run(run_id).status is RunStatus.RUNNING  # type: ignore[union-attr]
+    assert run_of(journal, run_id).status is RunStatus.RUNNING
 
 
 def test_async_tools_under_ainvoke_are_journaled_alike(journal: Journal, ledger: Ledger, run_id: str) -> None:
@@ -157,7 +158,7 @@ def test_a_run_crashed_after_the_second_tool_replays_both_when_invoked_again(
 
     assert executed(ledger) == {f"{run_id}:call-{n}": 1 for n in (1, 2, 3)}
     replayed = tool_messages(result)[0]
-    assert replayed.content == journal.get_record(run_id, "call-1").output["content"]  # type: ignore[union-attr]
+    assert replayed.content == record_of(journal, run_id, "call-1").output["content"]
     # The replayed answer is addressed to the new model response's call, not the journaled one.
     assert replayed.tool_call_id == result["messages"][1].tool_calls[0]["id"]
 

@@ -29,6 +29,7 @@ from agents.run_state import RunState  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
 
 from saga_worker.integrations.openai_agents import SagaRunner, saga_tool  # noqa: E402
+from tests.reads import run_of  # noqa: E402
 
 Step = list[tuple[str, dict[str, Any]]]
 ONE_PER_STEP = [[call] for call in ORDER]
@@ -167,7 +168,7 @@ def test_an_approved_call_executes_once_even_when_its_saved_state_is_resumed_twi
     )
     assert [i.tool_name for i in first.interruptions] == ["reserve"]
     assert executed(ledger) == {f"{run_id}:call-1": 1, f"{run_id}:call-3": 1}
-    assert journal.get_run(run_id).status is RunStatus.RUNNING  # type: ignore[union-attr]  # open for the resume
+    assert run_of(journal, run_id).status is RunStatus.RUNNING  # open for the resume
     state = first.to_state()
     state.approve(first.interruptions[0])
     saved = state.to_json()

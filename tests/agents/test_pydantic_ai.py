@@ -30,6 +30,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 
 from saga_worker.integrations.pydantic_ai import SagaCapability  # noqa: E402
+from tests.reads import record_of  # noqa: E402
 
 Step = list[tuple[str, dict[str, Any]]]
 
@@ -160,12 +161,12 @@ def test_a_call_interrupted_mid_execute_is_settled_by_recover_not_run_again(
     agent = shop_agent(scripted_model(ONE_PER_STEP), journal, ledger, die_in_notify=True)
     with pytest.raises(Crash):
         agent.run_sync("go", run_id=run_id)
-    assert journal.get_record(run_id, "call-3").status is RecordStatus.RUNNING  # type: ignore[union-attr]
+    assert record_of(journal, run_id, "call-3").status is RecordStatus.RUNNING
 
     shop_agent(scripted_model(ONE_PER_STEP), journal, ledger).run_sync("go", run_id=run_id)
 
     assert executed(ledger)[f"{run_id}:call-3"] == 1
-    assert journal.get_record(run_id, "call-3").output == {"recovered": "notify"}  # type: ignore[union-attr]
+    assert record_of(journal, run_id, "call-3").output == {"recovered": "notify"}
 
 
 def test_unwinding_the_agent_run_compensates_in_reverse_order_each_step_once(

@@ -16,6 +16,7 @@ from saga_worker.journal.records import RecordStatus, UnwindState
 from tests.integration.scenarios import place_order
 from tests.integration.worker_tools import approval_tools
 from tests.ledger import Ledger, order_tools
+from tests.reads import record_of, run_of
 
 from .conftest import DOCS, ConsoleServer, Deployment, Tokens
 
@@ -58,7 +59,7 @@ def test_an_operator_approves_a_suspended_call_and_a_gated_step_from_the_inbox(
     script = scripted(ToolCall("charge", {"amount": 900}), ToolCall("restock", {"sku": "A1"}))
     assert run_durable(gated, journal=journal, tools=tools, planner=script).status == "finished"
     compensate_run(gated, journal=journal, tools=tools, actor="ops-bot", reason="order cancelled")
-    assert journal.get_run(gated).unwind_state is UnwindState.AWAITING  # type: ignore[union-attr]
+    assert run_of(journal, gated).unwind_state is UnwindState.AWAITING
 
     page = logged_in(chromium, deployment.console.url, tokens.operator)
     total = int(page.locator("#inbox-total").inner_text())
@@ -81,7 +82,7 @@ def test_an_operator_approves_a_suspended_call_and_a_gated_step_from_the_inbox(
     deny.locator("input[name=reason]").fill("not sure yet")
     deny.locator("button").click()
     expect(page.locator("#next-step")).to_have_count(0)
-    assert journal.get_record(waiting, "call-2").status is RecordStatus.SUSPENDED  # type: ignore[union-attr]
+    assert record_of(journal, waiting, "call-2").status is RecordStatus.SUSPENDED
 
     approve = call.locator("form").filter(has=page.locator("button", has_text="Approve"))
     approve.locator("input[name=reason]").fill("customer called back")
@@ -90,7 +91,7 @@ def test_an_operator_approves_a_suspended_call_and_a_gated_step_from_the_inbox(
         f"executes when your application resumes run {waiting}"
     )
     expect(page.locator(f"tr[data-run={waiting}]")).to_have_count(0)
-    assert journal.get_record(waiting, "call-2").status is RecordStatus.APPROVED  # type: ignore[union-attr]
+    assert record_of(journal, waiting, "call-2").status is RecordStatus.APPROVED
 
     approve = page.locator(f"tr[data-kind=gated][data-run={gated}] form").filter(
         has=page.locator("button", has_text="Approve")
@@ -176,6 +177,6 @@ def test_compensate_with_no_worker_on_the_queue_names_the_task_and_refuses_a_sec
         expect(page.locator("h1")).to_have_text("Not now")
         expect(page.locator("p.error")).to_contain_text("has not started")
         expect(page.locator("p.error")).to_contain_text(task.group(1))
-        assert not journal_and_ledger[0].get_run(run_id).condemned  # type: ignore[union-attr]  # nobody took it
+        assert not run_of(journal_and_ledger[0], run_id).condemned  # nobody took it
     finally:
         console.stop()

@@ -21,6 +21,7 @@ from saga_worker.journal.records import NewRecord, RecordStatus, UnwindState
 from saga_worker.settings import SagaSettings
 from tests.integration.worker_tools import approval_tools
 from tests.ledger import MemoryLedger, order_script, order_tools
+from tests.reads import record_of, run_of
 
 from .conftest import Tokens
 from .test_api import BASE, Sent, bearer
@@ -75,7 +76,7 @@ def gated(app: TestClient, tools: dict[str, Any]) -> str:
     script = scripted(ToolCall("charge", {"amount": 900}), ToolCall("restock", {"sku": "A1"}))
     assert run_durable(run_id, journal=journal_of(app), tools=tools, planner=script).status == "finished"
     compensate_run(run_id, journal=journal_of(app), tools=tools, actor="ops-bot", reason="cancelled")
-    assert journal_of(app).get_run(run_id).unwind_state is UnwindState.AWAITING  # type: ignore[union-attr]
+    assert run_of(journal_of(app), run_id).unwind_state is UnwindState.AWAITING
     return run_id
 
 
@@ -176,11 +177,11 @@ def test_a_decision_from_the_inbox_needs_a_reason_a_denial_its_confirmation_and_
     answer = app.post(f"/runs/{call_run}/decide", data={**approve, "reason": "customer called back"})
     assert answer.status_code == 200 and answer.url.path == "/inbox"
     assert f"executes when your application resumes run {call_run}" in answer.text
-    assert journal_of(app).get_record(call_run, "call-2").status is RecordStatus.APPROVED  # type: ignore[union-attr]
+    assert record_of(journal_of(app), call_run, "call-2").status is RecordStatus.APPROVED
 
     deny = {"csrf": csrf, "decision": "deny", "target": "call-2", "back": "inbox", "reason": "fraud"}
     assert app.post(f"/runs/{deny_run}/decide", data=deny).status_code == 400  # not confirmed
-    assert journal_of(app).get_record(deny_run, "call-2").status is RecordStatus.SUSPENDED  # type: ignore[union-attr]
+    assert record_of(journal_of(app), deny_run, "call-2").status is RecordStatus.SUSPENDED
     answer = app.post(f"/runs/{deny_run}/decide", data={**deny, "confirm": "yes"})
     assert answer.status_code == 200 and "its planner gets the call&#39;s error" in answer.text
 

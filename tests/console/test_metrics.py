@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from celery import Celery
@@ -16,6 +16,7 @@ from saga_worker import Journal
 from saga_worker.journal.records import UnwindState
 from tests.integration.scenarios import place_order, statuses, unwind
 from tests.ledger import Ledger
+from tests.reads import run_of
 
 from .conftest import Deployment, Tokens
 
@@ -43,10 +44,10 @@ def parts(deployment: Deployment) -> Iterator[tuple[Celery, Journal, Ledger]]:
     client.close()
 
 
-def wait_until(predicate: object, what: str, timeout: float = 60.0) -> None:
+def wait_until(predicate: Callable[[], object], what: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
+        if predicate():
             return
         time.sleep(0.2)
     pytest.fail(f"gave up waiting for {what}")
@@ -78,7 +79,7 @@ def test_a_workers_metrics_count_unwinds_steps_hooks_take_overs_and_sweeper_re_d
 
     wait_until(redriven, "the sweeper to re-drive the halted run")
     wait_until(
-        lambda: journal.get_run(refused).unwind_state is UnwindState.COMPLETE,  # type: ignore[union-attr]
+        lambda: run_of(journal, refused).unwind_state is UnwindState.COMPLETE,
         "the re-driven unwind to complete",
     )
 

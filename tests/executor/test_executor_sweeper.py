@@ -9,6 +9,7 @@ from saga_worker import MemoryJournal, Tool, ToolCall, compensate_run, run_durab
 from saga_worker import executor as ex
 from saga_worker.journal.records import UnwindState
 from saga_worker.settings import SagaSettings
+from tests.reads import run_of
 
 SETTINGS = SagaSettings(sweep_backoff=2.0, sweep_backoff_max=30.0, sweep_max_attempts=3)
 
@@ -34,7 +35,7 @@ def test_backoff_doubles_per_attempt_up_to_the_cap() -> None:
 def test_sweep_redrives_a_due_incomplete_run_once_and_books_the_next_look_with_backoff(run_id: str) -> None:
     journal = MemoryJournal()
     uncertain_run(journal, run_id)
-    assert journal.get_run(run_id).unwind_state is UnwindState.INCOMPLETE  # type: ignore[union-attr]
+    assert run_of(journal, run_id).unwind_state is UnwindState.INCOMPLETE
     now = journal.now() + 1.0
     enqueued: list[str] = []
     outcome = ex.sweep(journal, enqueue=enqueued.append, settings=SETTINGS, now=now)
@@ -44,7 +45,7 @@ def test_sweep_redrives_a_due_incomplete_run_once_and_books_the_next_look_with_b
     # Not due again until the backoff has passed.
     assert ex.sweep(journal, enqueue=enqueued.append, settings=SETTINGS, now=now + 1.9).redriven == []
     assert ex.sweep(journal, enqueue=enqueued.append, settings=SETTINGS, now=now + 2.0).redriven == [run_id]
-    assert journal.get_run(run_id).unwind_next_at == pytest.approx(now + 2.0 + 4.0)  # type: ignore[union-attr]
+    assert run_of(journal, run_id).unwind_next_at == pytest.approx(now + 2.0 + 4.0)
 
 
 def test_sweep_flags_a_run_for_a_person_after_the_retry_budget_and_never_redrives_it_again(
@@ -101,4 +102,4 @@ def test_redrive_of_a_run_whose_sweep_booked_a_backoff_keeps_that_backoff(run_id
     settings = SagaSettings(sweep_backoff=100.0, sweep_backoff_max=100.0)
     ex.sweep(journal, enqueue=lambda rid: None, settings=settings, now=now)
     ex.start_unwind(journal, run_id, "redrive", dry_run=False, claim_ttl=1.0)
-    assert journal.get_run(run_id).unwind_next_at == pytest.approx(now + 100.0)  # type: ignore[union-attr]
+    assert run_of(journal, run_id).unwind_next_at == pytest.approx(now + 100.0)

@@ -28,6 +28,7 @@ from saga_worker.journal.records import ClaimStatus, UnwindState
 from saga_worker.keys import compensate_key
 from saga_worker.planning import scripted
 from saga_worker.settings import SagaSettings
+from tests.reads import run_of
 
 TTL = 5.0
 
@@ -88,14 +89,14 @@ def test_chain_of_continuations_reports_exactly_what_the_library_reports_for_an_
     chained = drive(journal, provider.tools(), run_id, "unwind-1")
     assert chained.model_dump(mode="json") == same_but_run(library, run_id + "-twin", run_id)
     assert [e.status.value for e in chained.entries] == ["compensated"] * 3
-    assert journal.get_run(run_id).unwind_state is UnwindState.COMPLETE  # type: ignore[union-attr]
+    assert run_of(journal, run_id).unwind_state is UnwindState.COMPLETE
 
 
 def test_coordinator_writes_the_tombstone_before_returning_the_first_step(run_id: str) -> None:
     journal, provider = MemoryJournal(), Provider()
     order(journal, provider, run_id)
     first = ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
-    assert journal.get_run(run_id).condemned  # type: ignore[union-attr]
+    assert run_of(journal, run_id).condemned
     assert first == Step(run_id, "u", "call-3", False, 0, 3)
     assert provider.calls == []
 
@@ -112,7 +113,7 @@ def test_failing_step_halts_the_chain_and_later_steps_read_not_attempted(run_id:
     report = ex.finalize_unwind(journal, run_id, "u")
     assert [e.status.value for e in report.entries] == ["compensated", "failed", "not-attempted"]
     assert "refund refused" in (report.entries[1].error or "")
-    assert journal.get_run(run_id).unwind_state is UnwindState.INCOMPLETE  # type: ignore[union-attr]
+    assert run_of(journal, run_id).unwind_state is UnwindState.INCOMPLETE
 
 
 def test_dry_run_chain_writes_no_tombstone_and_calls_no_hook(run_id: str) -> None:
@@ -122,7 +123,7 @@ def test_dry_run_chain_writes_no_tombstone_and_calls_no_hook(run_id: str) -> Non
     assert [e.status.value for e in report.entries] == ["would-compensate"] * 3
     assert report.dry_run and not report.condemned
     assert provider.calls == []
-    assert journal.get_run(run_id).unwind_state is UnwindState.NONE  # type: ignore[union-attr]
+    assert run_of(journal, run_id).unwind_state is UnwindState.NONE
 
 
 def test_duplicate_delivery_of_a_finished_step_passes_the_continuation_on_without_calling_the_hook(

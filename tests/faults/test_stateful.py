@@ -25,6 +25,7 @@ from saga_worker import (
     run_durable,
     scripted,
 )
+from tests.reads import run_of
 
 from .checker import check
 from .ledger import MemLedger
@@ -99,7 +100,7 @@ class UnwindMachine(RuleBasedStateMachine):
     @rule(run_id=runs)
     def deliver(self, run_id: str) -> None:
         """A redelivered (or second) compensate_run for the run."""
-        if self.journal.get_run(run_id).condemned:  # type: ignore[union-attr]
+        if run_of(self.journal, run_id).condemned:
             self._unwind(run_id)
 
     @rule(run_id=runs)
@@ -122,7 +123,7 @@ class UnwindMachine(RuleBasedStateMachine):
     @rule(run_id=runs)
     def resume_condemned(self, run_id: str) -> None:
         """A condemned run asked to go on must refuse, executing nothing."""
-        if not self.journal.get_run(run_id).condemned:  # type: ignore[union-attr]
+        if not run_of(self.journal, run_id).condemned:
             return
         before = len(self.ledger.calls("execute"))
         with pytest.raises(CompensatedRunError):

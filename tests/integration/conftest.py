@@ -9,7 +9,7 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -152,7 +152,7 @@ def module_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workers
     pool.stop_all()
 
 
-def wait_for(predicate: Any, timeout: float, what: str) -> None:
+def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:
     """Wait for a condition a test needs before acting (not a timed assertion)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -14,6 +14,7 @@ from saga_worker import Journal
 from saga_worker.journal.records import ClaimStatus
 from saga_worker.keys import compensate_key
 from tests.ledger import Ledger
+from tests.reads import claim_of
 
 from .conftest import Setup, Workers, wait_for
 from .policy_tools import TIMEOUT_S
@@ -87,7 +88,7 @@ def test_a_hanging_hook_on_a_worker_times_out_reads_failed_and_its_claim_is_held
 
     running.control_file(run_id, "release", "reserve")  # the hook returns: it undid the step after all
     wait_for(
-        lambda: journal.get_claim(run_id, "call-2").status is ClaimStatus.COMPENSATED,  # type: ignore[union-attr]
+        lambda: claim_of(journal, run_id, "call-2").status is ClaimStatus.COMPENSATED,
         60,
         "the hook's late outcome",
     )
