@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import sqlalchemy as sa
 
-from saga_worker import Journal
+from saga_worker import Journal, SqlJournal
 from saga_worker.journal.memory import MemoryJournal
 from saga_worker.journal.records import RecordStatus, ToolRecord
 from saga_worker.journal.schema import records
@@ -30,7 +30,8 @@ def lapse_execute_lease(journal: Journal, run_id: str, suffix: str) -> ToolRecor
             journal._records[(run_id, suffix)], exec_lease_expires_at=lapsed
         )
     else:
-        with journal.engine.begin() as conn:  # type: ignore[attr-defined]
+        assert isinstance(journal, SqlJournal), journal
+        with journal.engine.begin() as conn:
             conn.execute(
                 sa.update(records)
                 .where(records.c.run_id == run_id, records.c.suffix == suffix)

@@ -316,7 +316,9 @@ def test_forked_child_never_renews_the_leases_of_its_parents_hooks(tmp_path: Pat
     assert str(pid) not in renewers
 
 
-def test_holding_a_lease_of_a_known_interval_does_not_wake_the_keeper() -> None:
+def test_holding_a_lease_of_a_known_interval_does_not_wake_the_keeper(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # Every compensated step holds a lease while its hook runs. Waking the keeper's thread for each one
     # hands the GIL to it and back (issue 26: a third of an in-process SQLite unwind under load), though
     # a lease is never due before ``interval`` has passed.
@@ -329,7 +331,7 @@ def test_holding_a_lease_of_a_known_interval_does_not_wake_the_keeper() -> None:
         notified += 1
         notify(n)
 
-    keeper._cond.notify = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(keeper._cond, "notify", counting)
     for _ in range(50):
         with keeper.keep(lambda: True, 10.0):
             pass

@@ -362,14 +362,11 @@ def test_ctrl_c_while_waiting_for_a_hook_is_raised_and_the_hook_keeps_its_claim(
         if name == "notify":  # the first step of the unwind
             release.wait(60)
 
-    real_wait = hookcall.HookCall.wait
-
     def interrupted_wait(self: hookcall.HookCall, timeout: float) -> bool:
         self.interrupted = KeyboardInterrupt()  # as if Ctrl-C landed in the waiting thread
         return False
 
-    hookcall.HookCall.wait = interrupted_wait  # type: ignore[method-assign]
-    stack.callback(setattr, hookcall.HookCall, "wait", real_wait)
+    stack.enter_context(pytest.MonkeyPatch.context()).setattr(hookcall.HookCall, "wait", interrupted_wait)
     tools = order_tools(ledger, before_compensate=hangs, compensate_timeout=30.0)
     with pytest.raises(KeyboardInterrupt):
         compensate_run(run_id, journal=journal, tools=tools)

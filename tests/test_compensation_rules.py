@@ -22,6 +22,7 @@ from saga_worker import (
     MemoryJournal,
     RecoverResult,
     RunState,
+    SqlJournal,
     Tool,
     ToolCall,
     compensate_run,
@@ -108,8 +109,9 @@ def _rewrite_record(journal: Journal, run_id: str, suffix: str, **values: Any) -
         key = (run_id, suffix)
         journal._records[key] = replace(journal._records[key], **values)
         return
+    assert isinstance(journal, SqlJournal), journal
     values = {k: v.value if isinstance(v, RecordStatus) else v for k, v in values.items()}
-    with journal.engine.begin() as conn:  # type: ignore[attr-defined]
+    with journal.engine.begin() as conn:
         conn.execute(
             sa.update(records_table)
             .where(records_table.c.run_id == run_id, records_table.c.suffix == suffix)

@@ -174,9 +174,9 @@ def test_record_transitions_are_compare_and_set(journal: Journal, run_id: str) -
 
 def test_values_read_back_are_copies_not_aliases(journal: Journal, run_id: str) -> None:
     journal.start_run(run_id, "")
-    payload = {"kind": "calls", "calls": [{"id": "call-1", "tool": "t", "input": {"n": [1]}}]}
+    payload: dict[str, Any] = {"kind": "calls", "calls": [{"id": "call-1", "tool": "t", "input": {"n": [1]}}]}
     journal.record_decision(run_id, 1, payload)
-    payload["calls"][0]["input"]["n"].append(2)  # type: ignore[index]
+    payload["calls"][0]["input"]["n"].append(2)
     assert journal.list_decisions(run_id)[0]["calls"][0]["input"] == {"n": [1]}
 
 

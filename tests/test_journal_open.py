@@ -85,7 +85,7 @@ def test_a_url_that_cannot_be_a_journal_gives_a_journal_error_naming_it(url: str
 @pytest.mark.parametrize("url", ["", "   ", None, 5])
 def test_an_empty_or_non_string_url_gives_a_journal_error(url: object) -> None:
     with pytest.raises(JournalError, match="journal URL"):
-        open_journal(url)  # type: ignore[arg-type]
+        open_journal(url)  # type: ignore[arg-type]  # the wrong type is the point
 
 
 def test_an_unreachable_postgres_gives_a_journal_error_naming_the_url_without_its_password() -> None:

@@ -35,6 +35,7 @@ from saga_worker.display import neutral
 from saga_worker.executor.context import WorkerContext
 from saga_worker.journal.records import NewAudit, UnwindState
 from saga_worker.settings import SagaSettings, get_settings
+from tests.console.clients import console_journal
 from tests.ledger import MemoryLedger, order_script, order_tools
 
 # What an attacker types: retitle the window, clear the screen, overwrite the line, reverse the text.
@@ -187,7 +188,7 @@ def test_the_console_page_shows_stored_escape_sequences_spelled_out_never_raw(
 ) -> None:
     client, token, _ = console
     run_id = f"order-{uuid.uuid4().hex[:8]}"
-    poisoned(client.app.state.console.journal, run_id)  # type: ignore[attr-defined]
+    poisoned(console_journal(client), run_id)
     page = client.get(f"/runs/{run_id}", headers={"Authorization": f"Bearer {token}"})
     assert page.status_code == 200
     assert not any(c in page.text for c in RAW)
@@ -199,7 +200,7 @@ def test_the_console_refuses_a_reason_with_an_escape_or_past_the_cap_and_enqueue
 ) -> None:
     client, token, sent = console
     run_id = f"order-{uuid.uuid4().hex[:8]}"
-    place(client.app.state.console.journal, run_id)  # type: ignore[attr-defined]
+    place(console_journal(client), run_id)
     url, auth = f"/api/runs/{run_id}/compensate", {"Authorization": f"Bearer {token}"}
     for reason in (f"fraud{TITLE}", "x" * (REASON_MAX + 1)):
         answer = client.post(url, json={"reason": reason}, headers=auth)

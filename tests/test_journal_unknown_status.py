@@ -60,7 +60,7 @@ def set_record_status(journal: Journal, run_id: str, suffix: str, value: str) ->
     """Write a status behind the journal's back, as a newer or broken writer would."""
     if isinstance(journal, MemoryJournal):
         key = (run_id, suffix)
-        journal._records[key] = replace(journal._records[key], status=value)  # type: ignore[arg-type]
+        journal._records[key] = replace(journal._records[key], status=value)  # type: ignore[arg-type]  # a status the code does not know is the point
     else:
         assert isinstance(journal, SqlJournal)
         _sql(journal, records, sa.and_(records.c.run_id == run_id, records.c.suffix == suffix), status=value)
@@ -69,7 +69,7 @@ def set_record_status(journal: Journal, run_id: str, suffix: str, value: str) ->
 def set_claim_status(journal: Journal, run_id: str, suffix: str, value: str) -> None:
     if isinstance(journal, MemoryJournal):
         key = (run_id, suffix)
-        journal._claims[key] = replace(journal._claims[key], status=value)  # type: ignore[arg-type]
+        journal._claims[key] = replace(journal._claims[key], status=value)  # type: ignore[arg-type]  # a status the code does not know is the point
     else:
         assert isinstance(journal, SqlJournal)
         _sql(
@@ -82,7 +82,7 @@ def set_claim_status(journal: Journal, run_id: str, suffix: str, value: str) -> 
 
 def set_unwind_state(journal: Journal, run_id: str, value: str) -> None:
     if isinstance(journal, MemoryJournal):
-        journal._runs[run_id] = replace(journal._runs[run_id], unwind_state=value)  # type: ignore[arg-type]
+        journal._runs[run_id] = replace(journal._runs[run_id], unwind_state=value)  # type: ignore[arg-type]  # a status the code does not know is the point
     else:
         assert isinstance(journal, SqlJournal)
         _sql(journal, runs, runs.c.run_id == run_id, unwind_state=value)
@@ -90,7 +90,7 @@ def set_unwind_state(journal: Journal, run_id: str, value: str) -> None:
 
 def set_run_status(journal: Journal, run_id: str, value: str) -> None:
     if isinstance(journal, MemoryJournal):
-        journal._runs[run_id] = replace(journal._runs[run_id], status=value)  # type: ignore[arg-type]
+        journal._runs[run_id] = replace(journal._runs[run_id], status=value)  # type: ignore[arg-type]  # a status the code does not know is the point
     else:
         assert isinstance(journal, SqlJournal)
         _sql(journal, runs, runs.c.run_id == run_id, status=value)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from saga_worker import CallOptions, InvalidInputError, Journal, Tool, ToolCall, run_durable, scripted
 from saga_worker.checks import check_call_id, check_run_id, check_tool_name
 from saga_worker.keys import (
+    IdempotencyMode,
     canonical_json,
     compensate_key,
     execute_key,
@@ -28,12 +29,12 @@ def expected_hash16(value: Any) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
-def recording_tool(seen: list[CallOptions], *, idempotency: str = "call") -> Tool:
+def recording_tool(seen: list[CallOptions], *, idempotency: IdempotencyMode = "call") -> Tool:
     def execute(input: Any, opts: CallOptions) -> dict[str, str]:
         seen.append(opts)
         return {"key": opts.idempotency_key}
 
-    return Tool(execute, idempotency=idempotency)  # type: ignore[arg-type]
+    return Tool(execute, idempotency=idempotency)
 
 
 def test_canonical_json_sorts_keys_and_drops_spaces_and_keeps_unicode() -> None:
@@ -60,7 +61,7 @@ def test_key_helpers_have_the_documented_shapes() -> None:
 def test_call_options_are_frozen() -> None:
     opts = CallOptions(idempotency_key="r:call-1", tool_call_id="call-1", run_id="r")
     with pytest.raises(dataclasses.FrozenInstanceError):
-        opts.idempotency_key = "other"  # type: ignore[misc]
+        opts.idempotency_key = "other"  # type: ignore[misc]  # writing a frozen field is the point
 
 
 def test_call_mode_execute_key_is_run_id_colon_tool_call_id(journal: Journal, run_id: str) -> None:
@@ -167,11 +168,14 @@ def test_call_numbering_continues_from_the_journaled_calls_after_a_resume(
     class Crash(BaseException):
         pass
 
+    crashed = False
+
     def planner(state: Any) -> Any:
+        nonlocal crashed
         if state.step == 0:
             return [ToolCall("a", {"n": 1}), ToolCall("a", {"n": 2})]
-        if len(seen) == 2 and not getattr(planner, "crashed", False):
-            planner.crashed = True  # type: ignore[attr-defined]
+        if len(seen) == 2 and not crashed:
+            crashed = True
             raise Crash  # the first process dies before its second decision
         return scripted(ToolCall("a", {}), ToolCall("a", {"n": 3}))(state)
 

@@ -25,6 +25,7 @@ from saga_worker import (
     stream_durable,
 )
 from saga_worker.journal.records import RecordStatus, RunStatus
+from saga_worker.keys import IdempotencyMode
 
 
 class Crash(BaseException):
@@ -34,10 +35,10 @@ class Crash(BaseException):
 class Counting:
     """A tool whose executions are counted by idempotency key."""
 
-    def __init__(self, *, fail: bool = False, idempotency: str = "call") -> None:
+    def __init__(self, *, fail: bool = False, idempotency: IdempotencyMode = "call") -> None:
         self.calls: Counter[str] = Counter()
         self.fail = fail
-        self.tool = Tool(self.execute, idempotency=idempotency)  # type: ignore[arg-type]
+        self.tool = Tool(self.execute, idempotency=idempotency)
 
     def execute(self, input: Any, opts: CallOptions) -> Any:
         self.calls[opts.idempotency_key] += 1

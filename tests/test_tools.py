@@ -59,7 +59,7 @@ def test_a_tools_mapping_with_a_bad_name_or_value_is_refused() -> None:
     with pytest.raises(InvalidInputError, match="tool name"):
         check_tools({"bad:name": Tool(print)})
     with pytest.raises(InvalidInputError, match="must be a Tool"):
-        check_tools({"fine": print})  # type: ignore[dict-item]
+        check_tools({"fine": print})  # type: ignore[dict-item]  # the wrong type is the point
 
 
 def test_call_hook_drives_sync_and_async_hooks_from_plain_code() -> None:

@@ -27,6 +27,7 @@ from agents import Agent, FunctionTool, RunConfig, RunContextWrapper, function_t
 from agents import Tool as AgentTool  # noqa: E402
 from agents.run_state import RunState  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
+from agents.tool_context import ToolContext  # noqa: E402
 
 from saga_worker.integrations.openai_agents import SagaRunner, saga_tool  # noqa: E402
 from tests.reads import run_of  # noqa: E402
@@ -95,7 +96,7 @@ def shop_tools(ledger: Ledger, *, approve_reserve: bool = False) -> list[Functio
     @saga_tool
     async def notify(ctx: RunContextWrapper[Any], to: str) -> str:  # one that takes the SDK's context
         """Tell the customer."""
-        assert ctx.tool_name == "notify"  # type: ignore[attr-defined]
+        assert isinstance(ctx, ToolContext) and ctx.tool_name == "notify"
         return shop.notify(to)
 
     return [charge, reserve, notify]

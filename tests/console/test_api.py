@@ -18,7 +18,9 @@ from saga_worker.console.auth import ConsoleConfigError, Role, new_token
 from saga_worker.executor.context import WorkerContext
 from saga_worker.journal.records import UnwindState
 from saga_worker.settings import SagaSettings
+from tests.console.clients import console_journal
 from tests.ledger import MemoryLedger, order_script, order_tools
+from tests.reads import run_of
 
 from .conftest import Tokens
 
@@ -78,7 +80,7 @@ def app(settings: SagaSettings, ledger: MemoryLedger, sent: Sent) -> Iterator[Te
 
 def place(app: TestClient, ledger: MemoryLedger, prefix: str = "order") -> str:
     run_id = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    journal = app.app.state.console.journal  # type: ignore[attr-defined]
+    journal = console_journal(app)
     run_durable(run_id, journal=journal, tools=order_tools(ledger), planner=scripted(*order_script()))
     return run_id
 
@@ -179,7 +181,7 @@ def test_the_runs_listing_filters_by_condemned_unwind_state_status_and_id_prefix
         place(app, ledger, "gone"),
         place(app, ledger, "stuck"),
     )
-    journal = app.app.state.console.journal  # type: ignore[attr-defined]
+    journal = console_journal(app)
     journal.condemn(condemned)
     journal.condemn(flagged)
     journal.set_unwind_state(flagged, UnwindState.ATTENTION, note="gave up")
@@ -243,7 +245,7 @@ def test_the_live_fragment_says_whether_anything_moves(
     app: TestClient, ledger: MemoryLedger, tokens: Tokens
 ) -> None:
     run_id = place(app, ledger)
-    journal = app.app.state.console.journal  # type: ignore[attr-defined]
+    journal = console_journal(app)
     assert app.get(f"/runs/{run_id}/live", headers=bearer(tokens.viewer)).headers["x-saga-moving"] == "0"
     journal.hold_sweep(run_id, 30.0, "unwind u-1 in progress")
     answer = app.get(f"/runs/{run_id}/live", headers=bearer(tokens.viewer))
@@ -303,13 +305,13 @@ def test_redrive_applies_only_to_a_run_flagged_for_attention(
     run_id = place(app, ledger)
     url = f"/api/runs/{run_id}/redrive"
     assert app.post(url, headers=bearer(tokens.operator)).status_code == 409
-    journal = app.app.state.console.journal  # type: ignore[attr-defined]
+    journal = console_journal(app)
     journal.condemn(run_id)
     journal.set_unwind_state(run_id, UnwindState.ATTENTION, note="gave up after 8 re-drives")
     assert app.post(url, headers=bearer(tokens.viewer)).status_code == 403
     answer = app.post(url, headers=bearer(tokens.operator))
     assert answer.status_code == 202 and sent.calls == [(run_id, False)]
-    run = journal.get_run(run_id)
+    run = run_of(journal, run_id)
     # Held off the sweeper while the unwind starts; no longer flagged.
     assert run.unwind_state is UnwindState.PENDING and run.unwind_note == "re-driven by alice"
 
@@ -363,7 +365,7 @@ def test_no_token_or_url_password_appears_in_pages_answers_or_metrics(
     context = WorkerContext(settings, tools=lambda: order_tools(ledger))
     with TestClient(create_app(settings, context=context, enqueue=sent), base_url=BASE) as client:
         run_id = place(client, ledger)
-        journal = client.app.state.console.journal  # type: ignore[attr-defined]
+        journal = console_journal(client)
         journal.condemn(run_id)
         journal.set_unwind_state(
             run_id, UnwindState.INCOMPLETE, note="call-1: failed (postgresql://saga:s3cret@db/saga refused)"

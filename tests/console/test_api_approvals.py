@@ -18,6 +18,7 @@ from saga_worker.console.app import create_app
 from saga_worker.executor.context import WorkerContext
 from saga_worker.journal.records import RecordStatus
 from saga_worker.settings import SagaSettings
+from tests.console.clients import console_journal
 from tests.integration.worker_tools import approval_tools
 from tests.ledger import MemoryLedger, order_tools
 
@@ -51,7 +52,7 @@ def app(tmp_path: Path, tokens: Tokens, tools: dict[str, Any]) -> Iterator[TestC
 
 
 def journal_of(app: TestClient) -> Journal:
-    return app.app.state.console.journal  # type: ignore[attr-defined,no-any-return]
+    return console_journal(app)
 
 
 def bearer(token: str) -> dict[str, str]:

@@ -19,6 +19,7 @@ from saga_worker.console.app import create_app
 from saga_worker.executor.context import WorkerContext
 from saga_worker.journal.records import NewRecord, RecordStatus, UnwindState
 from saga_worker.settings import SagaSettings
+from tests.console.clients import console_journal
 from tests.integration.worker_tools import approval_tools
 from tests.ledger import MemoryLedger, order_script, order_tools
 from tests.reads import record_of, run_of
@@ -61,7 +62,7 @@ def app(settings: SagaSettings, tools: dict[str, Any], sent: Sent) -> Iterator[T
 
 
 def journal_of(app: TestClient) -> Journal:
-    return app.app.state.console.journal  # type: ignore[attr-defined,no-any-return]
+    return console_journal(app)
 
 
 def suspended(app: TestClient, tools: dict[str, Any], prefix: str = "refund") -> str:

@@ -17,6 +17,7 @@ from saga_worker import ToolCall, compensate_run, run_durable, scripted
 from saga_worker.console.app import create_app
 from saga_worker.executor.context import WorkerContext
 from saga_worker.settings import SagaSettings
+from tests.console.clients import console_journal
 from tests.ledger import MemoryLedger, order_script, order_tools
 
 from .conftest import Tokens
@@ -42,7 +43,7 @@ def app(tmp_path: Path, tokens: Tokens, ledger: MemoryLedger) -> Iterator[TestCl
 
 
 def placed(app: TestClient, ledger: MemoryLedger, run_id: str, *calls: ToolCall, prompt: str = "") -> str:
-    journal = app.app.state.console.journal  # type: ignore[attr-defined]
+    journal = console_journal(app)
     script = scripted(*(calls or order_script()))
     run_durable(run_id, journal=journal, tools=order_tools(ledger), planner=script, prompt=prompt)
     return run_id
@@ -52,7 +53,7 @@ def test_each_call_and_compensation_has_its_start_end_and_duration_relative_on_t
     app: TestClient, ledger: MemoryLedger, tokens: Tokens
 ) -> None:
     run_id = placed(app, ledger, f"order-{uuid.uuid4().hex[:8]}")
-    compensate_run(run_id, journal=app.app.state.console.journal, tools=order_tools(ledger))  # type: ignore[attr-defined]
+    compensate_run(run_id, journal=console_journal(app), tools=order_tools(ledger))
     body = app.get(f"/api/runs/{run_id}", headers=bearer(tokens.viewer)).json()
     for step in body["steps"]:
         assert isinstance(step["started_at"], float) and ISO.match(step["started_at_iso"])

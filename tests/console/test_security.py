@@ -23,6 +23,7 @@ from saga_worker import ToolCall, run_durable, scripted
 from saga_worker.console.app import create_app
 from saga_worker.executor.context import WorkerContext
 from saga_worker.settings import SagaSettings
+from tests.console.clients import console_journal
 from tests.ledger import MemoryLedger, order_script, order_tools
 
 from .conftest import Tokens
@@ -347,7 +348,7 @@ def test_secrets_in_tool_values_are_redacted_by_key_name_in_pages_and_answers(
     configured = settings.model_copy(update={"redact_keys": "password,token,authorization,pin"})
     with client_for(configured, ledger, Sent()) as client:
         run_id = f"order-{uuid.uuid4().hex[:8]}"
-        journal = client.app.state.console.journal  # type: ignore[attr-defined]
+        journal = console_journal(client)
         charge = ToolCall(
             "charge",
             {

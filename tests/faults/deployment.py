@@ -92,7 +92,7 @@ class Deployment:
 
     def client(self) -> Celery:
         if self._client is None:
-            self._client = make_app(SagaSettings(**self.saga()), main="fault-client")  # type: ignore[arg-type]
+            self._client = make_app(SagaSettings(**self.saga()), main="fault-client")  # type: ignore[arg-type]  # strings, as the environment gives them
         return self._client
 
     def send(self, run_id: str, *, task_id: str | None = None) -> Any:

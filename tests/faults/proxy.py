@@ -60,7 +60,8 @@ class TcpProxy:
         try:
             while True:
                 for key, _ in sel.select(timeout=1.0):
-                    src: socket.socket = key.fileobj  # type: ignore[assignment]
+                    src = key.fileobj
+                    assert isinstance(src, socket.socket)  # only the two sockets are registered
                     data = src.recv(65536)
                     if not data:
                         return

@@ -84,7 +84,7 @@ def test_a_broker_restart_mid_unwind_loses_no_compensation(
 ) -> None:
     if persistent:  # the same deployment on a Redis that keeps an append-only file
         deployment.redis.close()
-        deployment.redis.__init__(persistent=True, port=deployment.redis.port)  # type: ignore[misc]
+        deployment.redis.__init__(persistent=True, port=deployment.redis.port)  # type: ignore[misc]  # the same server object, started anew
         deployment.redis.start()
     assert start_run(pg_journal, run_id, 3, comp_sleep=1.0) == "finished"
     deployment.start_worker(beat=True)
