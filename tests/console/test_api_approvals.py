@@ -27,7 +27,9 @@ from .conftest import Tokens
 BASE = "http://127.0.0.1:8350"  # a host the console answers to by default (loopback)
 
 
-def refused_enqueue(run_id: str, dry_run: bool, *, actor: str, reason: str, via: str) -> str:
+def refused_enqueue(
+    run_id: str, dry_run: bool, *, actor: str, reason: str, via: str, task_id: str | None = None
+) -> str:
     raise AssertionError("a decision enqueues nothing")
 
 
