@@ -30,6 +30,11 @@ from .conftest import REPO, Setup, Worker, Workers, make_setup, redis_db, wait_f
 pytestmark = [pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
 
 
+def unacked(broker: redis.Redis) -> bytes:
+    """Every message the broker holds as delivered but not acknowledged, as one byte string."""
+    return b"".join(v if isinstance(v, bytes) else v.encode() for v in broker.hvals("unacked"))
+
+
 def redis_setup(tmp: Path, journal_url: str) -> Setup:
     require("redis")
     url = REDIS_URL.rsplit("/", 1)[0] + f"/{redis_db()}"
@@ -339,7 +344,7 @@ def test_a_megabyte_id_reason_or_error_text_is_answered_acknowledged_and_the_wor
         assert scenarios.compensations(ledger, run_id) == {s: 1 for s in scenarios.SUFFIXES}
         # Nothing of the refused messages waits to be delivered again: not queued, not unacked.
         assert broker.llen(setup.saga["queue"]) == 0
-        held = b"".join(v if isinstance(v, bytes) else v.encode() for v in broker.hvals("unacked"))
+        held = unacked(broker)
         assert all(t.id.encode() not in held for t in (huge_id, huge_reason, long_id))
     finally:
         broker.close()
@@ -381,7 +386,7 @@ def test_a_saga_message_whose_json_body_cannot_be_decoded_ends_acked_with_a_stor
         report = scenarios.unwind(client, run_id)  # the same worker, still serving
         assert scenarios.statuses(report) == ["compensated"] * len(scenarios.SUFFIXES)
         assert broker.llen(setup.saga["queue"]) == 0
-        assert task_id.encode() not in b"".join(broker.hvals("unacked"))
+        assert task_id.encode() not in unacked(broker)
         log = worker.log.read_text(errors="replace")
         assert f"saga.compensate_run [{task_id}]" in log and "body is not valid JSON" in log
     finally:
