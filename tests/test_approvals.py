@@ -145,7 +145,7 @@ def test_a_run_that_ended_with_a_call_suspended_refuses_approve_and_deny_naming_
     for decide in (approve, deny):
         with pytest.raises(RunEndedError, match=rf"{run_id}.*\({ended.value}\)"):
             decide(journal, run_id, "call-2", actor="alice")
-    assert journal.get_record(run_id, "call-2").status is RecordStatus.SUSPENDED  # type: ignore[union-attr]
+    assert record_of(journal, run_id, "call-2").status is RecordStatus.SUSPENDED
     assert read_audit(journal, run_id) == trail
     assert "execute:refund" not in ledger.whats()
 

@@ -28,6 +28,7 @@ from saga_worker.journal.records import (
     RunStatus,
     UnwindState,
 )
+from tests.reads import record_of
 
 
 def new(suffix: str = "call-1", step: int = 1, run_id: str = "r") -> NewRecord:
@@ -151,7 +152,7 @@ def test_a_decision_on_a_suspended_call_of_an_ended_run_is_refused_and_writes_no
     with pytest.raises(RunEndedError) as error:
         journal.decide_call(run_id, "call-1", decision, error=None, audit=audit)
     assert error.value.detail == {"run_id": run_id, "status": ended.value}
-    assert journal.get_record(run_id, "call-1").status is RecordStatus.SUSPENDED  # type: ignore[union-attr]
+    assert record_of(journal, run_id, "call-1").status is RecordStatus.SUSPENDED
     assert journal.read_audit(run_id) == []
 
 
