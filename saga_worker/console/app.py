@@ -26,9 +26,16 @@ from starlette.types import ASGIApp, Scope
 
 from .. import metrics, views
 from ..actions import ActionRefusedError, Enqueue, Workers, celery_enqueue, celery_workers
-from ..errors import ApprovalError, CompensatedRunError, InvalidInputError, SagaError, UnknownRunError
+from ..errors import (
+    ApprovalError,
+    CompensatedRunError,
+    InvalidInputError,
+    JournalError,
+    SagaError,
+    UnknownRunError,
+)
 from ..executor.context import WorkerContext
-from ..redact import redact_text
+from ..redact import redact_text, redact_url
 from ..settings import SagaSettings, get_settings
 from . import api, pages
 from .auth import Tokens
@@ -148,6 +155,21 @@ def _lifespan(console: Console) -> Callable[[Starlette], contextlib.AbstractAsyn
     return lifespan
 
 
+def _existing_journal(settings: SagaSettings) -> WorkerContext:
+    """The console reads a journal that exists, opened now: a mistyped path or URL is an error at start
+    naming it, never an empty journal made on the spot that shows "no runs"."""
+    context = WorkerContext(settings, create_journal=False)
+    try:
+        context.journal  # noqa: B018 - opened for its check
+    except JournalError as exc:
+        raise JournalError(
+            f"{exc}. The console never creates a journal: create or migrate it with "
+            "`saga-worker db upgrade` (same SAGA_JOURNAL_URL), or point SAGA_JOURNAL_URL at the workers' journal",
+            url=redact_url(settings.resolved_journal_url()),
+        ) from exc
+    return context
+
+
 def create_app(
     settings: SagaSettings | None = None,
     *,
@@ -171,7 +193,7 @@ def create_app(
     console = Console(
         settings=settings,
         tokens=tokens,
-        context=context if context is not None else WorkerContext(settings),
+        context=context if context is not None else _existing_journal(settings),
         enqueue=enqueue if enqueue is not None else celery_enqueue(),
         sessions=Sessions(settings.console_session_ttl, signer),
         signer=signer,

@@ -15,6 +15,7 @@ from starlette.testclient import TestClient
 from saga_worker import run_durable, scripted
 from saga_worker.console.app import create_app
 from saga_worker.console.auth import ConsoleConfigError, Role, new_token
+from saga_worker.errors import JournalError
 from saga_worker.executor.context import WorkerContext
 from saga_worker.journal.records import UnwindState
 from saga_worker.settings import SagaSettings
@@ -385,3 +386,14 @@ def test_no_token_or_url_password_appears_in_pages_answers_or_metrics(
     assert "call-1: failed (postgresql://saga:***@db/saga refused)" in texts[1]
     for secret in (tokens.operator, tokens.viewer, "s3cret", "hunter2"):
         assert secret not in everything
+
+
+def test_the_console_pointed_at_a_journal_that_does_not_exist_refuses_to_start_and_creates_nothing(
+    tmp_path: Path, tokens: Tokens
+) -> None:
+    typo = tmp_path / "jounral.db"
+    settings = SagaSettings(home=tmp_path, journal_url=f"sqlite:///{typo}", console_tokens=tokens.spec)
+    with pytest.raises(JournalError) as info:
+        create_app(settings, enqueue=Sent())
+    assert str(typo) in str(info.value) and "saga-worker db upgrade" in str(info.value)
+    assert not typo.exists()

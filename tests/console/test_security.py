@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from saga_worker import ToolCall, run_durable, scripted
+from saga_worker import ToolCall, open_journal, run_durable, scripted
 from saga_worker.console.app import create_app
 from saga_worker.executor.context import WorkerContext
 from saga_worker.settings import SagaSettings
@@ -275,6 +275,7 @@ def test_serving_on_a_non_loopback_address_over_plain_http_warns(
     monkeypatch.setattr(uvicorn, "run", lambda app, **kw: served.append(kw))
     monkeypatch.setenv("SAGA_CONSOLE_TOKENS", tokens.spec)
     monkeypatch.setenv("SAGA_HOME", str(tmp_path))
+    open_journal(f"sqlite:///{tmp_path / 'journal.db'}").close()  # the console reads one that exists
     get_settings.cache_clear()
     try:
         loud = CliRunner().invoke(cli, ["serve", "--host", "0.0.0.0"])
