@@ -122,6 +122,43 @@ NO_RETRY = RetryPolicy()
 ApprovalRule = bool | Callable[..., Any]
 
 
+def _check_hooks(execute: Any, compensate: Any, recover: Any) -> None:
+    if not callable(execute):
+        raise InvalidInputError(f"Tool(execute=...) must be callable, got {type(execute).__name__}")
+    for name, hook in (("compensate", compensate), ("recover", recover)):
+        if hook is not None and not callable(hook):
+            raise InvalidInputError(f"Tool({name}=...) must be callable or None, got {type(hook).__name__}")
+
+
+def _check_modes(
+    idempotency: Any, needs_approval: Any, compensate_needs_approval: Any, window_s: Any
+) -> None:
+    if idempotency not in ("call", "args", "cross-run"):
+        raise InvalidInputError(
+            f"Tool(idempotency=...) must be 'call', 'args' or 'cross-run', got {idempotency!r}"
+        )
+    for name, rule in (
+        ("needs_approval", needs_approval),
+        ("compensate_needs_approval", compensate_needs_approval),
+    ):
+        if not isinstance(rule, bool) and not callable(rule):
+            raise InvalidInputError(
+                f"Tool({name}=...) must be True, False or a callable, got {type(rule).__name__}"
+            )
+    if idempotency == "cross-run":
+        if (
+            isinstance(window_s, bool)
+            or not isinstance(window_s, int | float)
+            or not window_s > 0
+            or window_s != window_s
+        ):
+            raise InvalidInputError(
+                f"Tool(idempotency='cross-run') needs window_s, a number of seconds > 0, got {window_s!r}"
+            )
+    elif window_s is not None:
+        raise InvalidInputError("Tool(window_s=...) only applies to idempotency='cross-run'")
+
+
 class Tool:
     """A side-effecting call with optional ``compensate`` (undo) and ``recover`` (probe) hooks."""
 
@@ -158,37 +195,8 @@ class Tool:
         compensate_retry: RetryPolicy | None = None,
         in_transaction: bool = False,
     ) -> None:
-        if not callable(execute):
-            raise InvalidInputError(f"Tool(execute=...) must be callable, got {type(execute).__name__}")
-        for name, hook in (("compensate", compensate), ("recover", recover)):
-            if hook is not None and not callable(hook):
-                raise InvalidInputError(
-                    f"Tool({name}=...) must be callable or None, got {type(hook).__name__}"
-                )
-        if idempotency not in ("call", "args", "cross-run"):
-            raise InvalidInputError(
-                f"Tool(idempotency=...) must be 'call', 'args' or 'cross-run', got {idempotency!r}"
-            )
-        for name, rule in (
-            ("needs_approval", needs_approval),
-            ("compensate_needs_approval", compensate_needs_approval),
-        ):
-            if not isinstance(rule, bool) and not callable(rule):
-                raise InvalidInputError(
-                    f"Tool({name}=...) must be True, False or a callable, got {type(rule).__name__}"
-                )
-        if idempotency == "cross-run":
-            if (
-                isinstance(window_s, bool)
-                or not isinstance(window_s, int | float)
-                or not window_s > 0
-                or window_s != window_s
-            ):
-                raise InvalidInputError(
-                    f"Tool(idempotency='cross-run') needs window_s, a number of seconds > 0, got {window_s!r}"
-                )
-        elif window_s is not None:
-            raise InvalidInputError("Tool(window_s=...) only applies to idempotency='cross-run'")
+        _check_hooks(execute, compensate, recover)
+        _check_modes(idempotency, needs_approval, compensate_needs_approval, window_s)
         if in_transaction and (idempotency == "cross-run" or not side_effect):
             raise InvalidInputError(
                 "Tool(in_transaction=True) is for a side-effecting call of its own run ('call' or 'args' "

@@ -581,6 +581,23 @@ def inbox(
     knows whether their effect happened). ``counts`` has the items of each kind and ``runs`` the
     runs of each kind (the metric ``saga_runs_needing_attention``). At most ``limit`` of each."""
     now = journal.now()
+    items = _waiting_calls(journal, now, secret_keys, limit) + _halted_unwinds(
+        journal, tools, secret_keys, limit
+    )
+    items.sort(key=lambda i: (i["since"], i["run_id"], i["suffix"] or ""))
+    return {
+        "counts": {kind: sum(1 for i in items if i["kind"] == kind) for kind in INBOX_KINDS},
+        "runs": {kind: len({i["run_id"] for i in items if i["kind"] == kind}) for kind in INBOX_KINDS},
+        "total": len(items),
+        "items": items,
+        "now": now,
+    }
+
+
+def _waiting_calls(
+    journal: ViewsJournal, now: float, secret_keys: tuple[str, ...], limit: int
+) -> list[dict[str, Any]]:
+    """The inbox's suspended calls (approve or deny) and uncertain ones (a lease that ran out)."""
     runs: dict[str, RunInfo | None] = {}
 
     def run_of(run_id: str) -> RunInfo | None:
@@ -623,6 +640,14 @@ def inbox(
                 note="execute started and its outcome was never recorded",
             )
         )
+    return items
+
+
+def _halted_unwinds(
+    journal: ViewsJournal, tools: Mapping[str, Tool] | None, secret_keys: tuple[str, ...], limit: int
+) -> list[dict[str, Any]]:
+    """The inbox's unwinds flagged ``attention`` (re-drive) and those halted at a compensation gate."""
+    items: list[dict[str, Any]] = []
     for state, kind in ((UnwindState.ATTENTION, "attention"), (UnwindState.AWAITING, "gated")):
         for run in journal.page_runs(RunQuery(unwind_state=state, limit=limit)):
             if kind == "attention":
@@ -647,14 +672,7 @@ def inbox(
                         actions=gate["actions"],
                     )
                 )
-    items.sort(key=lambda i: (i["since"], i["run_id"], i["suffix"] or ""))
-    return {
-        "counts": {kind: sum(1 for i in items if i["kind"] == kind) for kind in INBOX_KINDS},
-        "runs": {kind: len({i["run_id"] for i in items if i["kind"] == kind}) for kind in INBOX_KINDS},
-        "total": len(items),
-        "items": items,
-        "now": now,
-    }
+    return items
 
 
 def waiting_runs(journal: ViewsJournal) -> set[str]:

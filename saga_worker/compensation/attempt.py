@@ -480,12 +480,16 @@ class StepAttempt:
         finally:
             if not handed_over:
                 stop_renewing()
+        return self._compensated()
+
+    def _compensated(self) -> CompensationEntry:
+        """The hook returned: its outcome written, unless our lease lapsed and another unwinder took
+        the step (its outcome stands, ours is not written)."""
         done = self._entry(S.COMPENSATED)
         if not self._finish(ClaimStatus.COMPENSATED, done, late=LEASE_LOST):
-            # Our lease lapsed and another unwinder took the step: its outcome stands, ours is not written.
-            faults.point("after_outcome", key)
+            faults.point("after_outcome", self.key)
             return done.model_copy(update={"error": LEASE_LOST})
-        faults.point("after_outcome", key)
+        faults.point("after_outcome", self.key)
         return done
 
     @staticmethod

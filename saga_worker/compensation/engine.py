@@ -149,7 +149,12 @@ def finish_unwind(
     )
     if report.complete:
         journal.set_unwind_state(report.run_id, UnwindState.COMPLETE, epoch=epoch, audit=audit)
-        return
+    else:
+        _leave_for_later(journal, report, audit)
+
+
+def _leave_for_later(journal: Journal, report: CompensationReport, audit: NewAudit) -> None:
+    """An incomplete unwind: who comes back to it (the sweeper, a person, a decision at a gate)."""
     run = journal.get_run(report.run_id)
     if run is not None and run.unwind_state is UnwindState.ATTENTION:
         journal.append_audit(audit)  # the state stays as a person left it; the trail still says so
