@@ -46,7 +46,8 @@ test: $(STAMP) browser
 #   make test-core PYTHON=~/.pyenv/versions/3.12.1/bin/python3.12 VENV=.venv-3.12
 CORE_STAMP := $(VENV)/.installed-core
 CORE_IGNORE := --ignore=tests/agents --ignore=tests/integration/test_agents_over_celery.py \
-	--ignore=tests/console/test_browser.py --ignore=tests/tracing/test_picture.py
+	--ignore=tests/console/test_browser.py --ignore=tests/console/test_shared_sessions.py \
+	--ignore=tests/tracing/test_picture.py
 
 $(CORE_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
