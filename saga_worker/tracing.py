@@ -18,6 +18,7 @@ under keys named like secrets, ``SAGA_REDACT_KEYS``, still read ``***``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
@@ -29,6 +30,7 @@ from .settings import get_settings
 try:  # the optional extra: saga-worker[otel]
     from opentelemetry import context as otel_context
     from opentelemetry import trace as otel
+    from opentelemetry.environment_variables import OTEL_PYTHON_TRACER_PROVIDER
     from opentelemetry.trace import Link, SpanContext, Status, StatusCode, TraceFlags
 except ImportError:  # pragma: no cover - exercised by the tests that block the import
     otel = None  # type: ignore[assignment]
@@ -145,18 +147,34 @@ def tracer() -> Any:
 
 def _idle() -> bool:
     """No API, or no SDK behind it yet (the API's proxy or no-op provider): every span would be the
-    no-op's, so the call sites skip building them (bench/tracing.py measures what is left)."""
-    global _live
+    no-op's, so the call sites skip building them (bench/tracing.py measures what is left).
+
+    Called at every span site (an unwind's and each of its steps'), so it reads the global provider
+    where the API keeps it: until one is set, ``get_tracer_provider()`` looks the environment up for
+    ``OTEL_PYTHON_TRACER_PROVIDER`` on every call. That variable is read once per process here, at
+    the first span site, as a provider set by code (``set_tracer_provider``, at any time) is read on
+    every call."""
+    global _live, _environment_read
     if _live:
         return False
     if otel is None:
         return True
+    if _PROVIDER_KEPT and otel._TRACER_PROVIDER is None:
+        if _environment_read:
+            return True
+        _environment_read = True
+        if OTEL_PYTHON_TRACER_PROVIDER not in os.environ:
+            return True
     # A global provider, once set, is never replaced: seen once, it is there for good.
     _live = not isinstance(otel.get_tracer_provider(), (otel.ProxyTracerProvider, otel.NoOpTracerProvider))
     return not _live
 
 
 _live = False
+_environment_read = False
+# Where the API keeps the global provider (None until one is set); another version that keeps it
+# elsewhere is asked through ``get_tracer_provider()`` on every call, as before.
+_PROVIDER_KEPT = otel is not None and hasattr(otel, "_TRACER_PROVIDER")
 
 
 # -- trace context as journaled ------------------------------------------------------------------
