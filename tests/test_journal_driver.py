@@ -4,6 +4,8 @@ exception classes, and connections killed under a live journal (a database resta
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
@@ -40,6 +42,30 @@ def test_a_driver_error_is_raised_as_sqlalchemys_and_names_the_cause(sqlite_url:
     journal.start_run("r", "p")  # the failed transaction left nothing open behind it
     assert journal.get_run("r") is not None
     journal.close()
+
+
+def test_a_sqlite_thread_between_transactions_holds_no_snapshot_a_checkpoint_would_wait_for(
+    sqlite_url: str,
+) -> None:
+    # Each thread keeps its connection and its cursor between transactions: the last statement of each
+    # (a read, a write returning rows, a failed one) must leave no read open behind it.
+    journal = open_journal(sqlite_url, migrate=True)
+    assert isinstance(journal, SqlJournal)
+    other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), timeout=5)
+    try:
+        journal.start_run("r", "p")
+        assert journal.get_run("r") is not None
+        assert [r.run_id for r in journal.list_runs()] == ["r"]
+        assert journal.condemn("r") > 0
+        assert journal.claim_compensation("r", "s", via_run_id="r", owner="o", ttl=30, idempotency_key="k").acquired
+        other.execute("DROP TABLE saga_compensations")
+        with pytest.raises(sa.exc.OperationalError):
+            journal.get_claim("r", "s")
+        busy, _, _ = other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        assert busy == 0
+    finally:
+        other.close()
+        journal.close()
 
 
 def test_postgres_connections_killed_under_a_live_journal_cost_no_call(pg_url: str, run_id: str) -> None:

@@ -58,11 +58,13 @@ class DialectPolicy(abc.ABC):
         """Whether this work runs each statement as its own transaction, without BEGIN/COMMIT."""
 
     @abc.abstractmethod
-    def begin(self, driver: Any, *, write: bool, autocommit: bool, durable: bool) -> None:
-        """Open the transaction on the driver connection (``durable``: the commit reaches stable
-        storage before it returns)."""
+    def begin(self, driver: Any, cursor: Any, *, write: bool, autocommit: bool, durable: bool) -> None:
+        """Open the transaction on the driver connection, through ``cursor`` (the transaction's own)
+        where it runs a statement (``durable``: the commit reaches stable storage before it returns)."""
 
-    def after(self, driver: Any, *, durable: bool) -> None:  # noqa: B027 - only SQLite changes anything
+    def after(  # noqa: B027 - only SQLite changes anything
+        self, driver: Any, cursor: Any, *, durable: bool
+    ) -> None:
         """Put back what ``begin`` changed for one transaction, however it ended."""
 
     # -- execution guards (Journal.execution_guard) -------------------------------------------------
@@ -116,7 +118,7 @@ class PostgresPolicy(DialectPolicy):
         # BEGIN and COMMIT would only add two round trips to the server.
         return not atomic
 
-    def begin(self, driver: Any, *, write: bool, autocommit: bool, durable: bool) -> None:
+    def begin(self, driver: Any, cursor: Any, *, write: bool, autocommit: bool, durable: bool) -> None:
         # Commits are durable already (synchronous_commit=on, the default): ``durable`` asks nothing more.
         if autocommit:
             driver.autocommit = True
@@ -178,19 +180,19 @@ class SqlitePolicy(DialectPolicy):
     def autocommits(self, *, atomic: bool) -> bool:
         return False
 
-    def begin(self, driver: Any, *, write: bool, autocommit: bool, durable: bool) -> None:
+    def begin(self, driver: Any, cursor: Any, *, write: bool, autocommit: bool, durable: bool) -> None:
         # WAL with synchronous=NORMAL syncs only at checkpoints; FULL syncs the WAL (and every commit
         # before it) before this commit returns. It must be set outside the transaction.
         if durable:
-            driver.execute("PRAGMA synchronous=FULL")
+            cursor.execute("PRAGMA synchronous=FULL")
         # IMMEDIATE takes the write lock up front: a read-then-write can never be overtaken between
         # its read and its write, which is what the journal's compare-and-set relies on.
-        driver.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
 
-    def after(self, driver: Any, *, durable: bool) -> None:
+    def after(self, driver: Any, cursor: Any, *, durable: bool) -> None:
         if durable:
             with contextlib.suppress(Exception):  # the original error, if any, is the one worth raising
-                driver.execute("PRAGMA synchronous=NORMAL")  # back to the lazy default
+                cursor.execute("PRAGMA synchronous=NORMAL")  # back to the lazy default
 
     def guards_across_processes(self, engine: sa.Engine) -> bool:
         return bool(engine.url.database) and execution_guards.file_guards_supported()

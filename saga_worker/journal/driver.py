@@ -140,7 +140,12 @@ class Connections:
 
     Why keep them: the pool's checkout and check-in cost about a third of a whole SQLite
     transaction, and a SQLite connection is only an open file. A PostgreSQL connection is a server
-    process, so those go back to the pool after each transaction, for other threads to use."""
+    process, so those go back to the pool after each transaction, for other threads to use.
+
+    A kept connection keeps its driver connection and one cursor too, which every transaction on it
+    uses, its ``BEGIN`` included: a SQLite cursor is reusable once its rows are read (``Tx`` reads
+    them all), and a new one per transaction, with one more inside ``Connection.execute``, was a
+    cost of every transaction. Only one transaction at a time runs on a thread's connection."""
 
     def __init__(self, engine: sa.Engine, policy: DialectPolicy) -> None:
         self.engine = engine
@@ -148,22 +153,26 @@ class Connections:
         self._local = threading.local() if policy.keeps_connection_per_thread else None
         self._kept: weakref.WeakSet[_Kept] = weakref.WeakSet()
 
-    def take(self) -> Any:
+    def take(self) -> tuple[Any, Any, Any]:
+        """A connection for one transaction: the pool's, its driver connection, and the cursor kept
+        with it (None for a connection that goes back to the pool: the transaction opens one)."""
         local = self._local
         kept: _Kept | None = None if local is None else getattr(local, "kept", None)
         if kept is not None:
             if kept.pid == os.getpid() and kept.raw is not None:
-                return kept.raw
+                return kept.raw, kept.driver, kept.cursor
             kept.raw = None  # inherited across a fork: the parent's to close, not ours
         error = self.engine.dialect.loaded_dbapi.Error
         try:
             raw = self.engine.raw_connection()
         except error as exc:  # the pool hands the driver's own error through: name it ours
             raise sa.exc.DBAPIError.instance(None, None, exc, error) from exc
-        if local is not None:
-            local.kept = _Kept(raw)
-            self._kept.add(local.kept)
-        return raw
+        driver: Any = raw.driver_connection
+        if local is None:
+            return raw, driver, None
+        fresh = local.kept = _Kept(raw, driver, driver.cursor())
+        self._kept.add(fresh)
+        return raw, driver, fresh.cursor
 
     def give_back(self, raw: Any) -> None:
         if self._local is None:
@@ -183,12 +192,13 @@ class Connections:
 
 
 class _Kept:
-    """A thread's kept connection; given back to the pool when the thread ends (its locals go)."""
+    """A thread's kept connection (with its driver connection and cursor); given back to the pool
+    when the thread ends (its locals go)."""
 
-    __slots__ = ("raw", "pid", "__weakref__")
+    __slots__ = ("raw", "driver", "cursor", "pid", "__weakref__")
 
-    def __init__(self, raw: Any) -> None:
-        self.raw, self.pid = raw, os.getpid()
+    def __init__(self, raw: Any, driver: Any, cursor: Any) -> None:
+        self.raw, self.driver, self.cursor, self.pid = raw, driver, cursor, os.getpid()
 
     def release(self) -> None:
         raw, self.raw = self.raw, None
@@ -229,15 +239,16 @@ def transaction(
     dbapi_error = dialect.loaded_dbapi.Error
     autocommit = policy.autocommits(atomic=atomic)
     for attempt in (1, 2):
-        raw = connections.take()
-        driver: Any = raw.driver_connection
+        raw, driver, cursor = connections.take()
         tx: Tx | None = None
         try:
-            policy.begin(driver, write=write, autocommit=autocommit, durable=durable)
-            tx = Tx(driver.cursor())
+            if cursor is None:
+                cursor = driver.cursor()
+            policy.begin(driver, cursor, write=write, autocommit=autocommit, durable=durable)
+            tx = Tx(cursor)
             result = work(tx)
             _commit(driver, autocommit)
-            policy.after(driver, durable=durable)
+            policy.after(driver, cursor, durable=durable)
             connections.give_back(raw)
             return result
         except dbapi_error as exc:
@@ -245,14 +256,14 @@ def transaction(
             if gone:
                 connections.discard(raw, exc)
             else:
-                _abandon(connections, raw, driver, autocommit=autocommit, durable=durable)
+                _abandon(connections, raw, driver, cursor, autocommit=autocommit, durable=durable)
             if gone and attempt == 1 and (tx is None or tx.statements_run == 0):
                 continue  # nothing reached the database: the same work on a fresh connection
             raise sa.exc.DBAPIError.instance(
                 None, None, exc, dbapi_error, connection_invalidated=gone
             ) from exc
         except BaseException:
-            _abandon(connections, raw, driver, autocommit=autocommit, durable=durable)
+            _abandon(connections, raw, driver, cursor, autocommit=autocommit, durable=durable)
             raise
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -265,10 +276,12 @@ def _commit(driver: Any, autocommit: bool) -> None:
         driver.commit()
 
 
-def _abandon(connections: Connections, raw: Any, driver: Any, *, autocommit: bool, durable: bool) -> None:
+def _abandon(
+    connections: Connections, raw: Any, driver: Any, cursor: Any, *, autocommit: bool, durable: bool
+) -> None:
     """Roll back a failed transaction on a live connection and give the connection back."""
     _rollback(driver, autocommit)
-    connections.policy.after(driver, durable=durable)
+    connections.policy.after(driver, cursor, durable=durable)
     connections.give_back(raw)
 
 
