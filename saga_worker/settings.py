@@ -46,6 +46,13 @@ class SagaSettings(BaseSettings):
         5.0, gt=0, description="Seconds between beat sweeps for interrupted unwinds."
     )
     sweep_max_attempts: int = Field(8, ge=1, description="Re-drives before a run is flagged for a person.")
+    max_deliveries: int = Field(
+        3,
+        ge=1,
+        description="Deliveries of a saga task's message whose worker process is lost each time (a hook "
+        "that kills it, the OOM killer) before the task is answered instead of run again: its step reads "
+        "failed without its tool's code being called, and the run is flagged for a person.",
+    )
     sweep_backoff: float = Field(2.0, gt=0, description="First retry delay in seconds; doubles per attempt.")
     sweep_backoff_max: float = Field(300.0, gt=0, description="Longest retry delay in seconds.")
     queue: str = Field(

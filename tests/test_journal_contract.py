@@ -414,3 +414,19 @@ def test_racing_tombstones_with_audit_rows_leave_one_condemned_row_from_the_writ
         rows[0].actor,
         rows[0].reason,
     )
+
+
+def test_redeliveries_count_per_task_across_processes_and_go_when_the_task_ends(
+    journal: Journal, run_id: str
+) -> None:
+    task = f"{run_id}:call-2:unwind-1"
+    assert [journal.count_redelivery(task) for _ in range(3)] == [1, 2, 3]
+    assert journal.count_redelivery(task + "-other") == 1  # per task id
+    journal.forget_redeliveries(task)
+    assert journal.count_redelivery(task) == 1  # counted afresh once the task ended
+    journal.forget_redeliveries("never-counted")  # forgetting a task never redelivered is a no-op
+
+
+def test_racing_redeliveries_of_one_task_are_each_counted_once(journal: Journal, run_id: str) -> None:
+    counts = race(8, lambda _: journal.count_redelivery(run_id))
+    assert sorted(counts) == list(range(1, 9))

@@ -18,6 +18,7 @@ from celery.local import Proxy
 from .config import celery_config, is_redis, make_app, prepare_stores
 from .forward import record_call
 from .install import install, installed_app, task_options
+from .redeliveries import DeliveriesExhausted
 from .tasks import COMPENSATE_RUN, COMPENSATE_STEP, FINALIZE_UNWIND, NAMES, RETRY_UNCERTAIN
 
 _lock = threading.Lock()
@@ -58,6 +59,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "DeliveriesExhausted",
     "NAMES",
     "celery_config",
     "compensate_run",

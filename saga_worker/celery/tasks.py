@@ -43,6 +43,7 @@ from ..logjson import json_if_asked
 from ..redact import redact_exception, redact_url
 from ..settings import get_settings
 from .logs import redact_saga_logs
+from .redeliveries import DeliveriesExhausted, counted
 from .transport import reuse_redis_clients
 from .undecodable import UndecodableSagaMessages
 
@@ -330,17 +331,24 @@ def compensate_run(
     if withdrawn(self):
         raise Ignore()  # `saga-worker revoke` withdrew it before any worker started it: nothing condemned
     ctx = executor.current()
-    nxt = executor.start_unwind(
-        ctx.journal,
-        run_id,
-        cast(str, self.request.id),  # checked there (check_unwind_id)
-        dry_run=dry_run,
-        claim_ttl=ctx.settings.claim_ttl,
-        actor=actor,
-        reason=reason,
-        via=via,
-    )
-    return _continue(self, nxt)
+    with counted(self.request, ctx.journal, ctx.settings.max_deliveries) as delivery:
+        _refuse_if_exhausted(delivery.refusal, run_id)
+        nxt = executor.start_unwind(
+            ctx.journal,
+            run_id,
+            cast(str, self.request.id),  # checked there (check_unwind_id)
+            dry_run=dry_run,
+            claim_ttl=ctx.settings.claim_ttl,
+            actor=actor,
+            reason=reason,
+            via=via,
+        )
+        return _continue(self, nxt)
+
+
+def _refuse_if_exhausted(refusal: str | None, run_id: str) -> None:
+    if refusal is not None:
+        raise DeliveriesExhausted(f"run {run_id!r}: {refusal}")
 
 
 def compensate_step(
@@ -359,28 +367,34 @@ def compensate_step(
     if getattr(self.request, EVENTS_FLAG, False) or self.app.conf.worker_send_task_events:
         # Flower shows the custom event type as the task's state: COMPENSATING, with run and step.
         self.send_event("task-compensating", run_id=run_id, unwind_id=unwind_id, suffix=suffix)
-    nxt = executor.run_step(
-        ctx.journal,
-        ctx.require_tools("saga.compensate_step"),
-        run_id,
-        unwind_id,
-        suffix,
-        claim_ttl=ctx.settings.claim_ttl,
-        lock=ctx.lock,
-    )
-    if nxt is None:
-        raise Ignore()  # a live duplicate of this delivery carries the chain on; store no result
-    faults.point("before_ack", f"{run_id}:comp:{suffix}")
-    try:
-        return _continue(self, nxt)
-    finally:  # the report is out; a hook that timed out may still land: hold it to the hard limit
-        executor.hold_for_timed_out_hooks(self.request)
+    with counted(self.request, ctx.journal, ctx.settings.max_deliveries) as delivery:
+        # Past SAGA_MAX_DELIVERIES the step is failed without its tool's code being called.
+        nxt = executor.run_step(
+            ctx.journal,
+            ctx.require_tools("saga.compensate_step"),
+            run_id,
+            unwind_id,
+            suffix,
+            claim_ttl=ctx.settings.claim_ttl,
+            lock=ctx.lock,
+            refusal=delivery.refusal,
+        )
+        if nxt is None:
+            raise Ignore()  # a live duplicate of this delivery carries the chain on; store no result
+        faults.point("before_ack", f"{run_id}:comp:{suffix}")
+        try:
+            return _continue(self, nxt)
+        finally:  # the report is out; a hook that timed out may still land: hold it to the hard limit
+            executor.hold_for_timed_out_hooks(self.request)
 
 
 def finalize_unwind(self: Task[Any, Any], run_id: str, unwind_id: str) -> dict[str, Any]:
     """The report alone. Unwinds end in their last step task now; this one serves messages sent by
     earlier versions (a rolling upgrade) and anyone re-assembling a report by hand."""
-    return _report(run_id, unwind_id)
+    ctx = executor.current()
+    with counted(self.request, ctx.journal, ctx.settings.max_deliveries) as delivery:
+        _refuse_if_exhausted(delivery.refusal, run_id)
+        return _report(run_id, unwind_id)
 
 
 def retry_uncertain(self: Task[Any, Any]) -> dict[str, list[str]]:
@@ -409,8 +423,8 @@ def register(app: Celery, **options: Any) -> dict[str, Task[Any, Any]]:
     for name, (body, retries) in bodies.items():
         # Every saga task refuses, on receipt, a message it could never process (celery/request.py).
         opts = {"Request": REQUEST, **(RETRY if retries else {}), **options}
-        if name == COMPENSATE_STEP:  # a failed hook is an expected end: logged without a traceback
-            opts.setdefault("throws", (CompensationStepFailed,))
+        # A failed hook, a task whose workers kept dying: expected ends, logged without a traceback.
+        opts.setdefault("throws", (CompensationStepFailed, DeliveriesExhausted))
         # shared=False: Celery would otherwise add the task, with these options, to every app created
         # after this one in the process (a host app's saga tasks would then carry ours, or theirs).
         decorate: Callable[[Callable[..., Any]], Task[Any, Any]] = app.task(

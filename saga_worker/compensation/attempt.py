@@ -223,8 +223,12 @@ class StepAttempt:
         *,
         claims: Mapping[tuple[str, str], CompensationClaim] | None = None,
         twins: Twins | None = None,
+        refusal: str | None = None,
     ) -> None:
         self.unwinding = unwinding
+        # Why none of the tool's code may run for this step (its workers were lost too often): the
+        # step is then failed under its claim, its hooks (recover, the gate, compensate) not called.
+        self.refusal = refusal
         self.record = record
         self.claims = claims
         self.twins = twins
@@ -287,6 +291,9 @@ class StepAttempt:
         if claim is not None and claim.status is ClaimStatus.COMPENSATED:
             return entry_for(self.record, S.ALREADY_COMPENSATED, attempts=claim.attempts)
         self.attempts = claim.attempts if claim is not None else 0
+        # 1b. The processes running this step kept dying: call none of its tool's code again.
+        if self.refusal is not None:
+            return self._refused(self.refusal)
         # 2. What happened: an interrupted or failed call may or may not have had its effect.
         tool = self.unwinding.tools.get(self.record.tool_name)
         happened = self._what_happened(tool)
@@ -390,7 +397,28 @@ class StepAttempt:
             )
         return None
 
+    def _refused(self, why: str) -> CompensationEntry:
+        """The step failed without a call to its tool (``refusal``): the claim taken, as for a hook,
+        so its outcome is written by the one holder, and released as failed (a person's re-drive
+        claims it again with the same key)."""
+        if self.unwinding.dry_run:
+            return self._entry(S.FAILED, why).model_copy(update={"worker_lost": True})
+
+        def fail() -> CompensationEntry:
+            failed = self._entry(S.FAILED, why).model_copy(update={"worker_lost": True})
+            self._finish(ClaimStatus.FAILED, failed, why)
+            return failed
+
+        return self._holding(self._claim_as_known(), fail)
+
     def _claim_and_undo(self, tool: Tool, output: Any, before: CompensationClaim | None) -> CompensationEntry:
+        return self._holding(before, lambda: self._run_hook(tool, output))
+
+    def _holding(
+        self, before: CompensationClaim | None, then: Callable[[], CompensationEntry]
+    ) -> CompensationEntry:
+        """Take the step's lock and claim, then ``then()`` while holding them (the entry it gives),
+        or the entry that says why the step could not be taken (busy, already compensated)."""
         u, record, key = self.unwinding, self.record, self.key
         self.owner = self.twins.new_owner() if self.twins is not None else new_owner()
         self.lock_owner = self.twins.token if self.twins is not None else self.owner
@@ -412,7 +440,7 @@ class StepAttempt:
                 metrics.CLAIM_TAKEOVERS.inc()  # a holder whose lease ran out: this attempt re-drives its step
             faults.point("after_claim", key)
             self.attempts = held.attempts
-            return self._run_hook(tool, output)
+            return then()
         finally:
             if u.lock is not None:
                 _lock_op(u.lock.release, key, self.lock_owner)

@@ -165,6 +165,17 @@ def _leave_for_later(journal: Journal, report: CompensationReport, audit: NewAud
         if e.status not in (CompensationStatus.COMPENSATED, CompensationStatus.ALREADY_COMPENSATED)
     ]
     note = ", ".join(f"{e.suffix}: {e.status.value}" for e in pending[:5])
+    lost = [e for e in report.entries if e.worker_lost]
+    if lost:
+        # Re-driving would run the step that keeps killing its worker again: a person must look.
+        journal.set_unwind_state(
+            report.run_id,
+            UnwindState.ATTENTION,
+            note=f"{lost[0].suffix} (tool {lost[0].tool_name!r}): {lost[0].error}"[:2000],
+            next_at=None,
+            audit=audit,
+        )
+        return
     unsettled = [e for e in report.entries if e.status not in SETTLED or e.tool_missing]
     if all(e.tool_missing for e in unsettled):
         # All that is left is steps whose tool the unwinder does not have: re-driving cannot help until

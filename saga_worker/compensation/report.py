@@ -111,6 +111,10 @@ class CompensationEntry(BaseModel):
     # No tool of this name among the unwinder's tools (a deploy without it): the entry reads
     # skipped-no-hook, but nothing was undone, so the unwind is not complete (a person must look).
     tool_missing: bool = False
+    # The worker processes running this step's task were lost too often (SAGA_MAX_DELIVERIES: a hook
+    # that kills its process, the OOM killer): the step read failed without any of its tool's code
+    # being called again, and the unwind is flagged for a person instead of being re-driven.
+    worker_lost: bool = False
 
 
 class CompensationReport(BaseModel):

@@ -149,12 +149,14 @@ def run_step(
     claim_ttl: float,
     lock: StepLock | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    refusal: str | None = None,
 ) -> Next | None:
     """One step task: apply the engine's rules to one step, store the entry, say what comes next.
 
     Where the step stands is the journal's worklist's word, never the message's. Returns None when a
     live duplicate delivery of this very step holds it: that delivery carries the chain on, and this
-    one must end without writing anything."""
+    one must end without writing anything. With ``refusal`` (the step's workers were lost too often),
+    a step not yet settled fails with that error and none of its tool's code is called."""
     check_run_id(run_id)
     view = journal.read_step(unwind_id, run_id, suffix)  # all a step needs to know
     info = _checked(view.unwind, run_id, unwind_id)
@@ -165,7 +167,7 @@ def run_step(
     if stored is None:
         _check_in_order(info, view, suffix, position)
         stored = _compensate(
-            journal, tools, info, view, position, claim_ttl=claim_ttl, lock=lock, sleep=sleep
+            journal, tools, info, view, position, claim_ttl=claim_ttl, lock=lock, sleep=sleep, refusal=refusal
         )
         if stored is None:
             return None
@@ -231,6 +233,7 @@ def _compensate(
     claim_ttl: float,
     lock: StepLock | None,
     sleep: Callable[[float], None],
+    refusal: str | None = None,
 ) -> dict[str, Any] | None:
     """The step's verdict, stored: the entry the journal holds for it once this returns (an earlier
     delivery's, if one was there first). None when a live twin delivery holds the step.
@@ -251,7 +254,7 @@ def _compensate(
         )
         claims = {} if view.claim is None else {(record.origin_run_id, record.suffix): view.claim}
         twins = Twins.of(info.unwind_id, suffix, sleep, position=position)
-        attempt = StepAttempt(unwinding, record, claims=claims, twins=twins)
+        attempt = StepAttempt(unwinding, record, claims=claims, twins=twins, refusal=refusal)
         entry = attempt.verdict()
         if attempt.stored is not None:
             return attempt.stored

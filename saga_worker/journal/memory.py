@@ -42,6 +42,7 @@ class MemoryJournal(
         self._seq = 0
         self._unwinds: dict[str, UnwindInfo] = {}
         self._unwind_entries: dict[str, dict[int, dict[str, Any]]] = {}
+        self._redeliveries: dict[str, int] = {}
         self._gates: dict[tuple[str, str], CompensationGate] = {}
         self._audit: dict[str, list[AuditRecord]] = {}
         self._audit_keys: set[str] = set()

@@ -391,3 +391,16 @@ class UnwindsPart(Clock, Protocol):
     @abc.abstractmethod
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
         """The entries written so far, by position."""
+
+    # -- lost workers -------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def count_redelivery(self, task_id: str) -> int:
+        """Count one more redelivery of task ``task_id``'s message (it came back after the worker
+        process running it was lost); return how many it has had, 1 for the first.
+
+        On stable storage when this returns: the count must survive the very crash it counts, or a
+        message that kills every worker running it would come back forever."""
+
+    @abc.abstractmethod
+    def forget_redeliveries(self, task_id: str) -> None:
+        """The task ended (any way but its worker being lost): its count goes."""

@@ -142,6 +142,19 @@ unwind_entries = sa.Table(
     sa.Column("created_at", sa.Double, nullable=False),
 )
 
+# Migration 0008: saga tasks whose message came back after the worker process running it was lost
+# (a pool child killed mid-hook, a worker killed), counted by task id so that a message that kills
+# every worker running it ends after SAGA_MAX_DELIVERIES deliveries instead of coming back forever.
+# A row exists only for a task redelivered at least once, and goes when the task ends.
+redeliveries = sa.Table(
+    "saga_redeliveries",
+    metadata,
+    sa.Column("task_id", sa.String(255), primary_key=True),
+    sa.Column("redeliveries", sa.Integer, nullable=False),
+    sa.Column("first_at", sa.Double, nullable=False),
+    sa.Column("last_at", sa.Double, nullable=False),
+)
+
 # Migration 0004: approvals, the cross-run window, the audit trail.
 # A person's decision on one approval-gated compensation; the primary key makes the first decision
 # the only one (two approvers racing: one row, one audit entry).

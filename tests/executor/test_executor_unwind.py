@@ -162,6 +162,41 @@ def test_redelivered_step_whose_attempt_died_mid_hook_retakes_the_step_with_the_
     assert 0 < sum(naps) < TTL  # it waited for the dead lease to lapse, not for a whole TTL
 
 
+def test_a_step_whose_workers_kept_dying_fails_without_its_hooks_and_flags_the_run_for_a_person(
+    run_id: str,
+) -> None:
+    journal, provider = MemoryJournal(), Provider()
+    order(journal, provider, run_id)
+    tools = provider.tools()
+    ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
+    key = compensate_key(run_id, "call-2")
+    # The last delivery died mid-hook holding the step: its short lease is never renewed.
+    dead = f"{ex.step_owner('u', 'call-2')}:dead0001"
+    journal.claim_compensation(run_id, "call-2", via_run_id=run_id, owner=dead, ttl=0.3, idempotency_key=key)
+    assert isinstance(ex.run_step(journal, tools, run_id, "u", "call-3", claim_ttl=TTL), Step)
+    calls_before = list(provider.calls)
+    why = "not run again: the worker process running task 't' was lost 3 times"
+    nxt = ex.run_step(journal, tools, run_id, "u", "call-2", claim_ttl=TTL, refusal=why)
+    assert isinstance(nxt, Finalize) and nxt.done is not None
+    assert (nxt.done.status.value, nxt.done.error, nxt.done.worker_lost) == ("failed", why, True)
+    assert provider.calls == calls_before  # the hook was not called
+    claim = journal.get_claim(run_id, "call-2")
+    assert claim is not None and claim.status is ClaimStatus.FAILED and claim.owner != dead
+    report = ex.finalize_unwind(journal, run_id, "u")
+    assert [e.status.value for e in report.entries] == ["compensated", "failed", "not-attempted"]
+    run = run_of(journal, run_id)
+    assert run.unwind_state is UnwindState.ATTENTION  # not re-driven by the sweeper: a person looks
+    assert (
+        run.unwind_note is not None
+        and "call-2 (tool 'reserve')" in run.unwind_note
+        and why in run.unwind_note
+    )
+    # A person's re-drive runs the step again, with the same key.
+    again = drive(journal, tools, run_id, "u2")
+    assert [e.status.value for e in again.entries] == ["already-compensated", "compensated", "compensated"]
+    assert provider.calls[-2] == key
+
+
 def test_two_deliveries_of_one_step_at_once_call_its_hook_once(
     run_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -200,3 +201,36 @@ def unknown_record_status_fails_closed(
     run = journal.get_run(run_id)
     assert run is not None and run.condemned and "cannot unwind" in (run.unwind_note or "")
     assert [c for c in ledger.calls() if c.key.startswith(f"{run_id}:comp:")] == []
+
+
+def hook_that_kills_its_worker_every_time(
+    setup: Setup, client: Celery, journal: Journal, ledger: Ledger, run_id: str, acked: Callable[[], None]
+) -> None:
+    """A compensate hook that kills the process running it, every time: its message is delivered
+    SAGA_MAX_DELIVERIES times (3 by default), then answered with a failed step instead of running again;
+    the run is flagged for a person, the message acknowledged (``acked`` checks the broker), and the
+    worker serves the next unwind. Fixed and re-driven, the step is undone with its one key."""
+    setup.control_file(run_id, "killalways", "reserve")
+    place_order(journal, ledger, run_id)
+    report = unwind(client, run_id, timeout=120)
+    assert statuses(report) == ["compensated", "failed", "not-attempted"]
+    step = report["entries"][1]
+    assert step["worker_lost"] is True
+    assert "was lost 3 times" in step["error"] and "SAGA_MAX_DELIVERIES=3" in step["error"]
+    key = compensate_key(run_id, "call-2")
+    assert ledger.call_counts("start:reserve")[key] == 3  # delivered 3 times, then answered, not run
+    assert ledger.call_counts("compensate:")[key] == 0
+    # Not left for the sweeper, which would run the killer again: flagged for a person, naming the step.
+    run = journal.get_run(run_id)
+    assert run is not None and run.unwind_state.value == "attention"
+    assert run.unwind_note is not None and "call-2 (tool 'reserve')" in run.unwind_note
+    acked()
+    other = run_id + "-next"
+    place_order(journal, ledger, other)
+    assert statuses(unwind(client, other)) == ["compensated"] * 3
+    # Once the hook is fixed, a person's re-drive undoes the step, with the same key.
+    (setup.control / f"{run_id}.killalways-reserve").unlink()
+    again = unwind(client, run_id)
+    assert statuses(again) == ["already-compensated", "compensated", "compensated"]
+    assert ledger.call_counts("compensate:")[key] == 1
+    assert ledger.call_counts("start:reserve")[key] == 4

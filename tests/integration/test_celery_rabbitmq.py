@@ -92,3 +92,11 @@ def test_rabbitmq_pool_child_killed_mid_hook_is_redelivered_and_compensated_once
     assert scenarios.statuses(report) == ["compensated"] * 3
     assert scenarios.compensations(ledger, run_id) == {s: 1 for s in scenarios.SUFFIXES}
     assert ledger.call_counts("start:reserve")[compensate_key(run_id, "call-2")] == 2
+
+
+def test_rabbitmq_a_hook_that_kills_its_worker_every_time_is_answered_after_max_deliveries(
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
+    # RabbitMQ marks a message it hands back as redelivered itself. The worker takes one message per
+    # process (prefetch 1), so serving the next unwind shows the refused step's message was acked.
+    scenarios.hook_that_kills_its_worker_every_time(running, *parts, run_id, acked=lambda: None)

@@ -115,6 +115,28 @@ def test_pool_child_killed_mid_hook_is_redelivered_and_every_step_is_compensated
     assert report["entries"][1]["attempts"] == 2
 
 
+def test_a_hook_that_kills_its_worker_every_time_is_called_max_deliveries_times_then_its_step_fails_and_the_worker_serves_on(
+    tmp_path: Path, pg_database_url: str, workers: Workers, run_id: str
+) -> None:
+    setup = redis_setup(tmp_path, pg_database_url)
+    workers.start(setup, concurrency=1)
+    client, journal, ledger = setup.client(), setup.journal(), setup.ledger()
+    broker = redis.Redis.from_url(setup.saga["broker_url"])
+
+    def acked() -> None:
+        wait_for(lambda: run_id.encode() not in unacked(broker), 30, "the refused step's message to be acked")
+        queued = broker.lrange(setup.saga["queue"], 0, -1)
+        assert not any(run_id in (m if isinstance(m, str) else m.decode()) for m in queued)
+
+    try:
+        scenarios.hook_that_kills_its_worker_every_time(setup, client, journal, ledger, run_id, acked)
+    finally:
+        broker.close()
+        ledger.close()
+        journal.close()
+        client.close()
+
+
 def test_whole_worker_killed_mid_hook_is_redelivered_to_another_worker_and_every_step_compensated_once(
     tmp_path: Path, pg_database_url: str, workers: Workers, run_id: str
 ) -> None:

@@ -8,6 +8,7 @@ with files in ``SAGA_TEST_CONTROL`` named ``{run_id}.{action}-{tool}``:
   escapes (``\\x00``, ``\\ud800``), ends the exception's message;
 - ``slow``: the hook sleeps the seconds written in the file first;
 - ``kill``: the process running the hook SIGKILLs itself (once: the file is consumed);
+- ``killalways``: the same, every time, while the file exists;
 - ``hang``: the hook writes ``{run_id}.hanging-{tool}`` (its pid) and blocks, for the test to kill
   the whole worker (once);
 - ``hold``: the hook writes ``{run_id}.holding-{tool}`` and waits until the test deletes the ``hold``
@@ -50,7 +51,7 @@ def before_compensate(ledger: Ledger, name: str, opts: CallOptions, control: Pat
     if fail.exists():
         words = fail.read_text().encode("ascii").decode("unicode_escape")
         raise RuntimeError(f"{name}: the provider refused the compensation{words}")
-    if _take(Path(f"{base}kill-{name}")):
+    if _take(Path(f"{base}kill-{name}")) or Path(f"{base}killalways-{name}").exists():
         os.kill(os.getpid(), signal.SIGKILL)
     hold = Path(f"{base}hold-{name}")
     if hold.exists():

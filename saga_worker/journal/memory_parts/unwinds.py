@@ -22,6 +22,7 @@ class MemoryUnwinds(MemoryState):
 
     _unwinds: dict[str, UnwindInfo]
     _unwind_entries: dict[str, dict[int, dict[str, Any]]]
+    _redeliveries: dict[str, int]
 
     def set_unwind_state(
         self,
@@ -118,3 +119,12 @@ class MemoryUnwinds(MemoryState):
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
         with self._lock:
             return {p: _copy(e) for p, e in sorted(self._unwind_entries.get(unwind_id, {}).items())}
+
+    def count_redelivery(self, task_id: str) -> int:
+        with self._lock:
+            self._redeliveries[task_id] = self._redeliveries.get(task_id, 0) + 1
+            return self._redeliveries[task_id]
+
+    def forget_redeliveries(self, task_id: str) -> None:
+        with self._lock:
+            self._redeliveries.pop(task_id, None)

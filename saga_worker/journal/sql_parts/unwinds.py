@@ -13,7 +13,7 @@ from ...storable import storable_or_none
 from .. import driver
 from ..driver import Prepared
 from ..records import ClaimStatus, StepFinish, StepView, UnwindInfo
-from ..schema import claims, records, unwind_entries, unwinds
+from ..schema import claims, records, redeliveries, unwind_entries, unwinds
 from .claims import claim_row
 from .common import CLAIM_PREFIX, MAX_ROWS, NOW, RECORD_PREFIX, SqlPlumbing, StatementsBase, b
 from .common import dump_json as _dump
@@ -59,6 +59,16 @@ class UnwindStatements(StatementsBase):
             .where(unwind_entries.c.unwind_id == b("unwind"))
             .order_by(unwind_entries.c.position)
         )
+        lost = redeliveries.c
+        self.redelivery_count = p(
+            insert(redeliveries)
+            .values(task_id=b("task"), redeliveries=1, first_at=NOW, last_at=NOW)
+            .on_conflict_do_update(
+                index_elements=["task_id"], set_={"redeliveries": lost.redeliveries + 1, "last_at": NOW}
+            )
+            .returning(lost.redeliveries)
+        )
+        self.redeliveries_forget = p(sa.delete(redeliveries).where(lost.task_id == b("task")))
         self.unwinds_of_run = p(
             sa.select(unwinds)
             .where(unwinds.c.run_id == b("run"))
@@ -264,6 +274,15 @@ class SqlUnwinds(SqlPlumbing):
         row = self._write(lambda tx: tx.one(q.entry_insert, params) or tx.one(q.entry_get, params))
         assert row is not None
         return _load(row["entry"], unwind_id, f"unwind entry {position}")  # type: ignore[no-any-return]
+
+    def count_redelivery(self, task_id: str) -> int:
+        params = {"task": task_id, "now": time.time()}
+        row = self._write(lambda tx: tx.one(self._q.redelivery_count, params), durable=True)
+        assert row is not None
+        return int(row["redeliveries"])
+
+    def forget_redeliveries(self, task_id: str) -> None:
+        self._write(lambda tx: tx.execute(self._q.redeliveries_forget, {"task": task_id}))
 
     def finish_step(
         self,
