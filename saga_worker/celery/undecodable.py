@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from contextlib import suppress
 from typing import Any
 
 from celery import bootsteps
@@ -50,10 +49,14 @@ def refuse(app: Any, name: str, task_id: object, exc: BaseException) -> None:
     error = InvalidTaskError(
         f"{name} [{shown}]: its body is not valid JSON ({content}: {str(exc)[:200]}); refused, nothing was done"
     )
-    if readable:
-        with suppress(Exception):  # best effort: the log line below is what is left otherwise
-            app.backend.mark_as_failure(task_id, error, request=None)
     log.error("%s", error)
+    if readable:
+        try:
+            app.backend.mark_as_failure(task_id, error, request=None)
+        except Exception:  # the log line above is what is left: a caller's .get() waits on
+            log.error(
+                "could not store the refusal of %s [%s] in the result backend", name, shown, exc_info=True
+            )
 
 
 __all__ = ["UndecodableSagaMessages"]

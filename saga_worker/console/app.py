@@ -31,6 +31,7 @@ from ..errors import (
     CompensatedRunError,
     InvalidInputError,
     JournalError,
+    RunEndedError,
     SagaError,
     UnknownRunError,
 )
@@ -90,9 +91,10 @@ async def _forbidden(request: Request, exc: Exception) -> Response:
 async def _saga_error(request: Request, exc: Exception) -> Response:
     if isinstance(exc, UnknownRunError):
         return _answer(request, 404, str(exc), "No such run")
-    if isinstance(exc, InvalidInputError):
+    # A run that has ended refuses a well-formed request by its state: a conflict, as a condemned run's.
+    if isinstance(exc, InvalidInputError) and not isinstance(exc, RunEndedError):
         return _answer(request, 400, str(exc), "Bad request")
-    if isinstance(exc, ActionRefusedError | CompensatedRunError | ApprovalError):
+    if isinstance(exc, ActionRefusedError | CompensatedRunError | ApprovalError | RunEndedError):
         return _answer(request, 409, str(exc), "Not now")
     log.warning("console: %s", redact_text(str(exc)))
     return _answer(request, 500, str(exc), "Error")

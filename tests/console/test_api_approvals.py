@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 from saga_worker import Journal, ToolCall, compensate_run, run_durable, scripted
 from saga_worker.console.app import create_app
 from saga_worker.executor.context import WorkerContext
-from saga_worker.journal.records import RecordStatus
+from saga_worker.journal.records import RecordStatus, RunStatus
 from saga_worker.settings import SagaSettings
 from tests.console.clients import console_journal
 from tests.integration.worker_tools import approval_tools
@@ -147,6 +147,18 @@ def test_a_condemned_runs_call_cannot_be_approved_and_bad_decisions_are_400(
     compensate_run(run_id, journal=journal_of(app), tools=tools)
     answer = decide(app, tokens.operator, run_id, decision="approve", target="call-2", **ok)
     assert answer.status_code == 409 and "condemned" in answer.json()["error"]
+    record = journal_of(app).get_record(run_id, "call-2")
+    assert record is not None and record.status is RecordStatus.SUSPENDED
+
+
+def test_a_call_of_a_run_that_has_ended_cannot_be_decided_409_not_a_bad_request(
+    app: TestClient, tokens: Tokens, tools: dict[str, Any]
+) -> None:
+    run_id = suspended(app, tools)
+    journal_of(app).end_run(run_id, RunStatus.FAILED, "", "the agent gave up")
+    answer = decide(app, tokens.operator, run_id, decision="approve", target="call-2", reason="ok")
+    assert answer.status_code == 409, answer.text  # the request is well formed; the run's state refuses it
+    assert "ended" in answer.json()["error"]
     record = journal_of(app).get_record(run_id, "call-2")
     assert record is not None and record.status is RecordStatus.SUSPENDED
 
