@@ -547,6 +547,18 @@ INBOX_KINDS: dict[str, str] = {
     "uncertain": "a call whose outcome was never recorded: resume the run (recover probes it) or compensate it",
 }
 INBOX_LIMIT = 500
+INBOX_MAX = 5000
+
+
+def inbox_limit(value: int | str | None) -> int:
+    """The inbox's ``limit`` as a request gives it (unset: ``INBOX_LIMIT``), or InvalidInputError."""
+    try:
+        size = INBOX_LIMIT if value in (None, "") else int(value)
+    except (TypeError, ValueError):
+        raise InvalidInputError(f"limit {value!r} is not a number", limit=value) from None
+    if not 1 <= size <= INBOX_MAX:
+        raise InvalidInputError(f"limit {size} must be between 1 and {INBOX_MAX}", limit=size)
+    return size
 
 
 def _inbox_item(
@@ -579,11 +591,13 @@ def inbox(
     deny), gated compensations of condemned runs (approve or deny undoing them), unwinds flagged
     ``attention`` (re-drive), and calls left ``running`` whose executor's lease ran out (nobody
     knows whether their effect happened). ``counts`` has the items of each kind and ``runs`` the
-    runs of each kind (the metric ``saga_runs_needing_attention``). At most ``limit`` of each."""
+    runs of each kind (the metric ``saga_runs_needing_attention``). At most ``limit`` of each
+    (suspended and uncertain calls are read together: at most ``limit`` of the two); ``more`` says
+    that more wait than are listed, so a capped inbox never reads as all there is."""
     now = journal.now()
-    items = _waiting_calls(journal, now, secret_keys, limit) + _halted_unwinds(
-        journal, tools, secret_keys, limit
-    )
+    calls, more_calls = _waiting_calls(journal, now, secret_keys, limit)
+    unwinds, more_unwinds = _halted_unwinds(journal, tools, secret_keys, limit)
+    items = calls + unwinds
     items.sort(key=lambda i: (i["since"], i["run_id"], i["suffix"] or ""))
     return {
         "counts": {kind: sum(1 for i in items if i["kind"] == kind) for kind in INBOX_KINDS},
@@ -591,13 +605,16 @@ def inbox(
         "total": len(items),
         "items": items,
         "now": now,
+        "limit": limit,
+        "more": more_calls or more_unwinds,
     }
 
 
 def _waiting_calls(
     journal: ViewsJournal, now: float, secret_keys: tuple[str, ...], limit: int
-) -> list[dict[str, Any]]:
-    """The inbox's suspended calls (approve or deny) and uncertain ones (a lease that ran out)."""
+) -> tuple[list[dict[str, Any]], bool]:
+    """The inbox's suspended calls (approve or deny) and uncertain ones (a lease that ran out), and
+    whether more records wait than ``limit``."""
     runs: dict[str, RunInfo | None] = {}
 
     def run_of(run_id: str) -> RunInfo | None:
@@ -606,7 +623,8 @@ def _waiting_calls(
         return runs[run_id]
 
     items: list[dict[str, Any]] = []
-    for record in journal.waiting_records(limit=limit):
+    found = journal.waiting_records(limit=limit + 1)
+    for record in found[:limit]:
         run = run_of(record.run_id)
         if run is None:
             continue
@@ -640,16 +658,20 @@ def _waiting_calls(
                 note="execute started and its outcome was never recorded",
             )
         )
-    return items
+    return items, len(found) > limit
 
 
 def _halted_unwinds(
     journal: ViewsJournal, tools: Mapping[str, Tool] | None, secret_keys: tuple[str, ...], limit: int
-) -> list[dict[str, Any]]:
-    """The inbox's unwinds flagged ``attention`` (re-drive) and those halted at a compensation gate."""
+) -> tuple[list[dict[str, Any]], bool]:
+    """The inbox's unwinds flagged ``attention`` (re-drive) and those halted at a compensation gate,
+    and whether more runs wait than ``limit`` in either state."""
     items: list[dict[str, Any]] = []
+    more = False
     for state, kind in ((UnwindState.ATTENTION, "attention"), (UnwindState.AWAITING, "gated")):
-        for run in journal.page_runs(RunQuery(unwind_state=state, limit=limit)):
+        found = journal.page_runs(RunQuery(unwind_state=state, limit=limit + 1))
+        more = more or len(found) > limit
+        for run in found[:limit]:
             if kind == "attention":
                 note = None if run.unwind_note is None else redact_text(run.unwind_note)
                 redrive = {"name": "redrive", "label": "Re-drive", "url": f"/runs/{run.run_id}/redrive"}
@@ -672,7 +694,7 @@ def _halted_unwinds(
                         actions=gate["actions"],
                     )
                 )
-    return items
+    return items, more
 
 
 def waiting_runs(journal: ViewsJournal) -> set[str]:

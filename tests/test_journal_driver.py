@@ -57,7 +57,9 @@ def test_a_sqlite_thread_between_transactions_holds_no_snapshot_a_checkpoint_wou
         assert journal.get_run("r") is not None
         assert [r.run_id for r in journal.list_runs()] == ["r"]
         assert journal.condemn("r") > 0
-        assert journal.claim_compensation("r", "s", via_run_id="r", owner="o", ttl=30, idempotency_key="k").acquired
+        assert journal.claim_compensation(
+            "r", "s", via_run_id="r", owner="o", ttl=30, idempotency_key="k"
+        ).acquired
         other.execute("DROP TABLE saga_compensations")
         with pytest.raises(sa.exc.OperationalError):
             journal.get_claim("r", "s")

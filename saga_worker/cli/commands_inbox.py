@@ -6,7 +6,7 @@ import click
 
 from ..executor.context import load_tools
 from ..settings import get_settings
-from ..views import INBOX_KINDS, INBOX_LIMIT, inbox
+from ..views import INBOX_KINDS, INBOX_LIMIT, INBOX_MAX, inbox
 from .common import configured_journal
 from .render import dump, when
 
@@ -20,7 +20,13 @@ NEXT = {
 
 
 @click.command("inbox")
-@click.option("--limit", default=INBOX_LIMIT, show_default=True, help="At most this many of each kind.")
+@click.option(
+    "--limit",
+    default=INBOX_LIMIT,
+    show_default=True,
+    type=click.IntRange(1, INBOX_MAX),
+    help="At most this many of each kind.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def inbox_command(limit: int, as_json: bool) -> None:
     """What waits for a person, across runs, oldest first: suspended calls, gated compensations,
@@ -39,6 +45,8 @@ def inbox_command(limit: int, as_json: bool) -> None:
         return
     counts = ", ".join(f"{found['counts'][k]} {k}" for k in INBOX_KINDS)
     click.echo(f"waiting for a person: {found['total']} ({counts}), oldest first")
+    if found["more"]:
+        click.echo(f"more wait than are listed: only the oldest {limit} of each kind (--limit to list more)")
     for item in found["items"]:
         step = " ".join(x for x in (item["suffix"], item["tool_name"]) if x)
         click.echo(f"{when(item['since'])}  {item['kind']:<10} {item['run_id']}  {step}".rstrip())

@@ -1,6 +1,6 @@
 """The console's JSON API: the same reads and actions as its pages (and as the CLI).
 
-``GET /api/inbox`` (what waits for a person, across runs), ``GET /api/runs`` (filters: status, condemned, unwind, search, cursor, limit), ``GET /api/runs/{id}``,
+``GET /api/inbox`` (what waits for a person, across runs; ``limit`` of each kind), ``GET /api/runs`` (filters: status, condemned, unwind, search, cursor, limit), ``GET /api/runs/{id}``,
 ``POST /api/runs/{id}/plan`` (the dry run; any role), ``POST /api/runs/{id}/compensate``
 (``{"reason": …}``; operator), ``POST /api/runs/{id}/redrive`` (operator), ``POST
 /api/runs/{id}/decide`` (``{"decision": "approve" | "deny" | "approve-compensation" |
@@ -168,6 +168,7 @@ async def inbox(request: Request) -> JSONResponse:
         console.journal,
         console.context.tools_if_configured,
         secret_keys=console.settings.secret_keys(),
+        limit=views.inbox_limit(request.query_params.get("limit")),
     )
     return JSONResponse(found)
 

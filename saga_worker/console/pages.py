@@ -218,6 +218,7 @@ async def inbox_page(request: Request) -> Response:
         console.journal,
         console.context.tools_if_configured,
         secret_keys=console.settings.secret_keys(),
+        limit=views.inbox_limit(request.query_params.get("limit")),
     )
     console._inbox_counts = (time.monotonic(), {"total": found["total"], **found["counts"]})  # type: ignore[attr-defined]
     await inbox_counts(request)

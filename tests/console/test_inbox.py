@@ -245,6 +245,41 @@ def test_saga_worker_inbox_prints_what_waits_for_a_person_and_json_for_programs(
     assert [(i["kind"], i["run_id"]) for i in body["items"]] == [("suspended", waiting), ("attention", stuck)]
 
 
+def test_an_inbox_with_more_waiting_than_its_limit_says_so_on_the_page_the_api_and_the_cli(
+    app: TestClient,
+    tokens: Tokens,
+    tools: dict[str, Any],
+    settings: SagaSettings,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from saga_worker.cli import main
+    from saga_worker.settings import get_settings
+
+    runs = [suspended(app, tools) for _ in range(3)]
+    capped = app.get("/api/inbox?limit=2", headers=bearer(tokens.viewer)).json()
+    assert [i["run_id"] for i in capped["items"]] == runs[:2]  # the oldest first
+    assert (capped["limit"], capped["more"]) == (2, True)
+    whole = app.get("/api/inbox?limit=3", headers=bearer(tokens.viewer)).json()
+    assert (len(whole["items"]), whole["more"]) == (3, False)
+    assert app.get("/api/inbox?limit=0", headers=bearer(tokens.viewer)).status_code == 400
+    assert app.get("/api/inbox?limit=lots", headers=bearer(tokens.viewer)).status_code == 400
+    page = app.get("/inbox?limit=2", headers=bearer(tokens.viewer)).text
+    assert 'id="inbox-more"' in page and "only the oldest 2 of each kind" in page
+    assert 'href="/inbox?limit=8"' in page and runs[2] not in page
+    assert 'id="inbox-more"' not in app.get("/inbox", headers=bearer(tokens.viewer)).text
+    monkeypatch.setenv("SAGA_JOURNAL_URL", str(settings.journal_url))
+    monkeypatch.setenv("SAGA_HOME", str(settings.home))
+    get_settings.cache_clear()
+    try:
+        table = CliRunner().invoke(main, ["inbox", "--limit", "2"])
+        refused = CliRunner().invoke(main, ["inbox", "--limit", "0"])
+    finally:
+        get_settings.cache_clear()
+    assert table.exit_code == 0, table.output
+    assert "more wait than are listed: only the oldest 2 of each kind" in table.output
+    assert refused.exit_code == 2 and "--limit" in refused.output
+
+
 def test_the_consoles_metrics_say_where_the_workers_figures_are_instead_of_reading_zero(
     app: TestClient, tokens: Tokens
 ) -> None:
