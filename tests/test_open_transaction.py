@@ -76,3 +76,36 @@ def test_a_call_after_the_apps_commit_is_journaled_and_undone_once(
         report = compensate_run("order-c", journal=journal, tools=tools(app_engine))
         assert [e.status.value for e in report.entries] == ["compensated"]
         assert payments(app_engine) == [(key, True), ("order-row", False)]
+
+
+def test_an_in_transaction_tool_on_the_journals_database_is_refused_inside_the_apps_transaction_too(
+    pg_url: str, app_engine: sa.Engine
+) -> None:
+    """``in_transaction=True`` commits the effect with its record on the journal's own connection, not
+    the app's: inside the app's open transaction it would commit although the app's rolls back, so it
+    is refused as any side-effecting call is; after the app's commit, effect and record commit together."""
+
+    def charge(input: Any, opts: Any) -> dict[str, str]:
+        with opts.connection.cursor() as cur:  # the journal's transaction (DBAPI): it must not commit
+            cur.execute("INSERT INTO payments VALUES (%s, false)", (opts.idempotency_key,))
+        return {"key": opts.idempotency_key}
+
+    def refund(input: Any, output: Any, opts: Any) -> None:
+        with app_engine.begin() as conn:
+            conn.execute(sa.text("UPDATE payments SET refunded = true WHERE key = :k"), {"k": output["key"]})
+
+    atomic = {"charge": Tool(charge, refund, in_transaction=True)}
+    with open_journal(pg_url) as journal:
+        with pytest.raises(OpenTransactionError), app_engine.begin() as conn:  # noqa: PT012
+            conn.execute(sa.text("INSERT INTO payments VALUES ('order-row', false)"))
+            with saga("order-t", journal=journal, tools=atomic) as run:
+                run.call("charge", {"amount": 10})
+        assert payments(app_engine) == [] and journal.list_records("order-t") == []
+        with saga("order-t2", journal=journal, tools=atomic) as run:  # outside the app's transaction
+            key = run.call("charge", {"amount": 10})["key"]
+        assert payments(app_engine) == [(key, False)]
+        record = journal.get_record("order-t2", "call-1")
+        assert record is not None and record.status.value == "succeeded"
+        report = compensate_run("order-t2", journal=journal, tools=atomic)
+        assert [e.status.value for e in report.entries] == ["compensated"]
+        assert payments(app_engine) == [(key, True)]
