@@ -26,7 +26,7 @@ from saga_worker import (
 )
 from saga_worker import executor as ex
 from saga_worker.compensation.engine import UNWOUND
-from saga_worker.journal.records import ClaimStatus, UnwindState
+from saga_worker.journal.records import ClaimStatus, RecordStatus, UnwindState, parse_status
 from saga_worker.journal.schema import claims, records, runs, unwind_entries
 
 TTL = 5.0
@@ -275,3 +275,15 @@ def test_known_statuses_outside_the_unwind_are_still_left_out_of_it(journal: Jou
         ("call-3", "compensated"),
         ("call-1", "compensated"),
     ]
+
+
+@pytest.mark.parametrize("value", ["Failed", "failed ", "", None, 3, ["failed"], {"failed": 1}])
+def test_a_status_that_is_not_one_of_the_enums_values_is_malformed_whatever_its_type(value: object) -> None:
+    with pytest.raises(MalformedRecordError, match="unknown status"):
+        parse_status(RecordStatus, value, "r1", "'call-1'")
+
+
+def test_a_stored_status_reads_as_the_enums_member_whether_stored_as_text_or_as_a_member() -> None:
+    assert parse_status(RecordStatus, "failed", "r1", "x") is RecordStatus.FAILED
+    assert parse_status(RecordStatus, RecordStatus.FAILED, "r1", "x") is RecordStatus.FAILED
+    assert parse_status(RecordStatus, ClaimStatus.FAILED, "r1", "x") is RecordStatus.FAILED  # same text

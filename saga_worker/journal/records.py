@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from ..errors import MalformedRecordError
 
@@ -47,6 +47,12 @@ def parse_status(kind: type[E], value: object, run_id: str, what: str) -> E:
     """A stored status as its enum member, or MalformedRecordError naming the run, the row and the
     value: a status this code does not know (another case, a newer or broken writer's value) fails
     closed wherever it is read, so no reader can mistake the row for one it may leave out."""
+    # Every row read goes through here: the enum's own table of values first, which is what
+    # ``kind(value)`` looks in too, after a call through ``EnumMeta.__call__`` and ``Enum.__new__``.
+    try:
+        return cast(E, kind._value2member_map_[value])
+    except (KeyError, TypeError):  # not a value of this enum (TypeError: not even hashable)
+        pass
     try:
         return kind(value)
     except ValueError as exc:
