@@ -15,6 +15,7 @@ once on a fresh connection when the failure came before anything could have been
 from __future__ import annotations
 
 import contextlib
+import operator
 import os
 import threading
 import weakref
@@ -33,7 +34,7 @@ T = TypeVar("T")
 class Prepared:
     """One statement, compiled for one dialect; ``bind(params)`` gives the driver's parameters."""
 
-    __slots__ = ("sql", "_names", "_positional", "_defaults", "_columns")
+    __slots__ = ("sql", "_names", "_pick", "_positional", "_defaults", "_columns")
 
     def __init__(self, statement: sa.ClauseElement, dialect: sa.Dialect) -> None:
         compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
@@ -47,6 +48,8 @@ class Prepared:
         self._positional = bool(compiled.positional)
         names = compiled.positiontup if compiled.positional else sorted(set(compiled.bind_names.values()))
         self._names: tuple[str, ...] = tuple(names or ())
+        # The values in the statement's order, picked in C (``bind`` runs for every statement).
+        self._pick: Callable[[Mapping[str, Any]], tuple[Any, ...]] = _picker(self._names)
         self._columns: tuple[str, ...] | None = None
 
     def columns(self, cursor: Any) -> tuple[str, ...]:
@@ -64,10 +67,20 @@ class Prepared:
         merged = {**self._defaults, **params} if self._defaults else params
         try:
             if self._positional:
-                return tuple([merged[name] for name in self._names])
-            return {name: merged[name] for name in self._names}
+                return self._pick(merged)
+            return dict(zip(self._names, self._pick(merged), strict=True))
         except KeyError as exc:
             raise TypeError(f"statement needs parameter {exc.args[0]!r}: {self.sql}") from None
+
+
+def _picker(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """``lambda m: tuple(m[n] for n in names)``, without a Python frame per value where it can."""
+    if len(names) > 1:
+        return operator.itemgetter(*names)
+    if names:
+        (name,) = names
+        return lambda merged: (merged[name],)
+    return lambda merged: ()
 
 
 class Tx:
