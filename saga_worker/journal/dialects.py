@@ -65,7 +65,8 @@ class DialectPolicy(abc.ABC):
     def after(  # noqa: B027 - only SQLite changes anything
         self, driver: Any, cursor: Any, *, durable: bool
     ) -> None:
-        """Put back what ``begin`` changed for one transaction, however it ended."""
+        """Put back what ``begin`` changed for one durable transaction, however it ended (the driver
+        calls it for durable transactions only: nothing else changes the connection's settings)."""
 
     # -- execution guards (Journal.execution_guard) -------------------------------------------------
     @abc.abstractmethod

@@ -34,7 +34,7 @@ T = TypeVar("T")
 class Prepared:
     """One statement, compiled for one dialect; ``bind(params)`` gives the driver's parameters."""
 
-    __slots__ = ("sql", "_names", "_pick", "_positional", "_defaults", "_columns")
+    __slots__ = ("sql", "_names", "_pick", "_positional", "_defaults", "known_columns")
 
     def __init__(self, statement: sa.ClauseElement, dialect: sa.Dialect) -> None:
         compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
@@ -50,16 +50,17 @@ class Prepared:
         self._names: tuple[str, ...] = tuple(names or ())
         # The values in the statement's order, picked in C (``bind`` runs for every statement).
         self._pick: Callable[[Mapping[str, Any]], tuple[Any, ...]] = _picker(self._names)
-        self._columns: tuple[str, ...] | None = None
+        # The columns it returns once ``columns`` has read them (empty until then).
+        self.known_columns: tuple[str, ...] = ()
 
     def columns(self, cursor: Any) -> tuple[str, ...]:
         """The names of the columns the statement returns, read from the driver once.
 
         Why once: a statement's columns are fixed by its text, and psycopg builds a ``Column`` object
         per column each time ``cursor.description`` is read (a step's wide read has dozens)."""
-        columns = self._columns
-        if columns is None:
-            columns = self._columns = tuple(d[0] for d in cursor.description)
+        columns = self.known_columns
+        if not columns:
+            columns = self.known_columns = tuple(d[0] for d in cursor.description)
         return columns
 
     def bind(self, params: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
@@ -108,7 +109,7 @@ class Tx:
         row = cursor.fetchone()
         if row is None:
             return None
-        names = stmt.columns(cursor)
+        names = stmt.known_columns or stmt.columns(cursor)
         cursor.fetchall()  # drain, so the driver can reuse the cursor
         return dict(zip(names, row, strict=True))
 
@@ -117,7 +118,7 @@ class Tx:
         rows = cursor.fetchall()
         if not rows:
             return []
-        names = stmt.columns(cursor)
+        names = stmt.known_columns or stmt.columns(cursor)
         return [dict(zip(names, row, strict=True)) for row in rows]
 
     def batch(self, items: Sequence[tuple[Prepared, Mapping[str, Any]]]) -> list[list[Row]]:
@@ -164,7 +165,10 @@ class Connections:
         self.engine = engine
         self.policy = policy
         self._local = threading.local() if policy.keeps_connection_per_thread else None
+        # ``policy.autocommits(atomic=...)`` for False and True, asked once: it is fixed per dialect.
+        self.autocommits = (policy.autocommits(atomic=False), policy.autocommits(atomic=True))
         self._kept: weakref.WeakSet[_Kept] = weakref.WeakSet()
+        self.returns_to_pool = self._local is None
 
     def take(self) -> tuple[Any, Any, Any]:
         """A connection for one transaction: the pool's, its driver connection, and the cursor kept
@@ -188,7 +192,7 @@ class Connections:
         return raw, driver, fresh.cursor
 
     def give_back(self, raw: Any) -> None:
-        if self._local is None:
+        if self.returns_to_pool:
             raw.close()  # back to the pool (which also rolls back anything left open)
 
     def discard(self, raw: Any, exc: BaseException) -> None:
@@ -250,7 +254,7 @@ def transaction(
     turned out dead before any statement of it completed."""
     dialect, policy = connections.engine.dialect, connections.policy
     dbapi_error = dialect.loaded_dbapi.Error
-    autocommit = policy.autocommits(atomic=atomic)
+    autocommit = connections.autocommits[atomic]
     for attempt in (1, 2):
         raw, driver, cursor = connections.take()
         tx: Tx | None = None
@@ -260,9 +264,15 @@ def transaction(
             policy.begin(driver, cursor, write=write, autocommit=autocommit, durable=durable)
             tx = Tx(cursor)
             result = work(tx)
-            _commit(driver, autocommit)
-            policy.after(driver, cursor, durable=durable)
-            connections.give_back(raw)
+            # What _commit, policy.after and give_back do, written out: this runs for every transaction.
+            if autocommit:
+                driver.autocommit = False  # each statement committed itself
+            else:
+                driver.commit()
+            if durable:
+                policy.after(driver, cursor, durable=durable)
+            if connections.returns_to_pool:
+                raw.close()
             return result
         except dbapi_error as exc:
             gone = bool(dialect.is_disconnect(exc, driver, None))
@@ -281,20 +291,13 @@ def transaction(
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def _commit(driver: Any, autocommit: bool) -> None:
-    """End the transaction, leaving the connection out of autocommit as the pool expects it."""
-    if autocommit:
-        driver.autocommit = False  # each statement committed itself
-    else:
-        driver.commit()
-
-
 def _abandon(
     connections: Connections, raw: Any, driver: Any, cursor: Any, *, autocommit: bool, durable: bool
 ) -> None:
     """Roll back a failed transaction on a live connection and give the connection back."""
     _rollback(driver, autocommit)
-    connections.policy.after(driver, cursor, durable=durable)
+    if durable:
+        connections.policy.after(driver, cursor, durable=durable)
     connections.give_back(raw)
 
 

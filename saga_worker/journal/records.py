@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from ..errors import MalformedRecordError
 
@@ -50,7 +50,8 @@ def parse_status(kind: type[E], value: object, run_id: str, what: str) -> E:
     # Every row read goes through here: the enum's own table of values first, which is what
     # ``kind(value)`` looks in too, after a call through ``EnumMeta.__call__`` and ``Enum.__new__``.
     try:
-        return cast(E, kind._value2member_map_[value])
+        member: E = kind._value2member_map_[value]  # type: ignore[assignment]  # (a cast is a call)
+        return member
     except (KeyError, TypeError):  # not a value of this enum (TypeError: not even hashable)
         pass
     try:
