@@ -153,6 +153,21 @@ def finish_unwind(
         _leave_for_later(journal, report, audit)
 
 
+def _why_a_person_must_look(report: CompensationReport) -> str | None:
+    """Why re-driving this incomplete unwind cannot help until a person acts (its ``attention``
+    note), or None when the sweeper may come back to it."""
+    lost = [e for e in report.entries if e.worker_lost]
+    if lost:  # re-driving would run the step that keeps killing its worker again
+        return f"{lost[0].suffix} (tool {lost[0].tool_name!r}): {lost[0].error}"
+    unsettled = [e for e in report.entries if e.status not in SETTLED or e.tool_missing]
+    if all(e.tool_missing for e in unsettled):
+        # All that is left is steps whose tool the unwinder does not have: a person deploys it and
+        # re-drives the run (`saga-worker redrive`).
+        missing = ", ".join(f"{e.suffix} (tool {e.tool_name!r})" for e in unsettled[:5])
+        return f"no tool for {missing} among the unwinder's tools; deploy it, then re-drive"
+    return None
+
+
 def _leave_for_later(journal: Journal, report: CompensationReport, audit: NewAudit) -> None:
     """An incomplete unwind: who comes back to it (the sweeper, a person, a decision at a gate)."""
     run = journal.get_run(report.run_id)
@@ -165,28 +180,10 @@ def _leave_for_later(journal: Journal, report: CompensationReport, audit: NewAud
         if e.status not in (CompensationStatus.COMPENSATED, CompensationStatus.ALREADY_COMPENSATED)
     ]
     note = ", ".join(f"{e.suffix}: {e.status.value}" for e in pending[:5])
-    lost = [e for e in report.entries if e.worker_lost]
-    if lost:
-        # Re-driving would run the step that keeps killing its worker again: a person must look.
+    for_a_person = _why_a_person_must_look(report)
+    if for_a_person is not None:
         journal.set_unwind_state(
-            report.run_id,
-            UnwindState.ATTENTION,
-            note=f"{lost[0].suffix} (tool {lost[0].tool_name!r}): {lost[0].error}"[:2000],
-            next_at=None,
-            audit=audit,
-        )
-        return
-    unsettled = [e for e in report.entries if e.status not in SETTLED or e.tool_missing]
-    if all(e.tool_missing for e in unsettled):
-        # All that is left is steps whose tool the unwinder does not have: re-driving cannot help until
-        # the tool is deployed, so a person is asked (and re-drives it: `saga-worker redrive`).
-        missing = ", ".join(f"{e.suffix} (tool {e.tool_name!r})" for e in unsettled[:5])
-        journal.set_unwind_state(
-            report.run_id,
-            UnwindState.ATTENTION,
-            note=f"no tool for {missing} among the unwinder's tools; deploy it, then re-drive"[:2000],
-            next_at=None,
-            audit=audit,
+            report.run_id, UnwindState.ATTENTION, note=for_a_person[:2000], next_at=None, audit=audit
         )
         return
     # Due now: the sweeper applies its own backoff when it re-drives a run.
