@@ -141,7 +141,10 @@ class Tx:
         self.statements_run += len(items)
         out: list[list[Row]] = []
         for (stmt, _), cursor in zip(items, cursors, strict=True):
-            rows = cursor.fetchall() if cursor.description is not None else []
+            # Whether it returned rows, from the result's column count: ``description`` would build
+            # a Column object per column, for every statement of every pipeline.
+            result = cursor.pgresult
+            rows = cursor.fetchall() if result is not None and result.nfields else []
             names = stmt.columns(cursor) if rows else ()
             out.append([dict(zip(names, row, strict=True)) for row in rows])
             cursor.close()
@@ -159,7 +162,9 @@ class Connections:
     A kept connection keeps its driver connection and one cursor too, which every transaction on it
     uses, its ``BEGIN`` included: a SQLite cursor is reusable once its rows are read (``Tx`` reads
     them all), and a new one per transaction, with one more inside ``Connection.execute``, was a
-    cost of every transaction. Only one transaction at a time runs on a thread's connection."""
+    cost of every transaction. Only one transaction at a time runs on a thread's connection. A
+    pooled connection keeps its cursor in the pool's ``info`` for the same reason (psycopg builds a
+    cursor in Python), and one transaction at a time holds it out of the pool."""
 
     def __init__(self, engine: sa.Engine, policy: DialectPolicy) -> None:
         self.engine = engine
@@ -172,7 +177,7 @@ class Connections:
 
     def take(self) -> tuple[Any, Any, Any]:
         """A connection for one transaction: the pool's, its driver connection, and the cursor kept
-        with it (None for a connection that goes back to the pool: the transaction opens one)."""
+        with it (None if it has none yet: the transaction asks ``cursor_for``)."""
         local = self._local
         kept: _Kept | None = None if local is None else getattr(local, "kept", None)
         if kept is not None:
@@ -186,10 +191,18 @@ class Connections:
             raise sa.exc.DBAPIError.instance(None, None, exc, error) from exc
         driver: Any = raw.driver_connection
         if local is None:
-            return raw, driver, None
+            return raw, driver, raw.info.get(_CURSOR)
         fresh = local.kept = _Kept(raw, driver, driver.cursor())
         self._kept.add(fresh)
         return raw, driver, fresh.cursor
+
+    def cursor_for(self, raw: Any, driver: Any) -> Any:
+        """A new cursor on a pooled connection, kept with it for its later transactions: the pool's
+        ``info`` belongs to the driver connection and is emptied when that connection is replaced."""
+        cursor = driver.cursor()
+        if self.returns_to_pool:
+            raw.info[_CURSOR] = cursor
+        return cursor
 
     def give_back(self, raw: Any) -> None:
         if self.returns_to_pool:
@@ -206,6 +219,9 @@ class Connections:
         """Give every kept connection back (the journal is closing)."""
         for kept in list(self._kept):
             kept.release()
+
+
+_CURSOR = "saga_worker.cursor"  # the key of a pooled connection's kept cursor in the pool's ``info``
 
 
 class _Kept:
@@ -260,7 +276,7 @@ def transaction(
         tx: Tx | None = None
         try:
             if cursor is None:
-                cursor = driver.cursor()
+                cursor = connections.cursor_for(raw, driver)
             policy.begin(driver, cursor, write=write, autocommit=autocommit, durable=durable)
             tx = Tx(cursor)
             result = work(tx)
