@@ -34,9 +34,11 @@ def halts(status: object) -> bool:
     """Does a step of this status halt the unwind (busy, failed, awaiting approval)? Every step after
     it is ``not-attempted``, and nothing more is probed. Takes a status or its value (a report's JSON,
     a stored entry); a value this code does not know does not halt."""
+    # A str enum's member hashes and compares as its text, so the set answers for either (asked of
+    # every step of every unwind: ``CompensationStatus(status)`` would cost two calls more).
     try:
-        return CompensationStatus(status) in HALTING
-    except ValueError:
+        return status in HALTING
+    except TypeError:  # not even hashable: no status
         return False
 
 
@@ -132,7 +134,12 @@ class CompensationReport(BaseModel):
     def complete(self) -> bool:
         """True when every step is undone or needs nothing (no uncertain, failed, busy or skipped-over
         step, and none whose tool the unwinder did not have)."""
-        return not self.dry_run and all(e.status in SETTLED and not e.tool_missing for e in self.entries)
+        if self.dry_run:
+            return False
+        for e in self.entries:  # noqa: SIM110 - a loop, not all() over a generator: read per unwind
+            if e.status not in SETTLED or e.tool_missing:
+                return False
+        return True
 
     @property
     def missing_tools(self) -> list[CompensationEntry]:
@@ -146,7 +153,10 @@ class CompensationReport(BaseModel):
     @property
     def halt(self) -> CompensationStatus | None:
         """The status of the step the unwind stopped at (see ``halted_at``), or None."""
-        return halted_at(e.status for e in self.entries)
+        for e in self.entries:  # halted_at's walk, on statuses known to be members
+            if e.status in HALTING:
+                return e.status
+        return None
 
     @property
     def awaiting_approval(self) -> list[CompensationEntry]:
@@ -156,5 +166,6 @@ class CompensationReport(BaseModel):
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for entry in self.entries:
-            out[entry.status.value] = out.get(entry.status.value, 0) + 1
+            value = entry.status._value_  # (``.value`` is a descriptor: two calls a read)
+            out[value] = out.get(value, 0) + 1
         return out
