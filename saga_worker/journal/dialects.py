@@ -120,8 +120,12 @@ class PostgresPolicy(DialectPolicy):
         return not atomic
 
     def begin(self, driver: Any, cursor: Any, *, write: bool, autocommit: bool, durable: bool) -> None:
-        # Commits are durable already (synchronous_commit=on, the default): ``durable`` asks nothing more.
-        if autocommit:
+        # The journal's sessions commit without waiting for the WAL flush (_pg_on_connect); a durable
+        # transaction waits as the server is configured to (synchronous_commit=on unless the DBA says
+        # otherwise). It never autocommits (driver.transaction): SET LOCAL needs a transaction.
+        if durable:
+            cursor.execute(DURABLE_COMMIT)
+        elif autocommit:
             driver.autocommit = True
 
     def guards_across_processes(self, engine: sa.Engine) -> bool:
@@ -141,6 +145,7 @@ class PostgresPolicy(DialectPolicy):
 
     def serialise_migrations(self, conn: sa.Connection) -> None:
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(MIGRATION_LOCK)))
+        conn.execute(sa.text(DURABLE_COMMIT))  # a schema change is flushed before `db upgrade` returns
 
     def create_engine(self, parsed: sa.URL, shown: str) -> sa.Engine:
         if parsed.get_driver_name() != "psycopg":
@@ -156,7 +161,26 @@ class PostgresPolicy(DialectPolicy):
             ) from exc
         # No pre-ping (a round trip on every checkout, half a commit): the journal's transactions notice a
         # dead connection themselves, drop the pool and retry once (see driver.transaction).
-        return sa.create_engine(parsed, pool_size=5, max_overflow=10)
+        engine = sa.create_engine(parsed, pool_size=5, max_overflow=10)
+        sa.event.listen(engine, "connect", _pg_on_connect)
+        return engine
+
+
+# What a durable transaction runs first: the server's own synchronous_commit (``on`` unless configured
+# otherwise) for this transaction, where the session's is ``off`` (_pg_on_connect).
+DURABLE_COMMIT = "SET LOCAL synchronous_commit TO DEFAULT"
+
+
+def _pg_on_connect(dbapi_conn: Any, _record: Any) -> None:
+    """The journal's sessions commit asynchronously: a commit returns once its WAL record is written,
+    and the WAL writer flushes it within a few hundred milliseconds. Only what a crash of the server
+    could not be allowed to lose waits for the flush: the tombstone, a non-idempotent call's claim (the
+    ``durable`` transactions, as on SQLite, whose other commits are synced at checkpoints). A crash
+    loses at most the last moments' other commits, never one before a durable commit (the WAL is
+    flushed in order), and what it loses is redone with the same keys (docs/reference/safety.md)."""
+    with dbapi_conn.cursor() as cursor:
+        cursor.execute("SET synchronous_commit TO off")
+    dbapi_conn.commit()
 
 
 class SqlitePolicy(DialectPolicy):

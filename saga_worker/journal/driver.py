@@ -256,7 +256,9 @@ def transaction(
     ``durable``: on SQLite, whose connections run WAL with ``synchronous=NORMAL`` (a commit is not
     fsynced until the next checkpoint), this one commit runs with ``synchronous=FULL``, which in WAL
     mode syncs the WAL before the commit returns (and with it every commit before it: the WAL is
-    append-only). PostgreSQL commits are durable already (``synchronous_commit=on``, its default).
+    append-only). On PostgreSQL the journal's sessions commit with ``synchronous_commit=off`` (the WAL
+    writer flushes within a few hundred milliseconds), and a durable transaction waits for the flush as
+    the server is configured to (``SET LOCAL synchronous_commit TO DEFAULT``).
 
     On SQLite a write transaction is ``BEGIN IMMEDIATE`` (the write lock up front, so a
     read-then-write can never be overtaken between its read and its write). On PostgreSQL,
@@ -270,7 +272,7 @@ def transaction(
     turned out dead before any statement of it completed."""
     dialect, policy = connections.engine.dialect, connections.policy
     dbapi_error = dialect.loaded_dbapi.Error
-    autocommit = connections.autocommits[atomic]
+    autocommit = connections.autocommits[atomic] and not durable  # a durable commit is a transaction's
     for attempt in (1, 2):
         raw, driver, cursor = connections.take()
         tx: Tx | None = None
