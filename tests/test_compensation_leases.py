@@ -345,6 +345,23 @@ def test_holding_a_lease_of_a_known_interval_does_not_wake_the_keeper(
     assert notified == 1
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")  # the death, on purpose
+def test_a_keeper_whose_thread_died_starts_another_for_the_next_lease() -> None:
+    keeper = LeaseKeeper()
+
+    def dies() -> bool:
+        raise SystemExit  # not an Exception: it ends the keeper's thread, as nothing else would
+
+    with keeper.keep(dies, 0.01):
+        thread = keeper._thread
+        assert thread is not None
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+    renewed = threading.Event()
+    with keeper.keep(setting(renewed), 0.02):
+        assert renewed.wait(timeout=2)
+
+
 # -- the Redis lock is the fast path, the journal claim the truth ----------------------------------------
 
 

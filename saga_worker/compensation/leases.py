@@ -21,7 +21,10 @@ Renew = Callable[[], bool]
 
 class LeaseKeeper:
     def __init__(self) -> None:
-        self._cond = threading.Condition()
+        # ``hold`` and ``stop`` (twice per compensated step) take the condition's lock itself: the
+        # Condition's own ``with`` costs two Python calls more each time.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._leases: dict[int, tuple[float, float, Renew]] = {}  # id -> (next renewal, interval, renew)
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
@@ -38,7 +41,8 @@ class LeaseKeeper:
     def _forget_after_fork(self) -> None:
         # A forked child runs none of its parent's hooks: renewing their leases from the child would keep
         # a dead parent's claims alive forever. And the parent's lock may have been held at the fork.
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._leases = {}
         self._thread = None
         self._pid = os.getpid()
@@ -59,7 +63,7 @@ class LeaseKeeper:
         timed out still runs on its own thread, and its step stays claimed until that thread ends."""
         lease_id = next(self._ids)
         due = time.monotonic() + interval
-        with self._cond:
+        with self._lock:
             self._ensure_thread()
             self._leases[lease_id] = (due, interval, renew)
             self._idle = min(self._idle, interval)
@@ -67,20 +71,29 @@ class LeaseKeeper:
                 self._cond.notify()
 
         def stop() -> None:
-            with self._cond:
+            with self._lock:
                 self._leases.pop(lease_id, None)
 
         return stop
 
     def _ensure_thread(self) -> None:
-        # A forked child (Celery prefork) inherits the object but not the thread: start its own.
-        if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
+        # A forked child (Celery prefork) inherits the object but not the thread: start its own. A
+        # thread whose loop ended (it never returns; only an error ends it) has set ``_thread`` to None.
+        if self._thread is None or self._pid != os.getpid():
             self._pid = os.getpid()
             self._wakes_at = 0.0  # a new thread looks at once
             self._thread = threading.Thread(target=self._loop, name="saga-lease-keeper", daemon=True)
             self._thread.start()
 
     def _loop(self) -> None:
+        try:
+            self._renew_forever()
+        finally:
+            with self._lock:
+                if self._thread is threading.current_thread():
+                    self._thread = None  # the next ``hold`` starts another
+
+    def _renew_forever(self) -> None:
         while True:
             with self._cond:
                 now = time.monotonic()
