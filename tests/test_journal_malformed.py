@@ -3,6 +3,7 @@ the run, never a bare crash (docs/reference/safety.md)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -123,3 +124,34 @@ def test_a_well_formed_neighbour_run_is_still_readable(sql: SqlJournal, run_id: 
     corrupt(sql, records, run_id, input="{")
     assert [r.suffix for r in sql.list_records(f"{run_id}-ok")] == ["call-1"]
     assert resume_run(f"{run_id}-ok", journal=sql, tools=TOOLS, planner=PLANNER).status == "finished"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"a":[1,2.5,null,true,"x"]}',
+        "[]",
+        '"text"',
+        "3",
+        "NaN",
+        ' {"a":1}',
+        '{"a":1} ',
+        "\n[1]\n",
+        '"\\u00e9"',
+    ],
+)
+def test_a_stored_json_text_reads_back_as_json_loads_reads_it(text: str) -> None:
+    from saga_worker.journal.sql_parts.common import load_json
+
+    value = load_json(text, "r1", "'call-1' input")
+    expected = json.loads(text)
+    assert value == expected or (value != value and expected != expected)  # NaN is not equal to itself
+
+
+@pytest.mark.parametrize("text", ["", "{", '{"a":1} x', "[1,]", "{'a': 1}", "nul", " "])
+def test_a_stored_text_that_is_not_json_is_malformed_naming_the_run_and_the_row(text: str) -> None:
+    from saga_worker.journal.sql_parts.common import load_json
+
+    with pytest.raises(MalformedRecordError, match="not JSON") as caught:
+        load_json(text, "r1", "'call-1' input")
+    assert "r1" in str(caught.value) and "'call-1' input" in str(caught.value)
