@@ -17,6 +17,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 from bench.cluster import POLL, SETUPS, Cluster, PlainCelery
 from bench.common import Row, Table, cost_ratio, interleaved, new_id, percentile
@@ -26,6 +27,7 @@ from bench.seed import seed
 STEPS = 5
 TASKS_PER_UNWIND = STEPS + 1  # the coordinator, then one task per step
 CHAIN_FLOOR = 7  # issue 6: the latency floor is a chain of 7 no-op tasks
+DURABLE_PER_UNWIND = 1  # PostgreSQL commits an unwind waits to be flushed: the tombstone
 
 
 def _check(report: dict[str, object]) -> None:
@@ -34,8 +36,35 @@ def _check(report: dict[str, object]) -> None:
     assert all(e["status"] == "compensated" for e in entries), report
 
 
+class DurableCommits:
+    """The contract's own floor on PostgreSQL: what one durable commit costs here (a bare one-row
+    INSERT+COMMIT on its own connection, ``synchronous_commit`` as the server has it), timed in the
+    same rounds. An unwind waits for ``DURABLE_PER_UNWIND`` of them: the tombstone, before the first
+    hook (the journal's other commits do not wait for the WAL flush: tests/test_postgres_durability.py)."""
+
+    def __init__(self, engine: Any) -> None:
+        self.raw = engine.raw_connection()
+        self.cur = self.raw.cursor()
+        self.cur.execute("SET synchronous_commit TO DEFAULT")  # the journal's engine sets it off
+        self.cur.execute("CREATE TABLE IF NOT EXISTS bench_commit_floor (k BIGINT PRIMARY KEY)")
+        self.raw.commit()
+        self.counter = iter(range(10**9))
+        self.commits: list[float] = []
+
+    def commit(self) -> None:
+        start = time.perf_counter()
+        self.cur.execute("INSERT INTO bench_commit_floor VALUES (%s)", (next(self.counter),))
+        self.raw.commit()
+        self.commits.append(time.perf_counter() - start)
+
+    def close(self) -> None:
+        self.cur.close()
+        self.raw.close()
+
+
 def latency_rows(cluster: Cluster, cfg: Config, plain: PlainCelery | None = None) -> list[Row]:
     assert cluster.engine is not None
+    durable = DurableCommits(cluster.engine) if cluster.setup == "redis+postgres" else None
     samples = (
         cfg.latency_samples
         if cluster.setup != "embedded"
@@ -50,6 +79,8 @@ def latency_rows(cluster: Cluster, cfg: Config, plain: PlainCelery | None = None
         start = time.perf_counter()
         _check(cluster.unwind(run_id).get(timeout=120, interval=POLL))
         took = time.perf_counter() - start
+        if durable is not None:
+            durable.commit()
         start = time.perf_counter()
         cluster.noop_chain(CHAIN_FLOOR).get(timeout=120, interval=POLL)
         chain_took = time.perf_counter() - start
@@ -79,6 +110,27 @@ def latency_rows(cluster: Cluster, cfg: Config, plain: PlainCelery | None = None
             f"{samples} of each, interleaved",
         ),
     ]
+    if durable is not None:
+        flushes, commit50 = DURABLE_PER_UNWIND, statistics.median(durable.commits)
+        durable.close()
+        # An unwind's tasks at the no-op's cost, plus the commit it must wait to see flushed: the
+        # least the contract lets any implementation on this worker and this server take.
+        floor = chain50 * TASKS_PER_UNWIND / CHAIN_FLOOR + flushes * commit50
+        rows.append(
+            Row(
+                f"{cluster.setup}: 5-step unwind latency p50 vs the contract's floor",
+                p50 * 1e3,
+                "ms",
+                f"{TASKS_PER_UNWIND} no-op tasks + {flushes} durable commit",
+                floor * 1e3,
+                p50 / floor,
+                "",
+                None,
+                f"{flushes} durable commit (the tombstone) per unwind, one (bare INSERT+COMMIT) "
+                f"p50 {commit50 * 1e3:.2f} ms; against the 7-task chain this floor is "
+                f"{floor / chain50:.2f}x",
+            )
+        )
     if plain is not None:
         plain50 = statistics.median(plain_lat)
         rows.append(
