@@ -16,11 +16,8 @@
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import hmac
 import ipaddress
-import json
 import secrets
 import threading
 import time
@@ -30,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from itsdangerous import BadData, URLSafeSerializer
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .auth import Principal
@@ -64,39 +62,33 @@ class Session:
     session_id: str
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
-
-
-def _unb64(text: str) -> bytes:
-    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-
-
 class Signer:
-    """HMAC-SHA256 over JSON, one derived key per purpose (a session cookie cannot pass for a notice)."""
+    """Signed JSON, one key per purpose (a session cookie cannot pass for a notice): itsdangerous's
+    serializer (HMAC-SHA256, the purpose as its salt), with the expiry ``e`` (a time.time()) signed
+    inside the data."""
 
     def __init__(self, secret: str) -> None:
-        self._secret = secret.encode()
+        self._secret = secret
+        self._serializers: dict[str, URLSafeSerializer] = {}
 
-    def _mac(self, purpose: str, body: str) -> str:
-        key = hmac.new(self._secret, purpose.encode(), hashlib.sha256).digest()
-        return _b64(hmac.new(key, body.encode(), hashlib.sha256).digest())
+    def _for(self, purpose: str) -> URLSafeSerializer:
+        serializer = self._serializers.get(purpose)
+        if serializer is None:
+            serializer = self._serializers[purpose] = URLSafeSerializer(
+                self._secret, salt=purpose, signer_kwargs={"digest_method": hashlib.sha256}
+            )
+        return serializer
 
     def sign(self, purpose: str, data: dict[str, Any]) -> str:
-        body = _b64(json.dumps(data, separators=(",", ":"), sort_keys=True).encode())
-        return f"{body}.{self._mac(purpose, body)}"
+        return self._for(purpose).dumps(data)
 
     def unsign(self, purpose: str, value: str | None, limit: int = 4096) -> dict[str, Any] | None:
-        """The signed data, or None for anything not signed by this key for this purpose, or expired
-        (``e``, a time.time())."""
-        if not value or len(value) > limit or value.count(".") != 1:
-            return None
-        body, mac = value.split(".")
-        if not hmac.compare_digest(mac.encode(), self._mac(purpose, body).encode()):
+        """The signed data, or None for anything not signed by this key for this purpose, or expired."""
+        if not value or len(value) > limit:
             return None
         try:
-            data = json.loads(_unb64(body))
-        except ValueError:
+            data = self._for(purpose).loads(value)
+        except BadData:
             return None
         if (
             not isinstance(data, dict)
