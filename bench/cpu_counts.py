@@ -14,6 +14,9 @@ most time of their own.
         .venv/bin/python -m bench.cpu_counts --mode plain --runs 200
     # minus the same with --unwind 0 (seeds and warms the same, unwinds nothing): the unwinds' own
 
+``--mode time``: no profiler, the unwinds' wall time and this process's CPU time
+(``time.process_time``) per unwind: a timing, so run it alternately against the other tree.
+
 Run ids are fixed and ``PYTHONHASHSEED=0`` is advised, so two runs of one commit count alike.
 """
 
@@ -23,6 +26,7 @@ import argparse
 import cProfile
 import pstats
 import sys
+import time
 
 from bench.common import Backend
 from bench.seed import noop_tools, seed
@@ -37,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backend", choices=("sqlite", "postgres", "memory"), default="sqlite")
     parser.add_argument("--runs", type=int, default=200, help="five-step runs seeded (and unwound)")
     parser.add_argument("--unwind", type=int, default=None, help="how many to unwind (default: --runs)")
-    parser.add_argument("--mode", choices=("cprofile", "plain"), default="cprofile")
+    parser.add_argument("--mode", choices=("cprofile", "plain", "time"), default="cprofile")
     parser.add_argument("--top", type=int, default=25)
     args = parser.parse_args(argv)
     unwind = args.runs if args.unwind is None else args.unwind
@@ -54,9 +58,17 @@ def main(argv: list[str] | None = None) -> int:
         for run_id in ids[:WARM]:
             compensate_run(run_id, journal=backend.journal, tools=tools)
         todo = ids[WARM : WARM + unwind]
-        if args.mode == "plain":
+        if args.mode in ("plain", "time"):
+            cpu, wall = time.process_time(), time.perf_counter()
             for run_id in todo:
                 assert compensate_run(run_id, journal=backend.journal, tools=tools).complete
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            if args.mode == "time":
+                n = max(len(todo), 1)
+                print(
+                    f"{args.backend}: wall {wall / n * 1e6:.0f} µs/unwind, cpu {cpu / n * 1e6:.0f} µs/unwind "
+                    f"({len(todo)} unwinds of {STEPS} steps)"
+                )
             return 0
         profiler = cProfile.Profile()
         profiler.enable()
