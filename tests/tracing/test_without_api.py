@@ -5,13 +5,9 @@ trace context. The dev environment has the API, so the child process blocks its 
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.tracing.children import run_child
 
 CHILD = """
 import json, sys
@@ -36,22 +32,8 @@ print(json.dumps({
 """
 
 
-def _child(tmp_path: Path, mode: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, f"sqlite:///{tmp_path / 'journal.db'}", mode],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    seen: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return seen
-
-
 def test_without_the_api_runs_and_unwinds_as_before_and_journal_no_trace_context(tmp_path: Path) -> None:
-    seen = _child(tmp_path, "absent")
+    seen = run_child(CHILD, tmp_path, "absent")
     assert seen["enabled"] is False
     assert seen["otel_loaded"] == []
     assert seen["entries"] == [
@@ -64,7 +46,7 @@ def test_without_the_api_runs_and_unwinds_as_before_and_journal_no_trace_context
 
 
 def test_with_the_api_and_no_sdk_the_no_op_tracer_changes_nothing_either(tmp_path: Path) -> None:
-    seen = _child(tmp_path, "api-only")
+    seen = run_child(CHILD, tmp_path, "api-only")
     assert seen["enabled"] is True
     assert seen["entries"] == [
         ["notify", "skipped-no-hook"],
