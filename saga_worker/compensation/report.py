@@ -153,10 +153,7 @@ class CompensationReport(BaseModel):
     @property
     def halt(self) -> CompensationStatus | None:
         """The status of the step the unwind stopped at (see ``halted_at``), or None."""
-        for e in self.entries:  # halted_at's walk, on statuses known to be members
-            if e.status in HALTING:
-                return e.status
-        return None
+        return halted_at(e.status for e in self.entries)
 
     @property
     def awaiting_approval(self) -> list[CompensationEntry]:

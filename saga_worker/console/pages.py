@@ -213,14 +213,16 @@ def next_step(request: Request) -> str | None:
 async def inbox_page(request: Request) -> Response:
     who = principal(request)
     console = console_of(request)
+    limit = views.inbox_limit(request.query_params.get("limit"))
     found = await blocking(
         views.inbox,
         console.journal,
         console.context.tools_if_configured,
         secret_keys=console.settings.secret_keys(),
-        limit=views.inbox_limit(request.query_params.get("limit")),
+        limit=limit,
     )
-    console._inbox_counts = (time.monotonic(), {"total": found["total"], **found["counts"]})  # type: ignore[attr-defined]
+    if limit == views.INBOX_LIMIT:  # the header counts what the default inbox lists, not a shorter page
+        console._inbox_counts = (time.monotonic(), {"total": found["total"], **found["counts"]})  # type: ignore[attr-defined]
     await inbox_counts(request)
     return render(request, "inbox.html", who, inbox=found, kinds=views.INBOX_KINDS, done=next_step(request))
 

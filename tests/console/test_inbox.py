@@ -266,6 +266,7 @@ def test_an_inbox_with_more_waiting_than_its_limit_says_so_on_the_page_the_api_a
     page = app.get("/inbox?limit=2", headers=bearer(tokens.viewer)).text
     assert 'id="inbox-more"' in page and "only the oldest 2 of each kind" in page
     assert 'href="/inbox?limit=8"' in page and runs[2] not in page
+    assert re.search(r'id="inbox-total">3<', page)  # the header still counts all three
     assert 'id="inbox-more"' not in app.get("/inbox", headers=bearer(tokens.viewer)).text
     monkeypatch.setenv("SAGA_JOURNAL_URL", str(settings.journal_url))
     monkeypatch.setenv("SAGA_HOME", str(settings.home))
