@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The demo needs the package alone (no dev extras: no agent frameworks, no browser, no docs tools).
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: screenshots install demo test test-core test-fast lint typecheck docs dist bench bench-peers soak clean services browser
+.PHONY: screenshots install demo test test-core test-core-quick test-fast lint typecheck docs dist bench bench-peers soak clean services browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,15 @@ test-core: $(CORE_STAMP)
 	@$(BIN)/python -c 'import platform; print("core suite on", platform.python_implementation(), platform.python_version())'
 	bash .ci/programs
 	$(BIN)/python -m pytest $(CORE_IGNORE)
+
+# CI's pass on 3.12 and 3.13 (.ci/run): the core suite's tests not marked slow (the logic, the three
+# journals, the console, the CLI, the docs' snippets) and those marked each_python (a real worker on
+# Redis + PostgreSQL, the embedded worker, the wheel installed into a fresh venv). The slow fault and
+# worker suites run once, on the main interpreter, in `make test`.
+test-core-quick: $(CORE_STAMP)
+	@$(BIN)/python -c 'import platform; print("core suite (quick) on", platform.python_implementation(), platform.python_version())'
+	bash .ci/programs
+	$(BIN)/python -m pytest $(CORE_IGNORE) -m "not slow or each_python"
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow and not celery"

@@ -122,10 +122,10 @@ def live_run_condemned(
 
 
 def celery_kill_pool_child(
-    dep: Any, journal: Journal, ledger: Ledger, run_id: str, point: str, *, break_: str = ""
+    dep: Any, journal: Journal, ledger: Ledger, run_id: str, point: str, *, break_: str = "", wait: float = 60
 ) -> Outcome:
     """SIGKILL of the pool child running step call-2 at ``point``; no beat: redelivery alone must
-    finish the unwind, and the caller must still get the report."""
+    finish the unwind, and the caller must still get the report (within ``wait`` seconds)."""
     from .harness import arm, fired
 
     assert start_run(journal, run_id, 3) == "finished"
@@ -134,7 +134,7 @@ def celery_kill_pool_child(
     dep.start_worker(**extra)
     report, error = None, ""
     try:
-        report = dep.send(run_id).get(timeout=60)
+        report = dep.send(run_id).get(timeout=wait)
         ledger.add_report(run_id, report)
     except Exception as exc:  # the caller got an error instead of the report
         error = f"{type(exc).__name__}: {exc}"

@@ -134,8 +134,10 @@ def test_a_postgresql_restart_mid_unwind_loses_no_compensation(
 def test_without_reject_on_worker_lost_a_killed_pool_child_loses_the_unwind(
     deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str
 ) -> None:
+    # The working build hands its caller the report in ~6 s (test_sigkill_of_a_pool_child_at_each_point_
+    # ...); this one waits 30 s for it.
     out = scenarios.celery_kill_pool_child(
-        deployment, pg_journal, ledger, run_id, "before_hook", break_="no-reject-on-worker-lost"
+        deployment, pg_journal, ledger, run_id, "before_hook", break_="no-reject-on-worker-lost", wait=30
     )
     assert out.detail["error"], "the broken build should have handed the caller an error, not a report"
     assert out.verdict.lost, out.verdict.summary()

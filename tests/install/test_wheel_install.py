@@ -25,7 +25,7 @@ from tests.integration.conftest import redis_db
 from tests.services import REDIS_URL, require
 from tests.worker_process import WorkerProcess
 
-pytestmark = [pytest.mark.slow, pytest.mark.celery]
+pytestmark = [pytest.mark.slow, pytest.mark.celery, pytest.mark.each_python]
 REPO = Path(__file__).resolve().parents[2]
 PIP_TIMEOUT = 480
 

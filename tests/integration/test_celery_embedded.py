@@ -23,7 +23,7 @@ from tests.ledger import Ledger, order_script, order_tools
 from . import scenarios
 from .conftest import REPO, Setup, Workers, make_setup, wait_for
 
-pytestmark = [pytest.mark.celery, pytest.mark.slow]
+pytestmark = [pytest.mark.celery, pytest.mark.slow, pytest.mark.each_python]
 
 
 def embedded_setup(tmp: Path) -> Setup:

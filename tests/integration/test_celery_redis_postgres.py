@@ -27,7 +27,13 @@ from tests.worker_process import WorkerProcess
 from . import scenarios
 from .conftest import REPO, Setup, Worker, Workers, make_setup, redis_db, wait_for
 
-pytestmark = [pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [
+    pytest.mark.celery,
+    pytest.mark.redis,
+    pytest.mark.postgres,
+    pytest.mark.slow,
+    pytest.mark.each_python,
+]
 
 
 def unacked(broker: redis.Redis) -> bytes:
