@@ -11,6 +11,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+# Imported now, while the heap is small: hypothesis's pytest plugin imports it at the session's end
+# otherwise, and pytest's assertion rewriting then parses it while a large heap's GC pass may run a
+# finalizer that formats a traceback (another ast.parse): CPython up to 3.11.7 fails the session with
+# "AST constructor recursion depth mismatch" (gh-106905; tests/agents/loops.py has the details).
+import hypothesis  # noqa: F401
 import pytest
 import sqlalchemy as sa
 
