@@ -7,8 +7,11 @@ outcome after), straight through the driver: no reads, no SQLAlchemy, no Python 
 Unwinding a run of n steps needs 2n + 2 commits: the tombstone, a claim and an outcome per step,
 and the unwind state at the end. Recording it needs 3n + 3: the run, a decision per step plus the
 final one, a claim (sequence number and record, one transaction) and an outcome per call, the end.
-On SQLite the tombstone and the claims of these (non-idempotent) calls are synced as the journal
-syncs them (``synchronous=FULL`` for that commit); the other commits are lazy, as the journal's.
+The tombstone and the claims of these (non-idempotent) calls are durable as the journal makes them:
+on SQLite ``synchronous=FULL`` for that commit, the others lazy; on PostgreSQL the session commits
+with ``synchronous_commit=off`` and a durable transaction waits for the flush (``SET LOCAL
+synchronous_commit TO DEFAULT``), and a commit of one statement is that statement in autocommit,
+as the journal sends it (no ``BEGIN`` or ``COMMIT`` round trip).
 """
 
 from __future__ import annotations
@@ -26,17 +29,29 @@ class BareWriter:
         self.postgres = engine.dialect.name == "postgresql"
         self.raw = engine.raw_connection()
         self.cursor = self.raw.cursor()
+        if self.postgres:
+            self.cursor.execute("SET synchronous_commit TO off")
+            self.raw.commit()
+            self.raw.driver_connection.autocommit = True
 
     def close(self) -> None:
+        if self.postgres:
+            self.raw.driver_connection.autocommit = False  # as the pool expects it back
         self.cursor.close()
         self.raw.close()
 
     def _commit(self, *statements: tuple[str, tuple[Any, ...]], durable: bool = False) -> None:
         cur = self.cursor
         if self.postgres:
+            alone = len(statements) == 1 and not durable  # autocommit: the statement commits itself
+            if not alone:
+                cur.execute("BEGIN")
+            if durable:
+                cur.execute("SET LOCAL synchronous_commit TO DEFAULT")
             for sql, params in statements:
                 cur.execute(sql.replace("?", "%s"), params)
-            self.raw.commit()
+            if not alone:
+                cur.execute("COMMIT")
         else:
             if durable:
                 cur.execute("PRAGMA synchronous=FULL")
@@ -95,9 +110,7 @@ class BareWriter:
         cur.fetchall()
         cur.execute(f"SELECT * FROM saga_compensations WHERE origin_run_id={p}", (run_id,))
         cur.fetchall()
-        if self.postgres:
-            self.raw.commit()
-        else:
+        if not self.postgres:  # PostgreSQL: two autocommit reads, each a fresh look as the journal's
             cur.execute("COMMIT")
 
     def record(self, run_id: str, steps: int) -> None:

@@ -9,7 +9,11 @@ Interleaved rounds, rotating which goes first, so load from other processes hits
   timed over the unwind alone (bench/peer_child.py says how);
 - the floors: a bare SQLite INSERT+COMMIT loop in WAL mode at ``synchronous=FULL`` (one fsync per
   commit), and a bare PostgreSQL INSERT+COMMIT loop on one connection (psycopg, ``synchronous_commit``
-  as the server has it).
+  as the server has it);
+- the contract's own floor: the bare writes an unwind cannot do without (bench/bare.py: the
+  tombstone, a claim and an outcome per step, the end; 2n+2 commits with the journal's durability),
+  straight through the driver. Its ratio to a floor or a peer is the most any implementation of the
+  contract could reach on this machine; saga-worker's ratio to it is what its own Python costs.
 
 Ratios here are *speed* ratios, compensations/s ÷ the other's rate per round, median over the rounds
 (issue 26's targets: ≥ 2.0 against agent-saga and the SQLite floor, ≥ 1.0 against the PostgreSQL
@@ -27,6 +31,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.bare import BareWriter
 from bench.common import Backend, PgDatabase, Row, Table, interleaved
 from bench.config import Config
 from bench.inprocess import STEPS, _chunks, _seeded
@@ -161,6 +166,51 @@ def _ours(backend: Backend, runs: int, rounds: int) -> Callable[[int], Measured]
     return unwind
 
 
+def _contract(
+    backend: Backend, runs: int, rounds: int
+) -> tuple[Callable[[int], Measured], Callable[[], None]]:
+    """The contract's bare writes (``BareWriter.unwind``) for runs seeded like ours, a round at a time."""
+    import time
+
+    assert backend.engine is not None
+    bare = BareWriter(backend.engine)
+    work = _chunks(_seeded(backend, runs, STEPS, "bare"), rounds)
+
+    def unwind(i: int) -> Measured:
+        start, cpu = time.perf_counter(), time.process_time()
+        for run_id in work[i]:
+            bare.unwind(run_id, STEPS)
+        return len(work[i]) * STEPS, time.perf_counter() - start, time.process_time() - cpu
+
+    return unwind, bare.close
+
+
+def _contract_rows(kind: str, rates: dict[str, list[float]], floor: str, peer: str = "") -> list[Row]:
+    """What the contract's bare writes reach against the floor (and the peer): the ceiling of a
+    target set against it. Then saga-worker against those bare writes: what its own Python costs."""
+    bare = rates["contract"]
+    rows = [
+        _row(
+            f"{kind}: the contract's bare writes vs {floor} (the ceiling)", bare, rates["floor"], floor, None
+        ),
+        _row(
+            f"{kind}: unwind vs the contract's bare writes",
+            rates["saga-worker"],
+            bare,
+            "2n+2 bare commits",
+            None,
+        ),
+    ]
+    if peer and peer in rates:
+        rows.insert(
+            1,
+            _row(
+                f"{kind}: the contract's bare writes vs {peer} (the ceiling)", bare, rates[peer], peer, None
+            ),
+        )
+    return rows
+
+
 def _cpu_row(name: str, ours: list[float], other: list[float], other_name: str) -> Row:
     """CPU per compensation (µs, process time of the process that ran it): less moved by load than
     wall time, since waiting for a core or the disk is not counted."""
@@ -207,9 +257,11 @@ def sqlite_rows(cfg: Config) -> list[Row]:
     runs = cfg.peer_runs
     missing = _available()
     with Backend("sqlite") as backend, tempfile.TemporaryDirectory(prefix="saga-bench-peers-") as tmp:
+        contract, close_contract = _contract(backend, runs * rounds, rounds)
         fns: dict[str, Callable[[int], Measured]] = {
             "saga-worker": _ours(backend, runs * rounds, rounds),
             "floor": _sqlite_floor(tmp),
+            "contract": contract,
         }
         floor_commits = fns["floor"]
         fns["floor"] = lambda _i: floor_commits(runs * STEPS)
@@ -228,6 +280,7 @@ def sqlite_rows(cfg: Config) -> list[Row]:
         finally:
             for peer in peers:
                 peer.close()
+            close_contract()
     ours = rates["saga-worker"]
     cpu_rows = [
         _cpu_row(f"sqlite: CPU per compensation vs {name}", cpu["saga-worker"], cpu[name], label)
@@ -243,12 +296,13 @@ def sqlite_rows(cfg: Config) -> list[Row]:
             2.0,
         )
     ]
+    contract_rows = _contract_rows("sqlite", rates, "bare commit, synchronous=FULL", AGENT_SAGA)
     if missing:
         rows.append(Row(f"sqlite: unwind vs peers: skipped, {missing}", None, ""))
-        return rows
+        return rows + contract_rows
     rows.append(_row(f"sqlite: unwind vs {AGENT_SAGA}", ours, rates[AGENT_SAGA], "fsync'd FileWAL", 2.0))
     rows.append(_row(f"sqlite: unwind vs {DBOS}", ours, rates[DBOS], "SQLite system db", None))
-    return rows + cpu_rows
+    return rows + contract_rows + cpu_rows
 
 
 def postgres_rows(cfg: Config) -> list[Row]:
@@ -259,9 +313,11 @@ def postgres_rows(cfg: Config) -> list[Row]:
     try:
         with Backend("postgres") as backend, tempfile.TemporaryDirectory(prefix="saga-bench-peers-") as tmp:
             floor_commits, close_floor = _pg_floor(backend.url)
+            contract, close_contract = _contract(backend, runs * rounds, rounds)
             fns: dict[str, Callable[[int], Measured]] = {
                 "saga-worker": _ours(backend, runs * rounds, rounds),
                 "floor": lambda _i: floor_commits(runs * STEPS),
+                "contract": contract,
             }
             peers: list[Peer] = []
             try:
@@ -275,6 +331,7 @@ def postgres_rows(cfg: Config) -> list[Row]:
                 for peer in peers:
                     peer.close()
                 close_floor()
+                close_contract()
     finally:
         dbos_db.drop()
     ours = rates["saga-worker"]
@@ -291,7 +348,7 @@ def postgres_rows(cfg: Config) -> list[Row]:
         rows.append(Row(f"postgres: unwind vs peers: skipped, {missing}", None, ""))
     else:
         rows.append(_row(f"postgres: unwind vs {DBOS}", ours, rates[DBOS], "PostgreSQL system db", None))
-    return rows
+    return rows + _contract_rows("postgres", rates, "bare INSERT+COMMIT")
 
 
 def run(cfg: Config) -> list[Table]:
