@@ -61,9 +61,9 @@ test-core: $(CORE_STAMP)
 	$(BIN)/python -m pytest $(CORE_IGNORE)
 
 # CI's pass on 3.12 and 3.13 (.ci/run): the core suite's tests not marked slow (the logic, the three
-# journals, the console, the CLI, the docs' snippets) and those marked each_python (a real worker on
-# Redis + PostgreSQL, the embedded worker, the wheel installed into a fresh venv). The slow fault and
-# worker suites run once, on the main interpreter, in `make test`.
+# journals, the console, the CLI, the docs' snippets but those needing a worker) and those marked
+# each_python (a real worker on Redis + PostgreSQL, the embedded worker, the wheel installed into a
+# fresh venv). The slow fault and worker suites run once, on the main interpreter, in `make test`.
 test-core-quick: $(CORE_STAMP)
 	@$(BIN)/python -c 'import platform; print("core suite (quick) on", platform.python_implementation(), platform.python_version())'
 	bash .ci/programs
