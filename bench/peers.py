@@ -189,25 +189,20 @@ def _contract_rows(kind: str, rates: dict[str, list[float]], floor: str, peer: s
     """What the contract's bare writes reach against the floor (and the peer): the ceiling of a
     target set against it. Then saga-worker against those bare writes: what its own Python costs."""
     bare = rates["contract"]
+    others = [(floor, rates["floor"])] + ([(peer, rates[peer])] if peer in rates else [])
     rows = [
-        _row(
-            f"{kind}: the contract's bare writes vs {floor} (the ceiling)", bare, rates["floor"], floor, None
-        ),
+        _row(f"{kind}: the contract's bare writes vs {name} (the ceiling)", bare, r, name, None)
+        for name, r in others
+    ]
+    rows.append(
         _row(
             f"{kind}: unwind vs the contract's bare writes",
             rates["saga-worker"],
             bare,
             "2n+2 bare commits",
             None,
-        ),
-    ]
-    if peer and peer in rates:
-        rows.insert(
-            1,
-            _row(
-                f"{kind}: the contract's bare writes vs {peer} (the ceiling)", bare, rates[peer], peer, None
-            ),
         )
+    )
     return rows
 
 
