@@ -70,6 +70,30 @@ def test_a_sqlite_thread_between_transactions_holds_no_snapshot_a_checkpoint_wou
         journal.close()
 
 
+def test_a_sqlite_write_in_autocommit_whose_returned_rows_go_unread_is_committed_when_it_returns(
+    sqlite_url: str,
+) -> None:
+    # Work that is not atomic runs each statement as its own transaction; a write's RETURNING rows left
+    # unread (``Tx.execute``) would keep its statement, its transaction and the write lock open until
+    # the thread's cursor ran its next statement.
+    journal = open_journal(sqlite_url, migrate=True)
+    assert isinstance(journal, SqlJournal)
+    other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), timeout=0)
+    try:
+        journal.start_run("r", "p")
+        journal._write(lambda tx: tx.execute(journal._q.run_end, {**_ended("r"), "now": 1.0}))
+        assert other.execute("SELECT status FROM saga_runs WHERE run_id = 'r'").fetchone() == ("completed",)
+        other.execute("BEGIN IMMEDIATE")  # the write lock is free: no wait (timeout 0)
+        other.rollback()
+    finally:
+        other.close()
+        journal.close()
+
+
+def _ended(run_id: str) -> dict[str, object]:
+    return {"run": run_id, "new_status": "completed", "new_text": "done", "new_error": None}
+
+
 def test_postgres_connections_killed_under_a_live_journal_cost_no_call(pg_url: str, run_id: str) -> None:
     journal = open_journal(pg_url)
     assert isinstance(journal, SqlJournal)

@@ -39,6 +39,9 @@ class DialectPolicy(abc.ABC):
     # write and its audit row, or a step's outcome and its unwind entry, are then one statement,
     # atomic alone, in one round trip with no BEGIN/COMMIT. Otherwise two statements, one transaction.
     writes_in_with_clause: ClassVar[bool]
+    # BEGIN and COMMIT are each a round trip to a server: work that reads after a write pipelines
+    # its statements instead of riding in the write's transaction.
+    transactions_cost_round_trips: ClassVar[bool]
 
     @abc.abstractmethod
     def insert(self, table: sa.Table) -> Any:
@@ -60,7 +63,13 @@ class DialectPolicy(abc.ABC):
     @abc.abstractmethod
     def begin(self, driver: Any, cursor: Any, *, write: bool, autocommit: bool, durable: bool) -> None:
         """Open the transaction on the driver connection, through ``cursor`` (the transaction's own)
-        where it runs a statement (``durable``: the commit reaches stable storage before it returns)."""
+        where it runs a statement (``durable``: the commit reaches stable storage before it returns);
+        with ``autocommit``, make each statement its own transaction instead."""
+
+    @abc.abstractmethod
+    def end_autocommit(self, driver: Any, cursor: Any) -> None:
+        """After work run with ``autocommit`` (however it ended): every statement of it committed,
+        and the connection back as the pool expects it."""
 
     def after(  # noqa: B027 - only SQLite changes anything
         self, driver: Any, cursor: Any, *, durable: bool
@@ -104,6 +113,7 @@ class PostgresPolicy(DialectPolicy):
     clock_is_the_servers = True
     counts_common_prefixes = False  # its statistics tell the planner
     writes_in_with_clause = True  # a transaction would cost BEGIN and COMMIT round trips
+    transactions_cost_round_trips = True
 
     def insert(self, table: sa.Table) -> Any:
         return postgresql.insert(table)
@@ -127,6 +137,9 @@ class PostgresPolicy(DialectPolicy):
             cursor.execute(DURABLE_COMMIT)
         elif autocommit:
             driver.autocommit = True
+
+    def end_autocommit(self, driver: Any, cursor: Any) -> None:
+        driver.autocommit = False  # psycopg ran each statement to its end, and committed it
 
     def guards_across_processes(self, engine: sa.Engine) -> bool:
         return True
@@ -192,6 +205,7 @@ class SqlitePolicy(DialectPolicy):
     clock_is_the_servers = False  # one machine: its clock, bound as ``now``
     counts_common_prefixes = True
     writes_in_with_clause = False  # no INSERT in a WITH; a transaction is no round trip here
+    transactions_cost_round_trips = False
 
     def insert(self, table: sa.Table) -> Any:
         return sqlite.insert(table)
@@ -203,7 +217,11 @@ class SqlitePolicy(DialectPolicy):
         return column  # SQLite compares bytes already
 
     def autocommits(self, *, atomic: bool) -> bool:
-        return False
+        # As on PostgreSQL: work whose statements are each atomic alone. A statement that writes takes
+        # the write lock before it reads anything (waiting out other writers as BEGIN IMMEDIATE does),
+        # so it can never be overtaken between its read and its write; BEGIN and COMMIT around it
+        # would cost two more statements for nothing.
+        return not atomic
 
     def begin(self, driver: Any, cursor: Any, *, write: bool, autocommit: bool, durable: bool) -> None:
         # WAL with synchronous=NORMAL syncs only at checkpoints; FULL syncs the WAL (and every commit
@@ -211,8 +229,16 @@ class SqlitePolicy(DialectPolicy):
         if durable:
             cursor.execute("PRAGMA synchronous=FULL")
         # IMMEDIATE takes the write lock up front: a read-then-write can never be overtaken between
-        # its read and its write, which is what the journal's compare-and-set relies on.
-        cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        # its read and its write, which is what the journal's compare-and-set relies on. In
+        # autocommit (the connection's mode between transactions: isolation_level None), nothing.
+        if not autocommit:
+            cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    def end_autocommit(self, driver: Any, cursor: Any) -> None:
+        # A statement commits when it runs to its end. Each statement of the work did, but the last
+        # one if its rows were left unread (a RETURNING under ``Tx.execute``): read them, so that it
+        # commits now rather than at the cursor's next use, holding the write lock meanwhile.
+        cursor.fetchall()
 
     def after(self, driver: Any, cursor: Any, *, durable: bool) -> None:
         if durable:

@@ -260,13 +260,14 @@ def transaction(
     writer flushes within a few hundred milliseconds), and a durable transaction waits for the flush as
     the server is configured to (``SET LOCAL synchronous_commit TO DEFAULT``).
 
-    On SQLite a write transaction is ``BEGIN IMMEDIATE`` (the write lock up front, so a
-    read-then-write can never be overtaken between its read and its write). On PostgreSQL,
     ``atomic=False`` runs each statement as its own transaction (autocommit): for work whose
     statements are each atomic on their own and whose logic already allows for other writers
     between them (insert-if-absent then read, compare-and-set then read, plain reads), where
-    ``BEGIN`` and ``COMMIT`` would only add two round trips to the server. Under READ COMMITTED
-    each statement sees a fresh snapshot either way.
+    ``BEGIN`` and ``COMMIT`` would only add two round trips to a PostgreSQL server, and two
+    statements to SQLite's few microseconds of work. Each statement sees a fresh snapshot, as under
+    PostgreSQL's READ COMMITTED. An atomic write transaction on SQLite is ``BEGIN IMMEDIATE`` (the
+    write lock up front, so a read-then-write can never be overtaken between its read and its write);
+    a single SQLite statement that writes takes that lock before it reads anything, as a whole.
 
     ``work`` may run twice: once more, on a fresh connection, if the first attempt's connection
     turned out dead before any statement of it completed."""
@@ -284,7 +285,7 @@ def transaction(
             result = work(tx)
             # What _commit, policy.after and give_back do, written out: this runs for every transaction.
             if autocommit:
-                driver.autocommit = False  # each statement committed itself
+                policy.end_autocommit(driver, cursor)  # each statement committed itself
             else:
                 driver.commit()
             if durable:
@@ -313,16 +314,16 @@ def _abandon(
     connections: Connections, raw: Any, driver: Any, cursor: Any, *, autocommit: bool, durable: bool
 ) -> None:
     """Roll back a failed transaction on a live connection and give the connection back."""
-    _rollback(driver, autocommit)
+    _rollback(connections.policy, driver, cursor, autocommit)
     if durable:
         connections.policy.after(driver, cursor, durable=durable)
     connections.give_back(raw)
 
 
-def _rollback(driver: Any, autocommit: bool) -> None:
+def _rollback(policy: DialectPolicy, driver: Any, cursor: Any, autocommit: bool) -> None:
     """Leave the connection idle and as the pool expects it (not in autocommit)."""
     with contextlib.suppress(Exception):  # the original error is the one worth raising
         if autocommit:
-            driver.autocommit = False
+            policy.end_autocommit(driver, cursor)
         else:
             driver.rollback()

@@ -121,7 +121,7 @@ class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared
     ) -> WorklistView:
         condemn, atomic, (stamp, params) = self._condemn_work(run_id, audit)
         reads = self._worklist_reads(run_id)
-        if self.policy.autocommits(atomic=False):
+        if self.policy.transactions_cost_round_trips:
             if atomic:  # an audit row that must commit with the stamp in a transaction of its own
                 return super().condemn_and_read(run_id, statuses, audit=audit)
             return self._condemn_and_read_pipelined(run_id, statuses, condemn, reads, (stamp, params))
