@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
-import os
 import socket
 import time
 import uuid
@@ -21,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import faults, metrics, tracing
+from .. import faults, metrics, process_id, tracing
 from ..journal.base import Journal
 from ..journal.records import (
     ClaimStatus,
@@ -71,7 +70,7 @@ def new_owner(tag: str = "") -> str:
     """An owner token, unique per attempt, that also tells a person where the holder ran.
 
     A counter rather than a fresh uuid per attempt: this is on every step's path."""
-    return f"{_HOST}:{os.getpid()}:{tag or f'{_OWNER_NONCE}{next(_owner_counter)}'}"[:100]
+    return f"{_HOST}:{process_id.current()}:{tag or f'{_OWNER_NONCE}{next(_owner_counter)}'}"[:100]
 
 
 def entry_for(

@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from .. import process_id
+
 log = logging.getLogger(__name__)
 
 Renew = Callable[[], bool]
@@ -79,8 +81,8 @@ class LeaseKeeper:
     def _ensure_thread(self) -> None:
         # A forked child (Celery prefork) inherits the object but not the thread: start its own. A
         # thread whose loop ended (it never returns; only an error ends it) has set ``_thread`` to None.
-        if self._thread is None or self._pid != os.getpid():
-            self._pid = os.getpid()
+        if self._thread is None or self._pid != process_id.current():
+            self._pid = process_id.current()
             self._wakes_at = 0.0  # a new thread looks at once
             self._thread = threading.Thread(target=self._loop, name="saga-lease-keeper", daemon=True)
             self._thread.start()

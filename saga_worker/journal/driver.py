@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import operator
-import os
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -25,6 +24,7 @@ from typing import Any, TypeVar, cast
 import sqlalchemy as sa
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from .. import process_id
 from .dialects import DialectPolicy
 
 Row = dict[str, Any]
@@ -181,7 +181,7 @@ class Connections:
         local = self._local
         kept: _Kept | None = None if local is None else getattr(local, "kept", None)
         if kept is not None:
-            if kept.pid == os.getpid() and kept.raw is not None:
+            if kept.pid == process_id.current() and kept.raw is not None:
                 return kept.raw, kept.driver, kept.cursor
             kept.raw = None  # inherited across a fork: the parent's to close, not ours
         error = self.engine.dialect.loaded_dbapi.Error
@@ -231,11 +231,11 @@ class _Kept:
     __slots__ = ("raw", "driver", "cursor", "pid", "__weakref__")
 
     def __init__(self, raw: Any, driver: Any, cursor: Any) -> None:
-        self.raw, self.driver, self.cursor, self.pid = raw, driver, cursor, os.getpid()
+        self.raw, self.driver, self.cursor, self.pid = raw, driver, cursor, process_id.current()
 
     def release(self) -> None:
         raw, self.raw = self.raw, None
-        if raw is not None and self.pid == os.getpid():
+        if raw is not None and self.pid == process_id.current():
             with contextlib.suppress(Exception):
                 raw.close()
 
