@@ -13,7 +13,7 @@ import tempfile
 import uuid
 from typing import Any
 
-from bench.common import QUEUE_PREFIX, REDIS_URL, PgDatabase
+from bench.common import QUEUE_PREFIX, REDIS_URL, PgDatabase, new_id
 from bench.workers import Worker
 from saga_worker import open_journal
 
@@ -67,6 +67,27 @@ class Cluster:
         return chain(
             *[self.app.signature("bench.noop", queue=self.queue, immutable=True) for _ in range(length)]
         ).apply_async()
+
+    def contract_chain(self, run_id: str, suffixes: list[str]) -> Any:
+        """The contract's bare tasks (``bench.noop_tasks``) for one seeded run: the coordinator, then a
+        task per step of ``suffixes`` (in unwind order), the last returning the report's entries; as
+        many tasks as an unwind of that run sends, each given its ids, as an unwind's messages carry."""
+        from celery import chain
+
+        unwind_id = new_id("bare")
+        start = self.app.signature(
+            "bench.contract_start", args=[run_id, unwind_id], queue=self.queue, immutable=True
+        )
+        steps = [
+            self.app.signature(
+                "bench.contract_step",
+                args=[run_id, suffix, unwind_id, at, at == len(suffixes) - 1],
+                queue=self.queue,
+                immutable=True,
+            )
+            for at, suffix in enumerate(suffixes)
+        ]
+        return chain(start, *steps).apply_async()
 
     def close(self) -> None:
         self.worker.stop()

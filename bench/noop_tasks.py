@@ -1,13 +1,220 @@
-"""Celery's own no-op task, registered on the saga worker's app (``celery -A saga_worker.celery:app
-worker -I bench.noop_tasks``): the floor of the distributed figures runs on the same worker and settings."""
+"""Tasks registered on the saga worker's app (``celery -A saga_worker.celery:app worker -I
+bench.noop_tasks``), so that the floors of the distributed figures run on the same worker, with the
+same settings, as ``saga.compensate_run``.
+
+- ``bench.noop``: Celery's own no-op task.
+- ``bench.contract_start`` and ``bench.contract_step``: **the contract's bare tasks**, what any
+  implementation of the distributed unwind must do on this worker, and nothing else, with plain
+  psycopg on the journal's PostgreSQL database and plain redis-py on the lock Redis (one connection
+  of each per pool process, as the journal's sessions are set up: autocommit, ``synchronous_commit``
+  off, the tombstone's transaction waiting for its flush). The journal's own statements on its own
+  tables (saga_worker/journal/sql_parts), the step lock's own Lua scripts (saga_worker/locks/redis.py):
+
+  - the coordinator: the tombstone (with its audit row, one statement, as the journal writes it) in
+    a durable transaction, and the worklist read (the run's tool records; workers trust only ids
+    in a message), pipelined in one round trip (the journal pipelines them too);
+  - each step: its read (record and claim by primary key, one statement), the lock (EVALSHA), the
+    claim (insert-if-absent, committed before the hook), the no-op hook, the outcome with the step's
+    unwind entry (one statement, as the journal's ``step_finish``), the lock's release (EVALSHA);
+  - the last step also writes the end state with its audit row (one statement) and reads the
+    unwind's entries back for the report (pipelined with it: one round trip), which it returns.
+
+  No saga_worker code runs in them (the settings aside, read once per process for the URLs), no
+  checks beyond what the statements do, no retries, tracing, metrics or leases kept alive.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import time
+from typing import Any
+
 from saga_worker.celery import default_app
+from saga_worker.locks.redis import _ACQUIRE, _RELEASE
 
 app = default_app()
+
+CLAIM_TTL = 30.0  # SAGA_CLAIM_TTL's default: the claim's lease and the lock's expiry
+LOCK_PREFIX = "saga:lock:"  # RedisStepLock's
+
+# The journal's statements as it compiles them for PostgreSQL (``journal._q.<name>.sql``), with the
+# same columns, clocks and RETURNING clauses.
+CLOCK = "CAST(EXTRACT(epoch FROM clock_timestamp()) AS DOUBLE PRECISION)"
+AUDIT_COLUMNS = "run_id, at, action, actor, via, reason, target, detail, event_key"
+RECORD_COLUMNS = (
+    "run_id, suffix, seq, step, tool_call_id, tool_name, mode, input, status, output, error, attempts, "
+    "origin_run_id, created_at, updated_at, shared_id, exec_owner, exec_lease_expires_at, exec_traceparent"
+)
+CLAIM_COLUMNS = (
+    "origin_run_id, suffix, status, owner, lease_expires_at, attempts, idempotency_key, via_run_id, error, "
+    "started_at, finished_at"
+)
+# condemn_stamp_audited: the tombstone and its "condemned" audit row, one statement
+TOMBSTONE = (
+    f"WITH tombstone_stamp AS (UPDATE saga_runs SET condemned_at={CLOCK}, unwind_state='pending', "
+    f"unwind_next_at={CLOCK}, updated_at={CLOCK} WHERE saga_runs.run_id = %(run)s AND "
+    "saga_runs.condemned_at IS NULL RETURNING saga_runs.run_id, saga_runs.condemned_at), "
+    f"logged AS (INSERT INTO saga_audit ({AUDIT_COLUMNS}) SELECT tombstone_stamp.run_id, {CLOCK}, "
+    "'condemned', %(who)s, 'worker', '', NULL, '{}', NULL FROM tombstone_stamp "
+    "ON CONFLICT (event_key) DO NOTHING) SELECT tombstone_stamp.condemned_at FROM tombstone_stamp"
+)
+# records_of_run: the worklist
+WORKLIST = f"SELECT {RECORD_COLUMNS} FROM saga_tool_records WHERE run_id = %(run)s ORDER BY seq"
+# step_view without the unwind row and its entries (the bare chain stores no worklist): the step's
+# record and its claim, both by primary key
+STEP_READ = (
+    "SELECT "
+    + ", ".join(f"r.{c}" for c in RECORD_COLUMNS.split(", "))
+    + ", "
+    + ", ".join(f"c.{c} AS claim_{c}" for c in CLAIM_COLUMNS.split(", "))
+    + " FROM saga_tool_records AS r LEFT OUTER JOIN saga_compensations AS c ON c.origin_run_id = "
+    "r.origin_run_id AND c.suffix = r.suffix WHERE r.run_id = %(run)s AND r.suffix = %(step_suffix)s"
+)
+# claim_insert
+CLAIM = (
+    f"INSERT INTO saga_compensations (origin_run_id, suffix, status, owner, lease_expires_at, attempts, "
+    f"idempotency_key, via_run_id, started_at) VALUES (%(origin)s, %(step_suffix)s, 'claimed', %(holder)s, "
+    f"({CLOCK} + %(ttl)s), 1, %(key)s, %(via)s, {CLOCK}) ON CONFLICT (origin_run_id, suffix) DO NOTHING "
+    f"RETURNING {CLAIM_COLUMNS}"
+)
+# step_finish: the claim's compare-and-set and the step's unwind entry, one statement
+OUTCOME = (
+    f"WITH finished AS (UPDATE saga_compensations SET status='compensated', error=NULL, finished_at={CLOCK} "
+    "WHERE saga_compensations.origin_run_id = %(origin)s AND saga_compensations.suffix = %(step_suffix)s "
+    "AND saga_compensations.owner = %(holder)s AND saga_compensations.status = 'claimed' "
+    "RETURNING saga_compensations.owner), "
+    "inserted AS (INSERT INTO saga_unwind_entries (unwind_id, position, entry, created_at) "
+    "SELECT %(unwind)s, %(at)s, CASE WHEN (EXISTS (SELECT finished.owner FROM finished)) "
+    "THEN %(won_entry)s ELSE %(lost_entry)s END, %(now)s ON CONFLICT (unwind_id, position) DO NOTHING "
+    "RETURNING saga_unwind_entries.entry) "
+    "SELECT EXISTS (SELECT finished.owner FROM finished) AS written, "
+    "(SELECT inserted.entry FROM inserted) AS entry"
+)
+# unwind_state_audited: the end state and its "unwound" audit row, one statement
+END_STATE = (
+    f"WITH logged AS (INSERT INTO saga_audit ({AUDIT_COLUMNS}) SELECT %(run)s, {CLOCK}, 'unwound', "
+    "%(who)s, 'worker', '', NULL, %(details)s, %(event)s ON CONFLICT (event_key) DO NOTHING) "
+    "UPDATE saga_runs SET unwind_state='complete', unwind_attempts=(saga_runs.unwind_attempts + 0), "
+    "unwind_next_at=NULL, unwind_note=NULL, updated_at=%(now)s WHERE saga_runs.run_id = %(run)s"
+)
+# entries_of_unwind: the report's entries
+ENTRIES = "SELECT position, entry FROM saga_unwind_entries WHERE unwind_id = %(unwind)s ORDER BY position"
 
 
 @app.task(name="bench.noop")
 def noop(*_args: object) -> None:
     return None
+
+
+_conns: dict[int, tuple[Any, Any, Any, Any]] = {}
+
+
+def _connections() -> tuple[Any, Any, Any, Any]:
+    """This pool process's PostgreSQL connection and Redis lock scripts, opened on first use."""
+    got = _conns.get(os.getpid())
+    if got is None:
+        import psycopg
+        import redis
+        import sqlalchemy as sa
+
+        from saga_worker.settings import get_settings
+
+        settings = get_settings()
+        url = sa.engine.make_url(settings.resolved_journal_url()).set(drivername="postgresql")
+        pg = psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)
+        pg.execute("SET synchronous_commit TO off")  # the journal's sessions (_pg_on_connect)
+        client = redis.Redis.from_url(
+            settings.redis_url or "", socket_timeout=5, socket_connect_timeout=5, health_check_interval=30
+        )
+        got = _conns[os.getpid()] = (
+            pg,
+            pg.cursor(),
+            client.register_script(_ACQUIRE),
+            client.register_script(_RELEASE),
+        )
+    return got
+
+
+@app.task(name="bench.contract_start")
+def contract_start(run_id: str, unwind_id: str) -> None:
+    """The coordinator: the tombstone, durable, and the worklist, in one round trip."""
+    pg, _cur, _acquire, _release = _connections()
+    with pg.pipeline():
+        pg.execute("BEGIN")
+        pg.execute("SET LOCAL synchronous_commit TO DEFAULT")  # DURABLE_COMMIT: waits for the flush
+        stamped = pg.execute(TOMBSTONE, {"run": run_id, "who": "bench"})
+        worklist = pg.execute(WORKLIST, {"run": run_id})
+        pg.execute("COMMIT")
+    assert stamped.fetchone() is not None, f"run {run_id} was condemned already"
+    assert len(worklist.fetchall()) > 0, f"run {run_id} has no records"
+
+
+@app.task(name="bench.contract_step")
+def contract_step(run_id: str, suffix: str, unwind_id: str, position: int, last: bool) -> Any:
+    """One step: read, lock, claim, no-op hook, outcome with its entry, release; the last one also
+    writes the end state and returns the report's entries."""
+    pg, cur, acquire, release = _connections()
+    cur.execute(STEP_READ, {"run": run_id, "step_suffix": suffix})
+    record = cur.fetchone()
+    assert record is not None and record[8] == "succeeded" and record[-1] is None, (run_id, suffix)
+    key = f"{run_id}:comp:{suffix}"  # compensate_key
+    token = hashlib.sha256(f"{unwind_id}\n{suffix}".encode()).hexdigest()[:16]  # Twins' token
+    owner = f"{token}:{position}"
+    ttl_ms = int(CLAIM_TTL * 1000)
+    assert acquire(keys=[LOCK_PREFIX + key], args=[token, ttl_ms]), "lock held"
+    try:
+        cur.execute(
+            CLAIM,
+            {
+                "origin": run_id,
+                "step_suffix": suffix,
+                "holder": owner,
+                "ttl": CLAIM_TTL,
+                "key": key,
+                "via": run_id,
+            },
+        )
+        assert cur.fetchone() is not None, "claimed already"
+        noop()  # the hook
+        entry = {
+            "suffix": suffix,
+            "tool_call_id": record[4],
+            "tool_name": record[5],
+            "status": "compensated",
+            "error": None,
+            "attempts": 1,
+        }
+        cur.execute(
+            OUTCOME,
+            {
+                "origin": run_id,
+                "step_suffix": suffix,
+                "holder": owner,
+                "unwind": unwind_id,
+                "at": position,
+                "won_entry": json.dumps(entry),
+                "lost_entry": json.dumps({**entry, "status": "busy"}),
+                "now": time.time(),
+            },
+        )
+        written = cur.fetchone()
+        assert written is not None and written[0], "outcome not written"
+    finally:
+        release(keys=[LOCK_PREFIX + key], args=[token])
+    if not last:
+        return None
+    with pg.pipeline():
+        pg.execute(
+            END_STATE,
+            {
+                "run": run_id,
+                "who": "bench",
+                "details": json.dumps({"complete": True, "unwind_id": unwind_id}),
+                "event": f"unwound:{unwind_id}",
+                "now": time.time(),
+            },
+        )
+        entries = pg.execute(ENTRIES, {"unwind": unwind_id})
+    return {"run_id": run_id, "entries": [json.loads(text) for _, text in entries.fetchall()]}
