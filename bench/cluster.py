@@ -68,26 +68,13 @@ class Cluster:
             *[self.app.signature("bench.noop", queue=self.queue, immutable=True) for _ in range(length)]
         ).apply_async()
 
-    def contract_chain(self, run_id: str, suffixes: list[str]) -> Any:
-        """The contract's bare tasks (``bench.noop_tasks``) for one seeded run: the coordinator, then a
-        task per step of ``suffixes`` (in unwind order), the last returning the report's entries; as
-        many tasks as an unwind of that run sends, each given its ids, as an unwind's messages carry."""
-        from celery import chain
-
-        unwind_id = new_id("bare")
-        start = self.app.signature(
-            "bench.contract_start", args=[run_id, unwind_id], queue=self.queue, immutable=True
+    def contract_unwind(self, run_id: str) -> Any:
+        """The contract's bare tasks (``bench.noop_tasks``) on one seeded run: the coordinator, sent
+        under a fresh unwind id as ``saga.compensate_run`` is, which then sends a task per step; the
+        result under that id is the report the last step stores."""
+        return self.app.send_task(
+            "bench.contract_start", args=[run_id], task_id=new_id("bare"), queue=self.queue
         )
-        steps = [
-            self.app.signature(
-                "bench.contract_step",
-                args=[run_id, suffix, unwind_id, at, at == len(suffixes) - 1],
-                queue=self.queue,
-                immutable=True,
-            )
-            for at, suffix in enumerate(suffixes)
-        ]
-        return chain(start, *steps).apply_async()
 
     def close(self) -> None:
         self.worker.stop()

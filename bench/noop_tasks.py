@@ -17,7 +17,16 @@ same settings, as ``saga.compensate_run``.
     claim (insert-if-absent, committed before the hook), the no-op hook, the outcome with the step's
     unwind entry (one statement, as the journal's ``step_finish``), the lock's release (EVALSHA);
   - the last step also writes the end state with its audit row (one statement) and reads the
-    unwind's entries back for the report (pipelined with it: one round trip), which it returns.
+    unwind's entries back for the report (pipelined with it: one round trip), which it stores as
+    the coordinator's result.
+
+  They carry the unwind on as ``saga.compensate_run`` does (saga_worker/celery/tasks.py): each task
+  sends the next one's message itself and stores no result of its own; the last stores the report
+  under the coordinator's task id (the unwind id), which the caller waits on. Each message carries
+  ids only: the run, the unwind, the step's position and the worklist's step suffixes (the
+  coordinator's read; where ``saga.compensate_run`` stores the worklist and each step re-reads it).
+  A Celery chain of the same tasks (each result stored, the rest of the chain in every message) costs
+  more than that, so it would be no floor (bench/README.md).
 
   No saga_worker code runs in them (the settings aside, read once per process for the URLs), no
   checks beyond what the statements do, no retries, tracing, metrics or leases kept alive.
@@ -30,6 +39,8 @@ import json
 import os
 import time
 from typing import Any
+
+from celery import Task, states
 
 from saga_worker.celery import default_app
 from saga_worker.locks.redis import _ACQUIRE, _RELEASE
@@ -137,9 +148,10 @@ def _connections() -> tuple[Any, Any, Any, Any]:
     return got
 
 
-@app.task(name="bench.contract_start")
-def contract_start(run_id: str, unwind_id: str) -> None:
-    """The coordinator: the tombstone, durable, and the worklist, in one round trip."""
+@app.task(name="bench.contract_start", bind=True, ignore_result=True)
+def contract_start(self: Task[Any, Any], run_id: str) -> None:
+    """The coordinator, sent with the unwind id as its task id: the tombstone, durable, and the
+    worklist, in one round trip; then the first step's message."""
     pg, _cur, _acquire, _release = _connections()
     with pg.pipeline():
         pg.execute("BEGIN")
@@ -148,13 +160,16 @@ def contract_start(run_id: str, unwind_id: str) -> None:
         worklist = pg.execute(WORKLIST, {"run": run_id})
         pg.execute("COMMIT")
     assert stamped.fetchone() is not None, f"run {run_id} was condemned already"
-    assert len(worklist.fetchall()) > 0, f"run {run_id} has no records"
+    suffixes = [row[1] for row in reversed(worklist.fetchall())]  # unwind order: the last call first
+    assert suffixes, f"run {run_id} has no records"
+    contract_step.apply_async(args=[run_id, self.request.id, 0, suffixes])
 
 
-@app.task(name="bench.contract_step")
-def contract_step(run_id: str, suffix: str, unwind_id: str, position: int, last: bool) -> Any:
-    """One step: read, lock, claim, no-op hook, outcome with its entry, release; the last one also
-    writes the end state and returns the report's entries."""
+@app.task(name="bench.contract_step", ignore_result=True)
+def contract_step(run_id: str, unwind_id: str, position: int, worklist: list[str]) -> None:
+    """One step: read, lock, claim, no-op hook, outcome with its entry, release; then the next step's
+    message, or, after the last, the end state and the report under the coordinator's id."""
+    suffix = worklist[position]
     pg, cur, acquire, release = _connections()
     cur.execute(STEP_READ, {"run": run_id, "step_suffix": suffix})
     record = cur.fetchone()
@@ -203,8 +218,9 @@ def contract_step(run_id: str, suffix: str, unwind_id: str, position: int, last:
         assert written is not None and written[0], "outcome not written"
     finally:
         release(keys=[LOCK_PREFIX + key], args=[token])
-    if not last:
-        return None
+    if position + 1 < len(worklist):
+        contract_step.apply_async(args=[run_id, unwind_id, position + 1, worklist])
+        return
     with pg.pipeline():
         pg.execute(
             END_STATE,
@@ -217,4 +233,5 @@ def contract_step(run_id: str, suffix: str, unwind_id: str, position: int, last:
             },
         )
         entries = pg.execute(ENTRIES, {"unwind": unwind_id})
-    return {"run_id": run_id, "entries": [json.loads(text) for _, text in entries.fetchall()]}
+    report = {"run_id": run_id, "entries": [json.loads(text) for _, text in entries.fetchall()]}
+    contract_step.backend.store_result(unwind_id, report, states.SUCCESS)
