@@ -4,7 +4,12 @@ exception classes, and connections killed under a live journal (a database resta
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import sqlalchemy as sa
@@ -132,4 +137,141 @@ def test_postgres_connections_killed_under_a_live_journal_cost_no_call(pg_url: s
         assert again.run is not None and again.run.condemned_at == view.run.condemned_at
     finally:
         admin.dispose()
+        journal.close()
+
+
+def _sessions(url: str, app: str) -> list[tuple[int, str]]:
+    """(pid, state) of the server sessions named ``app``."""
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            rows = conn.execute(
+                sa.text("SELECT pid, state FROM pg_stat_activity WHERE application_name = :app"), {"app": app}
+            ).all()
+        return [(int(pid), str(state)) for pid, state in rows]
+    finally:
+        admin.dispose()
+
+
+def _named(pg_url: str, app: str) -> str:
+    return f"{pg_url}{'&' if '?' in pg_url else '?'}application_name={app}"
+
+
+def test_a_postgres_connection_given_back_with_a_transaction_open_is_rolled_back_not_kept(
+    pg_url: str, run_id: str
+) -> None:
+    # Between transactions a connection waits in the journal's idle list for any thread; one that
+    # comes back with a transaction open must go back through the pool (which rolls it back) instead.
+    app = f"clean-{run_id}"[:60]
+    journal = open_journal(_named(pg_url, app))
+    assert isinstance(journal, SqlJournal)
+    try:
+        journal.start_run(run_id, "p")
+        raw, driver, cursor = journal._connections.take()
+        with driver.cursor() as cur:
+            cur.execute("SELECT txid_current()")  # opens a transaction (the connection is not autocommit)
+        journal._connections.give_back(raw, driver, cursor)
+        assert all(state == "idle" for _, state in _sessions(pg_url, app))
+        assert journal.get_run(run_id) is not None
+        assert all(state == "idle" for _, state in _sessions(pg_url, app))
+    finally:
+        journal.close()
+
+
+def test_postgres_connections_idle_between_transactions_keep_to_the_pools_bound(
+    pg_url: str, run_id: str
+) -> None:
+    # 40 threads at once: never more server sessions than the pool allows (5 + 10 overflow), every call
+    # answered; afterwards at most the pool's idle connections and the journal's own idle list (5 each).
+    app = f"bound-{run_id}"[:60]
+    journal = open_journal(_named(pg_url, app))
+    journal.start_run(run_id, "p")
+    seen: list[int] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            seen.append(len(_sessions(pg_url, app)))
+
+    def calls() -> int:
+        return sum(journal.get_run(run_id) is not None for _ in range(25))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        with ThreadPoolExecutor(40) as pool:
+            answered = sum(pool.map(lambda _: calls(), range(40)))
+    finally:
+        done.set()
+        watcher.join()
+    try:
+        assert answered == 40 * 25
+        assert max(seen) <= 15
+        # The server lists a closed session for a moment after its client has gone.
+        assert _settles(lambda: len(_sessions(pg_url, app)) <= 10)
+    finally:
+        journal.close()
+    assert _settles(lambda: _sessions(pg_url, app) == [])
+
+
+def _settles(check: Callable[[], bool], within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_a_forked_child_never_uses_the_parents_idle_postgres_connection(pg_url: str, run_id: str) -> None:
+    journal = open_journal(pg_url)
+    assert isinstance(journal, SqlJournal)
+    try:
+        journal.start_run(run_id, "p")
+        assert journal.get_run(run_id) is not None  # its connection now waits in the idle list
+        parents = {driver.info.backend_pid for _, driver, _ in journal._connections._idle}
+        assert parents
+        read, write = os.pipe()
+        child = os.fork()
+        if child == 0:  # pragma: no cover - runs in the child, which reports through the pipe
+            try:
+                os.close(read)
+                _, driver, _ = journal._connections.take()
+                os.write(write, f"{driver.info.backend_pid}".encode())
+            finally:
+                os._exit(0)
+        os.close(write)
+        with os.fdopen(read) as pipe:
+            used = int(pipe.read())
+        os.waitpid(child, 0)
+        assert used not in parents
+        assert journal.get_run(run_id) is not None  # the parent's own connection still answers
+    finally:
+        journal.close()
+
+
+def test_at_the_pools_limit_a_connection_given_back_goes_to_a_waiting_thread_not_the_idle_list(
+    pg_url: str,
+) -> None:
+    # Every connection the pool allows is out (5 + 10 overflow): one given back must reach a thread
+    # waiting at the pool's limit, not wait in the journal's idle list while that thread times out.
+    journal = open_journal(pg_url)
+    assert isinstance(journal, SqlJournal)
+    conns = journal._connections
+    held = [conns.take() for _ in range(15)]
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(journal.engine.raw_connection()))
+    try:
+        waiter.start()
+        time.sleep(0.2)  # it waits at the pool's limit
+        raw, driver, cursor = held.pop()
+        conns.give_back(raw, driver, cursor or conns.cursor_for(raw, driver))
+        waiter.join(timeout=5)
+        assert got, "the thread waiting at the pool's limit got no connection"
+    finally:
+        for raw, _driver, _cursor in held:
+            raw.close()
+        waiter.join()
+        for raw in got:
+            raw.close()  # type: ignore[attr-defined]
         journal.close()

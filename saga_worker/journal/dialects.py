@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import functools
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -65,6 +66,11 @@ class DialectPolicy(abc.ABC):
         """Open the transaction on the driver connection, through ``cursor`` (the transaction's own)
         where it runs a statement (``durable``: the commit reaches stable storage before it returns);
         with ``autocommit``, make each statement its own transaction instead."""
+
+    def is_clean(self, driver: Any) -> bool:
+        """Whether a pooled connection is as the pool expects it back (no transaction open, not in
+        autocommit), so that the next transaction may use it as it is."""
+        return True
 
     @abc.abstractmethod
     def end_autocommit(self, driver: Any, cursor: Any) -> None:
@@ -141,6 +147,9 @@ class PostgresPolicy(DialectPolicy):
     def end_autocommit(self, driver: Any, cursor: Any) -> None:
         driver.autocommit = False  # psycopg ran each statement to its end, and committed it
 
+    def is_clean(self, driver: Any) -> bool:
+        return not driver.closed and not driver.autocommit and driver.info.transaction_status == _pg_idle()
+
     def guards_across_processes(self, engine: sa.Engine) -> bool:
         return True
 
@@ -177,6 +186,14 @@ class PostgresPolicy(DialectPolicy):
         engine = sa.create_engine(parsed, pool_size=5, max_overflow=10)
         sa.event.listen(engine, "connect", _pg_on_connect)
         return engine
+
+
+@functools.cache
+def _pg_idle() -> Any:
+    """psycopg's status of a connection with no transaction open (psycopg is an extra: imported late)."""
+    from psycopg.pq import TransactionStatus
+
+    return TransactionStatus.IDLE
 
 
 # What a durable transaction runs first: the server's own synchronous_commit (``on`` unless configured
