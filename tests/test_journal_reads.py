@@ -161,3 +161,40 @@ def test_read_step_finds_each_steps_entry_and_the_one_before_wherever_the_unwind
             assert view.position == at
             assert view.entry == stored.get(at), (position, suffix)
             assert view.previous == (stored.get(at - 1) if at else None), (position, suffix)
+
+
+def test_read_report_is_the_unwind_its_entries_and_the_worklist_as_read_apart(
+    journal: Journal, run_id: str
+) -> None:
+    # A fork's unwind: its worklist holds a step copied from the source (whose claim is the source's)
+    # and one of its own, each claimed; the report's one read must say what the separate reads say.
+    fork = run_id + "-b"
+    journal.start_run(run_id, "p")
+    journal.record_decision(run_id, 1, {"kind": "calls"})
+    _record(journal, run_id, "call-1", 1, RecordStatus.SUCCEEDED)
+    _claim(journal, run_id, "call-1")
+    journal.fork(run_id, 1, fork)
+    _record(journal, fork, "call-2", 2, RecordStatus.SUCCEEDED)
+    _claim(journal, fork, "call-2")
+    journal.condemn(fork, audit=NewAudit(fork, AuditAction.CONDEMNED, "ann", AuditVia.CLI, "refund"))
+    journal.insert_unwind("u-1", fork, dry_run=False, suffixes=["call-2", "call-1"])
+    journal.record_unwind_entry("u-1", 0, {"suffix": "call-2", "status": "compensated"})
+
+    read = journal.read_report("u-1", fork, UNWOUND)
+
+    assert read.unwind == journal.get_unwind("u-1")
+    assert (
+        read.entries
+        == journal.list_unwind_entries("u-1")
+        == {0: {"suffix": "call-2", "status": "compensated"}}
+    )
+    assert read.worklist == journal.read_worklist(fork, UNWOUND)
+    assert set(read.worklist.claims) == {(run_id, "call-1"), (fork, "call-2")}
+    assert read.worklist.condemner == ("ann", "refund")
+
+
+def test_read_report_of_an_unknown_unwind_says_so(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "p")
+    read = journal.read_report("no-such-unwind", run_id, UNWOUND)
+    assert read.unwind is None and read.entries == {}
+    assert read.worklist.run == journal.get_run(run_id)

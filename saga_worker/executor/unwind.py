@@ -37,7 +37,7 @@ from ..compensation.report import (
 )
 from ..errors import InvalidInputError, MalformedRecordError
 from ..journal.base import Journal
-from ..journal.records import StepView, UnwindInfo
+from ..journal.records import ReportView, StepView, UnwindInfo
 from ..locks.base import StepLock
 from ..tools import Tool
 
@@ -124,11 +124,6 @@ def _next(info: UnwindInfo, position: int, done: CompensationEntry | None = None
         suffix = info.suffixes[position]
         return Step(info.run_id, info.unwind_id, suffix, info.dry_run, position, len(info.suffixes), done)
     return Finalize(info.run_id, info.unwind_id, done)
-
-
-def _stored_unwind(journal: Journal, run_id: str, unwind_id: str) -> UnwindInfo:
-    check_run_id(run_id)
-    return _checked(journal.get_unwind(unwind_id), run_id, unwind_id)
 
 
 def _checked(info: UnwindInfo | None, run_id: str, unwind_id: str) -> UnwindInfo:
@@ -265,7 +260,10 @@ def _compensate(
 
 def finalize_unwind(journal: Journal, run_id: str, unwind_id: str) -> CompensationReport:
     """The report from the journal: stored entries up to the halt, ``not-attempted`` after it."""
-    info = _stored_unwind(journal, run_id, unwind_id)
+    check_run_id(run_id)
+    # The unwind, its entries, the run, its steps and who condemned it: one read (``read_report``).
+    view = journal.read_report(unwind_id, run_id, UNWOUND)
+    info = _checked(view.unwind, run_id, unwind_id)
     with tracing.unwind(
         run_id,
         actor=info.actor,
@@ -274,16 +272,17 @@ def finalize_unwind(journal: Journal, run_id: str, unwind_id: str) -> Compensati
         unwind_id=unwind_id,
         name="saga.unwind.report",
     ) as span:
-        report = _finalize(journal, info, run_id, unwind_id)
+        report = _finalize(journal, info, view, run_id, unwind_id)
         span.report(report)
         return report
 
 
-def _finalize(journal: Journal, info: UnwindInfo, run_id: str, unwind_id: str) -> CompensationReport:
-    """As the in-process unwind builds its report: the run, its steps and who condemned it in one read
-    (``read_worklist``), the stored entries up to the halt, ``not-attempted`` after it."""
-    stored = journal.list_unwind_entries(unwind_id)
-    view = journal.read_worklist(run_id, UNWOUND)
+def _finalize(
+    journal: Journal, info: UnwindInfo, read: ReportView, run_id: str, unwind_id: str
+) -> CompensationReport:
+    """As the in-process unwind builds its report: the stored entries up to the halt,
+    ``not-attempted`` after it, the run and who condemned it as ``read`` found them."""
+    stored, view = read.entries, read.worklist
     records = {r.suffix: r for r in view.records}
 
     def outcome(position: int) -> CompensationEntry | None:

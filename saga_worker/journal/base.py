@@ -22,6 +22,7 @@ from .records import (
     ClaimStatus,
     NewAudit,
     RecordStatus,
+    ReportView,
     StepFinish,
     StepView,
     ToolRecord,
@@ -61,6 +62,13 @@ class Journal(RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsP
         claims = self.get_claims([(r.origin_run_id, r.suffix) for r in found])
         who = condemned_by(self.read_audit(run_id)) if run is not None and run.condemned else (None, None)
         return WorklistView(run, found, claims, who)
+
+    def read_report(self, unwind_id: str, run_id: str, statuses: Sequence[RecordStatus]) -> ReportView:
+        """The unwind, its stored entries and the run's worklist (``read_worklist``), read together:
+        what the report of a distributed unwind is assembled from."""
+        unwind = self.get_unwind(unwind_id)
+        entries = self.list_unwind_entries(unwind_id)
+        return ReportView(unwind, entries, self.read_worklist(run_id, statuses))
 
     def condemn_and_read(
         self, run_id: str, statuses: Sequence[RecordStatus], *, audit: NewAudit | None = None

@@ -313,6 +313,17 @@ class WorklistView:
 
 
 @dataclass(frozen=True)
+class ReportView:
+    """What assembling a distributed unwind's report reads, together (one round trip on PostgreSQL):
+    the unwind as recorded (None if it is not in the journal), the entries its steps stored so far by
+    position, and the run's worklist as ``read_worklist`` reads it."""
+
+    unwind: UnwindInfo | None
+    entries: dict[int, dict[str, Any]]
+    worklist: WorklistView
+
+
+@dataclass(frozen=True)
 class StepView:
     """What one step task of a distributed unwind needs to know, read together (one transaction on SQL).
 

@@ -27,6 +27,7 @@ from .dialects import POLICIES, policy_for
 from .records import (
     NewAudit,
     RecordStatus,
+    ReportView,
     WorklistView,
 )
 from .sql_parts.audit import SqlAudit
@@ -36,7 +37,7 @@ from .sql_parts.records import SqlRecords
 from .sql_parts.runs import SqlRuns, stamped_or_raise
 from .sql_parts.shared import SqlShared
 from .sql_parts.sweeps import SqlSweeps
-from .sql_parts.unwinds import SqlUnwinds
+from .sql_parts.unwinds import SqlUnwinds, entries_by_position, unwind_row
 from .statements import Statements
 
 T = TypeVar("T")
@@ -116,6 +117,16 @@ class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared
     def read_worklist(self, run_id: str, statuses: Sequence[RecordStatus]) -> WorklistView:
         return self._worklist_view(self._fetch(self._worklist_reads(run_id)), statuses)
 
+    def read_report(self, unwind_id: str, run_id: str, statuses: Sequence[RecordStatus]) -> ReportView:
+        q, by_unwind = self._q, {"unwind": unwind_id}
+        first = [(q.unwind_get, by_unwind), (q.entries_of_unwind, by_unwind)]
+        (unwind, entries), read = self._fetch(lambda tx: self._read_with_worklist(tx, run_id, first))
+        return ReportView(
+            unwind_row(unwind[0]) if unwind else None,
+            entries_by_position(entries, unwind_id),
+            self._worklist_view(read, statuses),
+        )
+
     def condemn_and_read(
         self, run_id: str, statuses: Sequence[RecordStatus], *, audit: NewAudit | None = None
     ) -> WorklistView:
@@ -152,24 +163,13 @@ class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared
         tombstone is durable before any hook, as ``condemn``'s), so the reads see the tombstone and
         everything committed before it. A stamp that wrote nothing (a run already condemned, or never
         started) falls back to ``condemn``'s own statements and reads the worklist afresh after them."""
-        q = self._q
-        by_run = {"run": run_id}
 
         def work(tx: driver.Tx) -> tuple[float | None, WorklistRows | None]:
-            stamped, run, rows, claims = tx.batch(
-                [
-                    first,
-                    (q.run_with_condemner, by_run),
-                    (q.records_of_run, by_run),
-                    (q.claims_of_origin, {"origin": run_id}),
-                ]
-            )
+            (stamped,), read = self._read_with_worklist(tx, run_id, [first])
             if not stamped or stamped[0]["condemned_at"] is None:
                 at = condemn(tx)
                 return at, None if at is None else reads(tx)
-            others = sorted({r["origin_run_id"] for r in rows} - {run_id})  # a fork's copied steps
-            claims += [c for o in others for c in tx.all(q.claims_of_origin, {"origin": o})]
-            return float(stamped[0]["condemned_at"]), (run[0] if run else None, rows, claims)
+            return float(stamped[0]["condemned_at"]), read
 
         at, rows = self._write(work, durable=True)
         stamped_or_raise(run_id, at)
@@ -177,15 +177,25 @@ class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared
         return self._worklist_view(rows, statuses)
 
     def _worklist_reads(self, run_id: str) -> Callable[[driver.Tx], WorklistRows]:
-        q = self._q
+        return lambda tx: self._read_with_worklist(tx, run_id, [])[1]
 
-        def work(tx: driver.Tx) -> WorklistRows:
-            run = tx.one(q.run_with_condemner, {"run": run_id})
-            rows = tx.all(q.records_of_run, {"run": run_id})
-            origins = sorted({r["origin_run_id"] for r in rows})
-            return run, rows, [c for o in origins for c in tx.all(q.claims_of_origin, {"origin": o})]
-
-        return work
+    def _read_with_worklist(
+        self, tx: driver.Tx, run_id: str, first: list[tuple[driver.Prepared, dict[str, Any]]]
+    ) -> tuple[list[list[driver.Row]], WorklistRows]:
+        """The rows of each of ``first``'s reads, then the run's worklist rows (the run with who
+        condemned it, its records, their claims): in one pipeline where a round trip costs
+        (PostgreSQL: the run's own claims read with them, a fork's copied steps' after), else one
+        statement after the other."""
+        q, by_run = self._q, {"run": run_id}
+        reads = [*first, (q.run_with_condemner, by_run), (q.records_of_run, by_run)]
+        if self.policy.transactions_cost_round_trips:
+            *before, run, rows, claims = tx.batch([*reads, (q.claims_of_origin, {"origin": run_id})])
+            origins = sorted({r["origin_run_id"] for r in rows} - {run_id})
+        else:
+            *before, run, rows = [tx.all(stmt, params) for stmt, params in reads]
+            claims, origins = [], sorted({r["origin_run_id"] for r in rows})
+        claims += [c for o in origins for c in tx.all(q.claims_of_origin, {"origin": o})]
+        return before, (run[0] if run else None, rows, claims)
 
     def _worklist_view(self, read: WorklistRows, statuses: Sequence[RecordStatus]) -> WorklistView:
         run, rows, claim_rows = read

@@ -363,9 +363,12 @@ class SqlUnwinds(SqlPlumbing):
 
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
         rows = self._fetch(lambda tx: tx.all(self._q.entries_of_unwind, {"unwind": unwind_id}))
-        return {
-            int(r["position"]): _load(r["entry"], unwind_id, f"unwind entry {r['position']}") for r in rows
-        }
+        return entries_by_position(rows, unwind_id)
+
+
+def entries_by_position(rows: list[driver.Row], unwind_id: str) -> dict[int, dict[str, Any]]:
+    """An unwind's stored entry rows, parsed, by position."""
+    return {int(r["position"]): _load(r["entry"], unwind_id, f"unwind entry {r['position']}") for r in rows}
 
 
 def _step_entries(
