@@ -4,11 +4,12 @@ exception classes, and connections killed under a live journal (a database resta
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -54,10 +55,7 @@ def test_a_sqlite_thread_between_transactions_holds_no_snapshot_a_checkpoint_wou
 ) -> None:
     # Each thread keeps its connection and its cursor between transactions: the last statement of each
     # (a read, a write returning rows, a failed one) must leave no read open behind it.
-    journal = open_journal(sqlite_url, migrate=True)
-    assert isinstance(journal, SqlJournal)
-    other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), timeout=5)
-    try:
+    with _journal_and_another_connection(sqlite_url, timeout=5) as (journal, other):
         journal.start_run("r", "p")
         assert journal.get_run("r") is not None
         assert [r.run_id for r in journal.list_runs()] == ["r"]
@@ -70,9 +68,6 @@ def test_a_sqlite_thread_between_transactions_holds_no_snapshot_a_checkpoint_wou
             journal.get_claim("r", "s")
         busy, _, _ = other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         assert busy == 0
-    finally:
-        other.close()
-        journal.close()
 
 
 def test_a_sqlite_write_in_autocommit_whose_returned_rows_go_unread_is_committed_when_it_returns(
@@ -81,15 +76,24 @@ def test_a_sqlite_write_in_autocommit_whose_returned_rows_go_unread_is_committed
     # Work that is not atomic runs each statement as its own transaction; a write's RETURNING rows left
     # unread (``Tx.execute``) would keep its statement, its transaction and the write lock open until
     # the thread's cursor ran its next statement.
-    journal = open_journal(sqlite_url, migrate=True)
-    assert isinstance(journal, SqlJournal)
-    other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), timeout=0)
-    try:
+    with _journal_and_another_connection(sqlite_url, timeout=0) as (journal, other):
         journal.start_run("r", "p")
         journal._write(lambda tx: tx.execute(journal._q.run_end, {**_ended("r"), "now": 1.0}))
         assert other.execute("SELECT status FROM saga_runs WHERE run_id = 'r'").fetchone() == ("completed",)
         other.execute("BEGIN IMMEDIATE")  # the write lock is free: no wait (timeout 0)
         other.rollback()
+
+
+@contextlib.contextmanager
+def _journal_and_another_connection(
+    sqlite_url: str, *, timeout: float
+) -> Iterator[tuple[SqlJournal, sqlite3.Connection]]:
+    """A SQLite journal, and a plain connection of another reader or writer to the same file."""
+    journal = open_journal(sqlite_url, migrate=True)
+    assert isinstance(journal, SqlJournal)
+    other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), timeout=timeout)
+    try:
+        yield journal, other
     finally:
         other.close()
         journal.close()
