@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
 from saga_worker import open_journal
+from saga_worker.journal import driver
 from saga_worker.journal.driver import Prepared
 from saga_worker.journal.schema import runs
 from saga_worker.journal.sql import SqlJournal
@@ -278,4 +279,49 @@ def test_at_the_pools_limit_a_connection_given_back_goes_to_a_waiting_thread_not
         waiter.join()
         for raw in got:
             raw.close()  # type: ignore[attr-defined]
+        journal.close()
+
+
+def test_a_failed_durable_postgres_pipeline_commits_nothing_and_leaves_its_connection_idle(
+    pg_url: str, run_id: str
+) -> None:
+    # A durable transaction sent as one pipeline (BEGIN, its statements, COMMIT): when a statement fails,
+    # the server skips the rest, the COMMIT too, and the transaction stays open on the connection; it
+    # must be rolled back before the connection serves anything else.
+    app = f"framed-{run_id}"[:60]
+    journal = open_journal(_named(pg_url, app))
+    assert isinstance(journal, SqlJournal)
+    try:
+        journal.start_run(run_id, "p")
+        q, frame = journal._q, journal.policy.durable_frame
+        assert frame is not None
+        failing = Prepared(sa.select(sa.literal_column("1") / sa.literal_column("0")), journal.engine.dialect)
+        stamp = (
+            q.unwind_insert,
+            journal._unwind_params("u-1", run_id, False, ["s1"], "", "", "worker", None),
+        )
+
+        def work(tx: driver.Tx) -> object:
+            return tx.batch([stamp, (failing, {})], framed=frame)
+
+        with pytest.raises(sa.exc.DataError, match="division by zero"):
+            driver.transaction(journal._connections, work, write=True, atomic=False)
+        assert [state for _, state in _sessions(pg_url, app)] == ["idle"]
+        # The same connection, as any transaction expects it: an atomic one still commits all or nothing.
+        second = (
+            q.unwind_insert,
+            journal._unwind_params("u-2", run_id, False, ["s1"], "", "", "worker", None),
+        )
+        with pytest.raises(sa.exc.DataError, match="division by zero"):
+            driver.transaction(
+                journal._connections,
+                lambda tx: [tx.one(*second), tx.one(failing, {})],
+                write=True,
+                atomic=True,
+            )
+        assert journal.get_unwind("u-2") is None
+        assert journal.get_unwind("u-1") is None  # the insert before the first failure was not committed
+        journal.record_unwind("u-1", run_id, dry_run=False, suffixes=["s1"])  # the connection serves on
+        assert journal.get_unwind("u-1") is not None
+    finally:
         journal.close()

@@ -22,6 +22,9 @@ from . import execution_guards
 SQLITE_BUSY_TIMEOUT_S = 30.0
 # Any fixed number: the PostgreSQL advisory lock that lets one process at a time migrate a database.
 MIGRATION_LOCK = 0x5A6A_0001
+# What a durable transaction runs first: the server's own synchronous_commit (``on`` unless configured
+# otherwise) for this transaction, where the session's is ``off`` (_pg_on_connect).
+DURABLE_COMMIT = "SET LOCAL synchronous_commit TO DEFAULT"
 
 
 class DialectPolicy(abc.ABC):
@@ -43,6 +46,9 @@ class DialectPolicy(abc.ABC):
     # BEGIN and COMMIT are each a round trip to a server: work that reads after a write pipelines
     # its statements instead of riding in the write's transaction.
     transactions_cost_round_trips: ClassVar[bool]
+    # Where a driver pipelines: the plain statements that open a durable transaction and commit it,
+    # sent with its statements in one round trip (``Tx.batch(framed=...)``); None elsewhere.
+    durable_frame: ClassVar[tuple[tuple[str, ...], tuple[str, ...]] | None] = None
 
     @abc.abstractmethod
     def insert(self, table: sa.Table) -> Any:
@@ -120,6 +126,7 @@ class PostgresPolicy(DialectPolicy):
     counts_common_prefixes = False  # its statistics tell the planner
     writes_in_with_clause = True  # a transaction would cost BEGIN and COMMIT round trips
     transactions_cost_round_trips = True
+    durable_frame = (("BEGIN", DURABLE_COMMIT), ("COMMIT",))
 
     def insert(self, table: sa.Table) -> Any:
         return postgresql.insert(table)
@@ -145,7 +152,11 @@ class PostgresPolicy(DialectPolicy):
             driver.autocommit = True
 
     def end_autocommit(self, driver: Any, cursor: Any) -> None:
-        driver.autocommit = False  # psycopg ran each statement to its end, and committed it
+        # psycopg ran each statement to its end, and committed it; a transaction still open is a framed
+        # batch's (``durable_frame``) that failed: rolled back, so the connection is idle again.
+        if driver.info.transaction_status != _pg_idle():
+            driver.execute("ROLLBACK")
+        driver.autocommit = False
 
     def is_clean(self, driver: Any) -> bool:
         return not driver.closed and not driver.autocommit and driver.info.transaction_status == _pg_idle()
@@ -194,11 +205,6 @@ def _pg_idle() -> Any:
     from psycopg.pq import TransactionStatus
 
     return TransactionStatus.IDLE
-
-
-# What a durable transaction runs first: the server's own synchronous_commit (``on`` unless configured
-# otherwise) for this transaction, where the session's is ``off`` (_pg_on_connect).
-DURABLE_COMMIT = "SET LOCAL synchronous_commit TO DEFAULT"
 
 
 def _pg_on_connect(dbapi_conn: Any, _record: Any) -> None:

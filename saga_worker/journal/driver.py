@@ -28,6 +28,8 @@ from .. import process_id
 from .dialects import DialectPolicy
 
 Row = dict[str, Any]
+# Plain statements sent before and after a batch's own, in its round trip (``Tx.batch``).
+Frame = tuple[Sequence[str], Sequence[str]]
 T = TypeVar("T")
 
 
@@ -121,21 +123,35 @@ class Tx:
         names = stmt.known_columns or stmt.columns(cursor)
         return [dict(zip(names, row, strict=True)) for row in rows]
 
-    def batch(self, items: Sequence[tuple[Prepared, Mapping[str, Any]]]) -> list[list[Row]]:
+    def batch(
+        self, items: Sequence[tuple[Prepared, Mapping[str, Any]]], *, framed: Frame | None = None
+    ) -> list[list[Row]]:
         """Each statement's rows, in order. A driver that pipelines (psycopg 3) gets them all in one
         round trip; they then run as one implicit transaction, committed (or, in error, rolled back)
         before this returns. Any other runs them one after the other in this transaction. Only for
-        statements that may run again: a connection that dies mid-pipeline has the work retried."""
+        statements that may run again: a connection that dies mid-pipeline has the work retried.
+
+        ``framed`` (pipelining drivers only, in autocommit work): plain statements sent before and
+        after the items in the same round trip, such as a transaction's ``BEGIN`` with its settings
+        and its ``COMMIT``. In error the server skips the rest, the ``COMMIT`` too, and the transaction
+        stays open until ``DialectPolicy.end_autocommit`` rolls it back."""
         connection = self._cursor.connection
         pipeline = getattr(connection, "pipeline", None)
         if pipeline is None:
+            if framed is not None:
+                raise ValueError("a framed batch needs a driver that pipelines")
             return [self.all(stmt, params) for stmt, params in items]
+        before, after = framed or ((), ())
         cursors = []
         with pipeline():
+            for sql in before:
+                connection.execute(sql)
             for stmt, params in items:
                 cursor = connection.cursor()
                 cursor.execute(stmt.sql, stmt.bind(params))
                 cursors.append(cursor)
+            for sql in after:
+                connection.execute(sql)
         # Counted once the pipeline is through: a connection found dead before that ran nothing that
         # the retry could not run again (see ``transaction``).
         self.statements_run += len(items)

@@ -157,21 +157,29 @@ class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared
         reads: Callable[[driver.Tx], WorklistRows],
         first: tuple[driver.Prepared, dict[str, Any]],
     ) -> WorklistView:
-        """PostgreSQL: the stamp and the three reads in one pipeline, one round trip instead of four.
+        """PostgreSQL: a durable transaction's BEGIN, the stamp, the three reads and the COMMIT in one
+        pipeline: one round trip instead of four.
 
-        They run in that order as one implicit transaction, committed before this returns (the
-        tombstone is durable before any hook, as ``condemn``'s), so the reads see the tombstone and
-        everything committed before it. A stamp that wrote nothing (a run already condemned, or never
-        started) falls back to ``condemn``'s own statements and reads the worklist afresh after them."""
+        The COMMIT waits for the WAL flush (the policy's ``durable_frame``) and the pipeline's results
+        only come back after it, so the tombstone is durable before this returns, as ``condemn``'s; the
+        reads, in its transaction, see it and everything committed before it. A stamp that wrote
+        nothing (a run already condemned, or never started) falls back to ``condemn``'s own statements
+        in a durable transaction of their own, and reads the worklist afresh after them."""
+        frame = self.policy.durable_frame
 
         def work(tx: driver.Tx) -> tuple[float | None, WorklistRows | None]:
-            (stamped,), read = self._read_with_worklist(tx, run_id, [first])
+            (stamped,), read = self._read_with_worklist(tx, run_id, [first], framed=frame)
             if not stamped or stamped[0]["condemned_at"] is None:
-                at = condemn(tx)
-                return at, None if at is None else reads(tx)
+                return None, None
             return float(stamped[0]["condemned_at"]), read
 
-        at, rows = self._write(work, durable=True)
+        def fallback(tx: driver.Tx) -> tuple[float | None, WorklistRows | None]:
+            at = condemn(tx)
+            return at, None if at is None else reads(tx)
+
+        at, rows = self._write(work) if frame is not None else (None, None)
+        if at is None:
+            at, rows = self._write(fallback, durable=True)
         stamped_or_raise(run_id, at)
         assert rows is not None
         return self._worklist_view(rows, statuses)
@@ -180,16 +188,23 @@ class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared
         return lambda tx: self._read_with_worklist(tx, run_id, [])[1]
 
     def _read_with_worklist(
-        self, tx: driver.Tx, run_id: str, first: list[tuple[driver.Prepared, dict[str, Any]]]
+        self,
+        tx: driver.Tx,
+        run_id: str,
+        first: list[tuple[driver.Prepared, dict[str, Any]]],
+        *,
+        framed: driver.Frame | None = None,
     ) -> tuple[list[list[driver.Row]], WorklistRows]:
         """The rows of each of ``first``'s reads, then the run's worklist rows (the run with who
         condemned it, its records, their claims): in one pipeline where a round trip costs
-        (PostgreSQL: the run's own claims read with them, a fork's copied steps' after), else one
-        statement after the other."""
+        (PostgreSQL: the run's own claims read with them, a fork's copied steps' after; ``framed``
+        as ``driver.Tx.batch``), else one statement after the other."""
         q, by_run = self._q, {"run": run_id}
         reads = [*first, (q.run_with_condemner, by_run), (q.records_of_run, by_run)]
         if self.policy.transactions_cost_round_trips:
-            *before, run, rows, claims = tx.batch([*reads, (q.claims_of_origin, {"origin": run_id})])
+            *before, run, rows, claims = tx.batch(
+                [*reads, (q.claims_of_origin, {"origin": run_id})], framed=framed
+            )
             origins = sorted({r["origin_run_id"] for r in rows} - {run_id})
         else:
             *before, run, rows = [tx.all(stmt, params) for stmt, params in reads]

@@ -12,7 +12,7 @@ from .. import driver
 from ..base import check_not_condemned_row
 from ..driver import Prepared
 from ..records import NewAudit, RunInfo, UnwindState
-from ..schema import runs
+from ..schema import runs, unwinds
 from .audit import audit_insert_from, audit_params
 from .common import MAX_ROWS, NOW, RUN, UNSWEPT, SqlPlumbing, StatementsBase, b
 from .gate import run_row
@@ -58,18 +58,23 @@ class SweepStatements(StatementsBase):
         )
 
         held_until = clock + b("grace", type_=sa.Double)
-        self.hold_sweep = p(
-            sa.update(runs)
-            .where(RUN)
-            .values(
-                unwind_state=UnwindState.PENDING.value,
-                unwind_note=b("note"),
-                updated_at=NOW,
-                unwind_next_at=sa.case(
-                    (runs.c.unwind_next_at > held_until, runs.c.unwind_next_at), else_=held_until
-                ),
-            )
+        hold = sa.update(runs).values(
+            unwind_state=UnwindState.PENDING.value,
+            unwind_note=b("note"),
+            updated_at=NOW,
+            unwind_next_at=sa.case(
+                (runs.c.unwind_next_at > held_until, runs.c.unwind_next_at), else_=held_until
+            ),
         )
+        self.hold_sweep = p(hold.where(RUN))
+        # The hold of a fresh unwind, only if the stored unwind is the run's and not a dry run: sent
+        # after the unwind's insert-if-absent in one pipeline (``SqlUnwinds.record_unwind``).
+        stored = sa.select(unwinds.c.unwind_id).where(
+            unwinds.c.unwind_id == b("unwind"),
+            unwinds.c.run_id == runs.c.run_id,
+            unwinds.c.dry_run.is_(False),
+        )
+        self.hold_sweep_of_unwind = p(hold.where(RUN, sa.exists(stored)))
 
         self.runs_due = p(
             sa.select(runs)

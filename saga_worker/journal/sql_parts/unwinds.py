@@ -242,8 +242,17 @@ class SqlUnwinds(SqlPlumbing):
 
     def _store_unwind(self, params: dict[str, Any], hold: dict[str, Any] | None) -> UnwindInfo:
         """Insert the unwind if absent and read the stored one; with ``hold``, hold the sweep in the same
-        transaction if the stored unwind is this run's and not a dry run (one commit, not two)."""
+        transaction if the stored unwind is this run's and not a dry run (one commit, not two). Where a
+        round trip costs (PostgreSQL), the three statements go in one pipeline, one implicit transaction."""
         q = self._q
+        if hold is not None and self.policy.transactions_cost_round_trips:
+            both = {**params, **hold}
+            _, got, _ = self._write(
+                lambda tx: tx.batch(
+                    [(q.unwind_insert, both), (q.unwind_get, both), (q.hold_sweep_of_unwind, both)]
+                )
+            )
+            return unwind_row(got[0])
 
         def work(tx: driver.Tx) -> driver.Row | None:
             stored = tx.one(q.unwind_insert, params) or tx.one(q.unwind_get, params)
