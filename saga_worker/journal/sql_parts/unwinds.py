@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -343,36 +344,54 @@ class SqlUnwinds(SqlPlumbing):
     def read_step(self, unwind_id: str, run_id: str, suffix: str) -> StepView:
         q = self._q
 
-        def work(tx: driver.Tx) -> tuple[UnwindInfo | None, int | None, Any, Any, driver.Row | None]:
+        def work(
+            tx: driver.Tx,
+        ) -> tuple[UnwindInfo | None, int | None, Any, Any, driver.Row | None, driver.Row | None]:
             # One statement: the unwind, its two latest entries, the step's record and claim.
             rows = tx.all(q.step_view, {"unwind": unwind_id, "run": run_id, "step_suffix": suffix})
             unwind = unwind_row(rows[0]) if rows else None
             at = unwind.suffixes.index(suffix) if unwind and suffix in unwind.suffixes else None
             entry, before = _step_entries(tx, q, unwind_id, at, rows)
-            both = None
-            if rows and rows[0][RECORD_PREFIX + "run_id"] is not None:
-                both = {k[len(RECORD_PREFIX) :]: v for k, v in rows[0].items() if k.startswith(RECORD_PREFIX)}
-                both.update((k, v) for k, v in rows[0].items() if k.startswith(CLAIM_PREFIX))
-            return unwind, at, entry, before, both
+            if not rows or rows[0][RECORD_PREFIX + "run_id"] is None:
+                return unwind, at, entry, before, None, None
+            return unwind, at, entry, before, _columns(rows[0], _RECORD), _columns(rows[0], _CLAIM)
 
-        unwind, at, entry_text, previous_text, both = self._fetch(work)
+        unwind, at, entry_text, previous_text, record, claim = self._fetch(work)
         entry = None if entry_text is None else _load(entry_text, unwind_id, f"unwind entry {at}")
         previous = (
             None
             if previous_text is None or at is None
             else _load(previous_text, unwind_id, f"unwind entry {at - 1}")
         )
-        if both is None:
+        if record is None or claim is None:
             return StepView(unwind, at, entry, None, None, previous)
-        claim = {k[len(CLAIM_PREFIX) :]: v for k, v in both.items() if k.startswith(CLAIM_PREFIX)}
         has_claim = claim["origin_run_id"] is not None
         return StepView(
-            unwind, at, entry, record_row(both), claim_row(claim) if has_claim else None, previous
+            unwind, at, entry, record_row(record), claim_row(claim) if has_claim else None, previous
         )
 
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
         rows = self._fetch(lambda tx: tx.all(self._q.entries_of_unwind, {"unwind": unwind_id}))
         return entries_by_position(rows, unwind_id)
+
+
+class _Prefixed:
+    """One table's columns in a step's read: picked out of the row by their prefixed names, in C."""
+
+    __slots__ = ("names", "pick")
+
+    def __init__(self, prefix: str, table: sa.Table) -> None:
+        self.names = tuple(c.name for c in table.c)
+        self.pick = operator.itemgetter(*(prefix + name for name in self.names))
+
+
+_RECORD = _Prefixed(RECORD_PREFIX, records)
+_CLAIM = _Prefixed(CLAIM_PREFIX, claims)
+
+
+def _columns(row: driver.Row, table: _Prefixed) -> dict[str, Any]:
+    """``table``'s columns of a step's read, by their own names."""
+    return dict(zip(table.names, table.pick(row), strict=True))
 
 
 def entries_by_position(rows: list[driver.Row], unwind_id: str) -> dict[int, dict[str, Any]]:
