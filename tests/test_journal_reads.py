@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from saga_worker import Journal
 from saga_worker.compensation.engine import UNWOUND
-from saga_worker.journal.records import AuditAction, AuditVia, ClaimStatus, NewAudit, NewRecord, RecordStatus
+from saga_worker.journal.records import (
+    AuditAction,
+    AuditVia,
+    ClaimStatus,
+    NewAudit,
+    NewRecord,
+    RecordStatus,
+    every_step_has_an_entry,
+)
 
 
 def _record(journal: Journal, run_id: str, suffix: str, step: int, status: RecordStatus) -> None:
@@ -198,3 +206,23 @@ def test_read_report_of_an_unknown_unwind_says_so(journal: Journal, run_id: str)
     read = journal.read_report("no-such-unwind", run_id, UNWOUND)
     assert read.unwind is None and read.entries == {}
     assert read.worklist.run == journal.get_run(run_id)
+
+
+def test_read_report_of_an_unwind_every_step_of_which_has_an_entry_still_names_the_run_and_condemner(
+    journal: Journal, run_id: str
+) -> None:
+    # Every step has its entry: the report needs no record, so a journal may leave the records and
+    # claims unread; the run and who condemned it are read all the same.
+    journal.start_run(run_id, "p")
+    _record(journal, run_id, "call-1", 1, RecordStatus.SUCCEEDED)
+    journal.condemn(run_id, audit=NewAudit(run_id, AuditAction.CONDEMNED, "ann", AuditVia.CLI, "refund"))
+    journal.insert_unwind("u-1", run_id, dry_run=False, suffixes=["call-1"])
+    journal.record_unwind_entry("u-1", 0, {"suffix": "call-1", "status": "compensated"})
+
+    read = journal.read_report("u-1", run_id, UNWOUND)
+
+    assert read.unwind is not None and every_step_has_an_entry(read.unwind, read.entries)
+    assert read.entries == {0: {"suffix": "call-1", "status": "compensated"}}
+    assert read.worklist.run == journal.get_run(run_id)
+    assert read.worklist.condemner == ("ann", "refund")
+    assert read.worklist.records in ([], journal.read_worklist(run_id, UNWOUND).records)

@@ -28,7 +28,9 @@ from .records import (
     NewAudit,
     RecordStatus,
     ReportView,
+    UnwindInfo,
     WorklistView,
+    every_step_has_an_entry,
 )
 from .sql_parts.audit import SqlAudit
 from .sql_parts.claims import SqlClaims, claim_row
@@ -120,12 +122,18 @@ class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared
     def read_report(self, unwind_id: str, run_id: str, statuses: Sequence[RecordStatus]) -> ReportView:
         q, by_unwind = self._q, {"unwind": unwind_id}
         first = [(q.unwind_get, by_unwind), (q.entries_of_unwind, by_unwind)]
-        (unwind, entries), read = self._fetch(lambda tx: self._read_with_worklist(tx, run_id, first))
-        return ReportView(
-            unwind_row(unwind[0]) if unwind else None,
-            entries_by_position(entries, unwind_id),
-            self._worklist_view(read, statuses),
-        )
+
+        def work(tx: driver.Tx) -> tuple[UnwindInfo | None, dict[int, dict[str, Any]], WorklistRows]:
+            # The run's records and claims only when some step has no entry (one read more after a halt).
+            (found, rows), read = self._read_with_worklist(tx, run_id, first, records=False)
+            unwind = unwind_row(found[0]) if found else None
+            entries = entries_by_position(rows, unwind_id)
+            if unwind is None or not every_step_has_an_entry(unwind, entries):
+                read = self._read_with_worklist(tx, run_id, [])[1]
+            return unwind, entries, read
+
+        unwind, entries, read = self._fetch(work)
+        return ReportView(unwind, entries, self._worklist_view(read, statuses))
 
     def condemn_and_read(
         self, run_id: str, statuses: Sequence[RecordStatus], *, audit: NewAudit | None = None
@@ -194,12 +202,17 @@ class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared
         first: list[tuple[driver.Prepared, dict[str, Any]]],
         *,
         framed: driver.Frame | None = None,
+        records: bool = True,
     ) -> tuple[list[list[driver.Row]], WorklistRows]:
         """The rows of each of ``first``'s reads, then the run's worklist rows (the run with who
         condemned it, its records, their claims): in one pipeline where a round trip costs
         (PostgreSQL: the run's own claims read with them, a fork's copied steps' after; ``framed``
-        as ``driver.Tx.batch``), else one statement after the other."""
+        as ``driver.Tx.batch``), else one statement after the other. Without ``records``, the run
+        alone (no records, no claims)."""
         q, by_run = self._q, {"run": run_id}
+        if not records:
+            *before, run = self._reads(tx, [*first, (q.run_with_condemner, by_run)])
+            return before, (run[0] if run else None, [], [])
         reads = [*first, (q.run_with_condemner, by_run), (q.records_of_run, by_run)]
         if self.policy.transactions_cost_round_trips:
             *before, run, rows, claims = tx.batch(
@@ -211,6 +224,14 @@ class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared
             claims, origins = [], sorted({r["origin_run_id"] for r in rows})
         claims += [c for o in origins for c in tx.all(q.claims_of_origin, {"origin": o})]
         return before, (run[0] if run else None, rows, claims)
+
+    def _reads(
+        self, tx: driver.Tx, reads: list[tuple[driver.Prepared, dict[str, Any]]]
+    ) -> list[list[driver.Row]]:
+        """Each read's rows: in one pipeline where a round trip costs, else one after the other."""
+        if self.policy.transactions_cost_round_trips:
+            return tx.batch(reads)
+        return [tx.all(stmt, params) for stmt, params in reads]
 
     def _worklist_view(self, read: WorklistRows, statuses: Sequence[RecordStatus]) -> WorklistView:
         run, rows, claim_rows = read
