@@ -145,14 +145,16 @@ def _round_trips(
         counts["statements"] += 1
         return execute(self, *args, **kwargs)
 
-    def counted_batch(self: Any, items: Any) -> Any:
-        # Statements sent together in one pipeline (psycopg 3): one round trip for all of them. Where
-        # the driver cannot pipeline, batch runs them through execute, which counts them one by one.
+    def counted_batch(self: Any, items: Any, framed: Any = None) -> Any:
+        # Statements sent together in one pipeline (psycopg 3): one round trip for all of them, a
+        # durable transaction's BEGIN, SET LOCAL and COMMIT included (``framed``). Where the driver
+        # cannot pipeline, batch runs them through execute, which counts them one by one.
         if getattr(self._cursor.connection, "pipeline", None) is not None:
-            counts["statements"] += len(items)
-            counts["pipelined"] += len(items)
+            sent = len(items) + sum(len(plain) for plain in framed or ())
+            counts["statements"] += sent
+            counts["pipelined"] += sent
             counts["pipelines"] += 1
-        return batch(self, items)
+        return batch(self, items, framed=framed)
 
     def counted_transaction(*args: Any, **kwargs: Any) -> Any:
         counts["transactions"] += 1
