@@ -162,16 +162,26 @@ def _named(pg_url: str, app: str) -> str:
     return f"{pg_url}{'&' if '?' in pg_url else '?'}application_name={app}"
 
 
+@contextlib.contextmanager
+def _started_under_name(pg_url: str, app: str, run_id: str) -> Iterator[SqlJournal]:
+    """A PostgreSQL journal whose sessions carry ``app`` as their name (so ``_sessions`` finds them),
+    with ``run_id`` started on it; closed afterwards."""
+    journal = open_journal(_named(pg_url, app))
+    assert isinstance(journal, SqlJournal)
+    try:
+        journal.start_run(run_id, "p")
+        yield journal
+    finally:
+        journal.close()
+
+
 def test_a_postgres_connection_given_back_with_a_transaction_open_is_rolled_back_not_kept(
     pg_url: str, run_id: str
 ) -> None:
     # Between transactions a connection waits in the journal's idle list for any thread; one that
     # comes back with a transaction open must go back through the pool (which rolls it back) instead.
     app = f"clean-{run_id}"[:60]
-    journal = open_journal(_named(pg_url, app))
-    assert isinstance(journal, SqlJournal)
-    try:
-        journal.start_run(run_id, "p")
+    with _started_under_name(pg_url, app, run_id) as journal:
         raw, driver, cursor = journal._connections.take()
         with driver.cursor() as cur:
             cur.execute("SELECT txid_current()")  # opens a transaction (the connection is not autocommit)
@@ -179,8 +189,6 @@ def test_a_postgres_connection_given_back_with_a_transaction_open_is_rolled_back
         assert all(state == "idle" for _, state in _sessions(pg_url, app))
         assert journal.get_run(run_id) is not None
         assert all(state == "idle" for _, state in _sessions(pg_url, app))
-    finally:
-        journal.close()
 
 
 def test_postgres_connections_idle_between_transactions_keep_to_the_pools_bound(
@@ -289,10 +297,7 @@ def test_a_failed_durable_postgres_pipeline_commits_nothing_and_leaves_its_conne
     # the server skips the rest, the COMMIT too, and the transaction stays open on the connection; it
     # must be rolled back before the connection serves anything else.
     app = f"framed-{run_id}"[:60]
-    journal = open_journal(_named(pg_url, app))
-    assert isinstance(journal, SqlJournal)
-    try:
-        journal.start_run(run_id, "p")
+    with _started_under_name(pg_url, app, run_id) as journal:
         q, frame = journal._q, journal.policy.durable_frame
         assert frame is not None
         failing = Prepared(sa.select(sa.literal_column("1") / sa.literal_column("0")), journal.engine.dialect)
@@ -323,5 +328,3 @@ def test_a_failed_durable_postgres_pipeline_commits_nothing_and_leaves_its_conne
         assert journal.get_unwind("u-1") is None  # the insert before the first failure was not committed
         journal.record_unwind("u-1", run_id, dry_run=False, suffixes=["s1"])  # the connection serves on
         assert journal.get_unwind("u-1") is not None
-    finally:
-        journal.close()
