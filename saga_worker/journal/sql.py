@@ -124,10 +124,11 @@ class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared
         first = [(q.unwind_get, by_unwind), (q.entries_of_unwind, by_unwind)]
 
         def work(tx: driver.Tx) -> tuple[UnwindInfo | None, dict[int, dict[str, Any]], WorklistRows]:
-            # The run's records and claims only when some step has no entry (one read more after a halt).
-            (found, rows), read = self._read_with_worklist(tx, run_id, first, records=False)
+            found, rows, run = self._reads(tx, [*first, (q.run_with_condemner, {"run": run_id})])
             unwind = unwind_row(found[0]) if found else None
             entries = entries_by_position(rows, unwind_id)
+            read: WorklistRows = (run[0] if run else None, [], [])
+            # The run's records and claims only when some step has no entry (one read more after a halt).
             if unwind is None or not every_step_has_an_entry(unwind, entries):
                 read = self._read_with_worklist(tx, run_id, [])[1]
             return unwind, entries, read
@@ -202,17 +203,12 @@ class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared
         first: list[tuple[driver.Prepared, dict[str, Any]]],
         *,
         framed: driver.Frame | None = None,
-        records: bool = True,
     ) -> tuple[list[list[driver.Row]], WorklistRows]:
         """The rows of each of ``first``'s reads, then the run's worklist rows (the run with who
         condemned it, its records, their claims): in one pipeline where a round trip costs
         (PostgreSQL: the run's own claims read with them, a fork's copied steps' after; ``framed``
-        as ``driver.Tx.batch``), else one statement after the other. Without ``records``, the run
-        alone (no records, no claims)."""
+        as ``driver.Tx.batch``), else one statement after the other."""
         q, by_run = self._q, {"run": run_id}
-        if not records:
-            *before, run = self._reads(tx, [*first, (q.run_with_condemner, by_run)])
-            return before, (run[0] if run else None, [], [])
         reads = [*first, (q.run_with_condemner, by_run), (q.records_of_run, by_run)]
         if self.policy.transactions_cost_round_trips:
             *before, run, rows, claims = tx.batch(
@@ -220,7 +216,7 @@ class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared
             )
             origins = sorted({r["origin_run_id"] for r in rows} - {run_id})
         else:
-            *before, run, rows = [tx.all(stmt, params) for stmt, params in reads]
+            *before, run, rows = self._reads(tx, reads)
             claims, origins = [], sorted({r["origin_run_id"] for r in rows})
         claims += [c for o in origins for c in tx.all(q.claims_of_origin, {"origin": o})]
         return before, (run[0] if run else None, rows, claims)
