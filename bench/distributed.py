@@ -16,6 +16,8 @@ own no-op task on that same worker.
 - On Redis, a second floor (issue 16): the same no-op on a plain Celery app with Celery's default
   settings (``bench.noop_app``, a worker of its own on the same broker), measured in the same
   rounds: what Celery costs an app that asks nothing of it.
+- On Redis + PostgreSQL, the CPU each of those takes, by process (``bench.cpu_by_process``): on two
+  cores a sequential unwind is bound by the CPU every process of the cluster shares.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from typing import Any
 from bench.cluster import POLL, SETUPS, Cluster, PlainCelery
 from bench.common import Row, Table, cost_ratio, interleaved, new_id, percentile
 from bench.config import Config
+from bench.cpu_by_process import cpu_rows
 from bench.seed import seed
 
 STEPS = 5
@@ -291,4 +294,5 @@ def run(cfg: Config) -> list[Table]:
             with PlainCelery() as plain:
                 table.rows.extend(latency_rows(cluster, cfg, plain))
                 table.rows.extend(throughput_rows(cluster, cfg, plain))
+            table.rows.extend(cpu_rows(cluster, cfg))
     return [table]
