@@ -75,12 +75,13 @@ def cpu_rows(cluster: Cluster, cfg: Config) -> list[Row]:
         "the contract's bare tasks": lambda run_id: cluster.contract_unwind(run_id),
         f"{CHAIN}-task no-op chain": lambda _run_id: cluster.noop_chain(CHAIN),
     }
-    ids = {"saga-worker unwind": ours[3:], "the contract's bare tasks": bare[3:]}
+    chain = [""] * (per_round * rounds)  # a chain takes no run
+    ids = dict(zip(kinds, (ours[3:], bare[3:], chain), strict=True))
     used: dict[str, dict[str, float]] = {kind: defaultdict(float) for kind in kinds}
     wall: dict[str, float] = defaultdict(float)
     for r in range(rounds):
         for kind, send in kinds.items():
-            todo = ids.get(kind, [""] * len(ours))[r * per_round : (r + 1) * per_round]
+            todo = ids[kind][r * per_round : (r + 1) * per_round]
             before, start = _cpu_by_group(worker_pid, children), time.perf_counter()
             for run_id in todo:
                 send(run_id).get(timeout=120, interval=POLL)
