@@ -87,10 +87,12 @@ def latency_rows(cluster: Cluster, cfg: Config, plain: PlainCelery | None = None
     bare_lat: list[float] = []
     chain_lat: list[float] = []
     plain_lat: list[float] = []
+    first = 0.0
     for i, run_id in enumerate(ids):
         start = time.perf_counter()
         _check(cluster.unwind(run_id).get(timeout=120, interval=POLL))
         took = time.perf_counter() - start
+        first = first or took
         if durable is not None:
             durable.commit()
         bare_took = 0.0
@@ -128,6 +130,20 @@ def latency_rows(cluster: Cluster, cfg: Config, plain: PlainCelery | None = None
             f"{samples} of each, interleaved",
         ),
     ]
+    rows.append(
+        Row(
+            f"{cluster.setup}: the worker's first unwind",
+            first * 1e3,
+            "ms",
+            "5-step unwind latency p50",
+            p50 * 1e3,
+            first / p50,
+            "",
+            None,
+            "one sample: the first unwind after the worker started, in pool processes that had run no "
+            "saga task (each opens the journal, its connections and the step lock on its first)",
+        )
+    )
     if durable is not None:
         flushes, commit50 = DURABLE_PER_UNWIND, statistics.median(durable.commits)
         durable.close()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,7 @@ from saga_worker import (
     run_durable,
     scripted,
 )
-from saga_worker.journal import migrate
+from saga_worker.journal import migrate, prepare_journal
 from saga_worker.journal.schema import metadata
 from tests.procs.run_child import finish, spawn
 from tests.services import PG_ADMIN_URL, require
@@ -76,16 +76,53 @@ def schema_drift(engine: sa.Engine) -> list[object]:
         ),
     ],
 )
-def test_a_url_that_cannot_be_a_journal_gives_a_journal_error_naming_it(url: str, named: str) -> None:
+@pytest.mark.parametrize("opening", [open_journal, prepare_journal])
+def test_a_url_that_cannot_be_a_journal_gives_a_journal_error_naming_it(
+    url: str, named: str, opening: Callable[[str], object]
+) -> None:
     with pytest.raises(JournalError) as info:
-        open_journal(url)
+        opening(url)
     assert named in str(info.value) and info.value.detail["url"] == named
 
 
 @pytest.mark.parametrize("url", ["", "   ", None, 5])
-def test_an_empty_or_non_string_url_gives_a_journal_error(url: object) -> None:
+@pytest.mark.parametrize("opening", [open_journal, prepare_journal])
+def test_an_empty_or_non_string_url_gives_a_journal_error(
+    url: object, opening: Callable[[str], object]
+) -> None:
     with pytest.raises(JournalError, match="journal URL"):
-        open_journal(url)  # type: ignore[arg-type]  # the wrong type is the point
+        opening(url)  # type: ignore[arg-type]  # the wrong type is the point
+
+
+# -- preparing ahead (a worker's main process, before its pool forks) ----------------------------
+
+
+def test_preparing_a_journal_connects_to_nothing() -> None:
+    url = "postgresql+psycopg://postgres:s3cret@127.0.0.1:1/test"  # nothing listens on loopback port 1
+    prepare_journal(url)  # the driver imported and the statements compiled: no connection tried
+    with pytest.raises(JournalError, match="127.0.0.1:1"):
+        open_journal(url)
+
+
+def test_preparing_an_in_process_journal_does_nothing() -> None:
+    prepare_journal("memory://")
+    assert isinstance(open_journal("memory://"), MemoryJournal)
+
+
+def test_journals_of_one_kind_share_their_compiled_statements_and_one_on_a_callers_engine_has_its_own(
+    tmp_path: Path,
+) -> None:
+    urls = [f"sqlite:///{tmp_path / name}" for name in ("a.db", "b.db")]
+    prepare_journal(urls[0])
+    first, second = (SqlJournal(url) for url in urls)
+    engine = sa.create_engine(urls[0])
+    own = SqlJournal(urls[0], engine=engine)  # a caller's engine may carry dialect options of its own
+    try:
+        assert first._q is second._q and own._q is not first._q
+        assert own._q.run_get.sql == first._q.run_get.sql
+    finally:
+        for journal in (first, second, own):
+            journal.close()
 
 
 def test_an_unreachable_postgres_gives_a_journal_error_naming_the_url_without_its_password() -> None:

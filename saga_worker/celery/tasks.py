@@ -135,7 +135,15 @@ def _announce(sender: Any = None, instance: Any = None, **_: Any) -> None:
     instance.extra_info = extra_info
 
 
+def _prepare_journal(sender: Any = None, **_: Any) -> None:
+    """Before the pool forks its children: the journal's driver imported and its statements compiled
+    here, once, rather than in each pool child on its first task (executor.prepare_journal)."""
+    if _serves_saga_tasks(sender):
+        executor.prepare_journal()
+
+
 worker_init.connect(_refuse_without_tools)
+worker_init.connect(_prepare_journal)
 celeryd_after_setup.connect(_announce)
 worker_init.connect(_serve_metrics)
 worker_init.connect(_reuse_broker_clients)

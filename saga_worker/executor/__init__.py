@@ -17,6 +17,7 @@ from .context import (
     current,
     load_tools,
     log_tools,
+    prepare_journal,
     reset,
     tools_source,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "hold_for_timed_out_hooks",
     "load_tools",
     "log_tools",
+    "prepare_journal",
     "reset",
     "run_step",
     "start_unwind",

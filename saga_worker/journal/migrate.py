@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 
 # Alembic's plugin set-up lines ("setup plugin alembic.autogenerate...", 7 of them) are logged at INFO
@@ -56,7 +57,9 @@ def _config(connection: sa.Connection | None = None) -> Config:
     return config
 
 
+@functools.cache
 def head_revision() -> str:
+    """The newest revision among the migrations this package ships (read once per process)."""
     head = ScriptDirectory.from_config(_config()).get_current_head()
     assert head is not None
     return head

@@ -40,7 +40,7 @@ from .sql_parts.runs import SqlRuns, stamped_or_raise
 from .sql_parts.shared import SqlShared
 from .sql_parts.sweeps import SqlSweeps
 from .sql_parts.unwinds import SqlUnwinds, entries_by_position, unwind_row
-from .statements import Statements
+from .statements import Statements, shared_statements
 
 T = TypeVar("T")
 # A worklist as read: the run row (with who condemned it), its record rows, their claims' rows.
@@ -65,7 +65,10 @@ class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared
         self.dialect = self.engine.dialect.name
         self.policy = policy_for(self.dialect)
         self._connections = driver.Connections(self.engine, self.policy)
-        self._q: Statements = Statements(self.engine.dialect)
+        # A caller's engine may carry dialect options of its own: its statements are compiled for it.
+        self._q: Statements = (
+            Statements(self.engine.dialect) if engine is not None else shared_statements(self.engine.dialect)
+        )
         self.guard_bound_to_process = self.policy.guard_proves_holder_gone(self.engine)
         if migrate_schema is None:
             migrate_schema = self.policy.migrates_on_open
@@ -262,6 +265,17 @@ def _refuse_missing_sqlite_file(url: str) -> None:
         "for the embedded default); a command that reads never creates one",
         url=redact_url(url),
     )
+
+
+def prepare(url: str) -> None:
+    """What opening a journal at ``url`` costs but its connections, paid now: the database driver
+    imported, the statements compiled, the schema's newest revision read. Opens no connection."""
+    engine = _create_engine(url)
+    try:
+        shared_statements(engine.dialect)
+        migrate.head_revision()
+    finally:
+        engine.dispose()
 
 
 def _create_engine(url: str) -> sa.Engine:

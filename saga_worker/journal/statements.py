@@ -54,3 +54,19 @@ class Statements(
         self._build_unwinds()
         self._build_step_view()
         self._build_step_finish()
+
+
+# Each dialect's statements, compiled once per process and shared by every journal whose engine the
+# journal made itself (``DialectPolicy.create_engine``: the same options, so the same SQL). A worker's
+# main process compiles them before its pool forks (``journal.prepare_journal``), so each pool child
+# inherits them instead of compiling them again on its first task.
+_SHARED: dict[tuple[type[sa.Dialect], str], Statements] = {}
+
+
+def shared_statements(dialect: sa.Dialect) -> Statements:
+    """The statements of ``dialect``'s kind, compiled on first use in this process."""
+    key = (type(dialect), dialect.paramstyle)
+    statements = _SHARED.get(key)
+    if statements is None:
+        statements = _SHARED[key] = Statements(dialect)
+    return statements

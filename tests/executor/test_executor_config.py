@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from saga_worker import InvalidInputError, Tool, ToolsNotConfiguredError
+from saga_worker import InvalidInputError, Tool, ToolsNotConfiguredError, executor
 from saga_worker.celery import celery_config, make_app
 from saga_worker.executor import WorkerContext, load_tools
 from saga_worker.locks.redis import RedisStepLock
-from saga_worker.settings import SagaSettings
+from saga_worker.settings import SagaSettings, get_settings
 
 SAMPLE = {"noop": Tool(lambda i, o: None)}
 
@@ -147,3 +147,21 @@ bad_tools = {"bad": "not a tool"}
 
 def broken_factory() -> dict[str, object]:
     raise RuntimeError("no tools here")
+
+
+def test_a_forked_pool_process_keeps_the_settings_its_worker_read_and_a_reset_reads_them_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pool process's environment is its parent's: reading it again cost each one's first task."""
+    monkeypatch.setenv("SAGA_HOME", str(tmp_path))
+    monkeypatch.setenv("SAGA_CLAIM_TTL", "7")
+    get_settings.cache_clear()
+    try:
+        read = executor.current().settings
+        monkeypatch.setenv("SAGA_CLAIM_TTL", "9")
+        executor.reset(after_fork=True)
+        assert executor.current().settings is read and read.claim_ttl == 7
+        executor.reset()
+        assert executor.current().settings.claim_ttl == 9
+    finally:
+        executor.reset()
