@@ -1,0 +1,98 @@
+"""The Redis step lock's connections: one per thread that calls it, given back when the thread ends,
+never shared with a forked child, and its scripts loaded again when Redis has forgotten them."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from saga_worker.locks.redis import RedisStepLock
+
+pytestmark = pytest.mark.redis
+
+
+@pytest.fixture
+def named() -> str:
+    return f"saga-lock-test-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def lock(redis_url: str, named: str) -> Iterator[RedisStepLock]:
+    # Every connection of the lock's pool names itself, so the server can say how many it holds.
+    made = RedisStepLock(redis.Redis.from_url(redis_url, client_name=named), prefix=f"saga:test:{named}:")
+    yield made
+    made.client.close()
+
+
+def _connections_named(redis_url: str, name: str) -> int:
+    with redis.Redis.from_url(redis_url) as admin:
+        return sum(1 for client in admin.client_list() if client.get("name") == name)
+
+
+def _hold_and_free(lock: RedisStepLock, key: str, rounds: int) -> None:
+    for _ in range(rounds):
+        assert lock.acquire(key, "mine", 30)
+        assert not lock.acquire(key, "theirs", 30)
+        assert lock.extend(key, "mine", 30)
+        lock.release(key, "theirs")  # not the holder: nothing happens
+        assert not lock.acquire(key, "theirs", 30)
+        lock.release(key, "mine")
+
+
+def test_threads_each_keep_one_connection_and_give_it_back_when_they_end(
+    lock: RedisStepLock, redis_url: str, named: str
+) -> None:
+    errors: list[BaseException] = []
+
+    def work(key: str) -> None:
+        try:
+            _hold_and_free(lock, key, 50)
+        except BaseException as exc:  # noqa: BLE001 - reported by the assertion below
+            errors.append(exc)
+
+    for batch in range(3):
+        threads = [threading.Thread(target=work, args=(f"{batch}-{n}",)) for n in range(6)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        gc.collect()
+        # Six threads, six connections at most: each batch's threads reuse those the last one gave back.
+        assert _connections_named(redis_url, named) <= 6
+    assert errors == []
+
+
+def test_a_forked_child_uses_connections_of_its_own(lock: RedisStepLock, redis_url: str) -> None:
+    lock.acquire("parent-warm", "mine", 30)  # the parent's thread has its connection before the fork
+    lock.release("parent-warm", "mine")
+    pid = os.fork()
+    if pid == 0:  # the child: had it written on the parent's socket, replies would cross
+        try:
+            _hold_and_free(lock, "child", 200)
+        except BaseException:  # noqa: BLE001 - the exit status says it
+            os._exit(1)
+        os._exit(0)
+    _hold_and_free(lock, "parent", 200)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    _hold_and_free(lock, "parent-after", 5)  # the child's exit did not close the parent's connection
+
+
+def test_scripts_load_again_after_redis_forgets_them(lock: RedisStepLock, redis_url: str) -> None:
+    assert lock.acquire("k", "mine", 30)
+    with redis.Redis.from_url(redis_url) as admin:
+        admin.script_flush()  # as a restarted Redis, or SCRIPT FLUSH
+    assert not lock.acquire("k", "theirs", 30)
+    lock.release("k", "mine")
+    with redis.Redis.from_url(redis_url) as admin:
+        admin.script_flush()
+    assert lock.acquire("k", "theirs", 30)
+    with redis.Redis.from_url(redis_url) as admin:
+        admin.script_flush()
+    assert lock.extend("k", "theirs", 30)
