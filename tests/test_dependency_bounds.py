@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 import tomllib
+import types
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,31 @@ def test_kombu_redis_channel_still_has_the_private_method_the_worker_patches() -
     params = inspect.signature(create).parameters
     assert list(params)[:2] == ["self", "asynchronous"], f"Channel._create_client{inspect.signature(create)}"
     assert isinstance(inspect.getattr_static(kombu_redis.Channel, "pool"), property)
+
+
+def _names_used(code: types.CodeType) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _names_used(const)
+    return names
+
+
+def test_celerys_tracer_still_writes_a_result_as_text_with_its_module_global_saferepr() -> None:
+    from celery.app import trace
+    from celery.utils.saferepr import saferepr
+
+    from saga_worker.celery import result_text
+
+    assert trace.saferepr in (saferepr, result_text.saferepr), (  # type: ignore[attr-defined]
+        "celery.app.trace has no module global saferepr for saga_worker.celery.result_text to replace"
+    )
+    assert "saferepr" in _names_used(trace.build_tracer.__code__), "Celery's tracer no longer calls saferepr"
+    params = inspect.signature(saferepr).parameters
+    assert list(params) == ["o", "maxlen", "maxlevels", "seen"], f"saferepr{inspect.signature(saferepr)}"
+    assert params["maxlevels"].default == 3, (
+        "saga_worker.celery.result_text writes Celery's default depth only"
+    )
 
 
 def test_redbeat_still_has_what_the_resilient_scheduler_uses() -> None:

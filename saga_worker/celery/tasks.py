@@ -44,6 +44,7 @@ from ..redact import redact_exception, redact_url
 from ..settings import get_settings
 from .logs import redact_saga_logs
 from .redeliveries import DeliveriesExhausted, counted
+from .result_text import speed_up_result_text
 from .transport import reuse_redis_clients
 from .undecodable import UndecodableSagaMessages
 
@@ -87,6 +88,11 @@ def _child_exited(pid: int | None = None, **_: Any) -> None:
 def _reuse_broker_clients(**_: Any) -> None:
     # Before the consumer connects: kombu's Redis channel would build a client per command.
     reuse_redis_clients()
+
+
+def _speed_up_result_text(**_: Any) -> None:
+    # Celery writes each task's result as text (its log line, Flower's event): the same text, faster.
+    speed_up_result_text()
 
 
 def _log_tools(**_: Any) -> None:
@@ -147,6 +153,7 @@ worker_init.connect(_prepare_journal)
 celeryd_after_setup.connect(_announce)
 worker_init.connect(_serve_metrics)
 worker_init.connect(_reuse_broker_clients)
+worker_init.connect(_speed_up_result_text)
 worker_process_shutdown.connect(_child_exited)
 
 

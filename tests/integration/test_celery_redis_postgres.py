@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
+from celery.utils.saferepr import saferepr as celery_saferepr
 
 from saga_worker import Journal
 from saga_worker.keys import compensate_key
@@ -169,9 +170,11 @@ def test_step_tasks_send_a_compensating_event_naming_the_run_and_the_step_for_fl
     client, journal, ledger = parts
     scenarios.place_order(journal, ledger, run_id)
     seen: list[dict[str, Any]] = []  # events as decoded from the broker's JSON
+    succeeded: list[dict[str, Any]] = []
     listening = threading.Event()
     with client.connection_for_read() as conn:
-        receiver = client.events.Receiver(conn, handlers={"task-compensating": seen.append})
+        handlers = {"task-compensating": seen.append, "task-succeeded": succeeded.append}
+        receiver = client.events.Receiver(conn, handlers=handlers)
         receiver.on_consume_ready = lambda *a, **k: listening.set()
 
         def listen() -> None:
@@ -182,8 +185,11 @@ def test_step_tasks_send_a_compensating_event_naming_the_run_and_the_step_for_fl
         thread.start()
         wait_for(listening.is_set, 30, "the event receiver")
         pending = client.signature("saga.compensate_run").delay(run_id)
-        assert scenarios.statuses(pending.get(timeout=60, interval=0.05)) == ["compensated"] * 3
+        report = pending.get(timeout=60, interval=0.05)
+        assert scenarios.statuses(report) == ["compensated"] * 3
         wait_for(lambda: len([e for e in seen if e.get("run_id") == run_id]) == 3, 30, "three step events")
+        steps = {f"{run_id}:{s}:{pending.id}" for s in scenarios.SUFFIXES}
+        wait_for(lambda: steps <= {e["uuid"] for e in succeeded}, 30, "three steps to succeed")
         receiver.should_stop = True
         thread.join(timeout=10)
     mine = [e for e in seen if e.get("run_id") == run_id]
@@ -198,6 +204,11 @@ def test_step_tasks_send_a_compensating_event_naming_the_run_and_the_step_for_fl
         state.event(dict(event))
     tasks = dict(state.itertasks())
     assert [tasks[e["uuid"]].state for e in mine] == ["COMPENSATING"] * 3
+    # Then each step's result, as Flower shows it: its report entry, in the text Celery itself writes.
+    shown = {e["uuid"]: e["result"] for e in succeeded if e["uuid"] in steps}
+    for entry in report["entries"]:
+        text = celery_saferepr({"run_id": run_id, **entry}, 1024)
+        assert shown[f"{run_id}:{entry['suffix']}:{pending.id}"] == text
 
 
 def test_two_beat_processes_on_redis_run_one_sweeper_schedule_between_them(

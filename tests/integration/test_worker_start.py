@@ -5,7 +5,8 @@ process: at the worker's start, and again after each ``--max-tasks-per-child`` r
 
 The time itself is the bench's to show (``python -m bench --only distributed``: the worker's first
 unwind); these tests show what the pool process holds before its first saga task, and that a worker
-whose journal cannot be prepared starts and serves all the same."""
+whose journal cannot be prepared starts and serves all the same. The pool process also inherits the
+worker's faster writer of a task's result as text (saga_worker/celery/result_text.py)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,11 @@ def test_a_pool_process_inherits_the_journals_statements_and_driver_from_the_wor
     tmp_path: Path, pg_database_url: str
 ) -> None:
     got, log = _probe(redis_setup(tmp_path, pg_database_url), tmp_path)
-    assert got == {"compiled": ["PGDialect_psycopg"], "imported": ["alembic", "psycopg"]}, log
+    assert got == {
+        "compiled": ["PGDialect_psycopg"],
+        "imported": ["alembic", "psycopg"],
+        "result_text": ["saga_worker.celery.result_text"],  # the same text as Celery's, made faster
+    }, log
     assert "could not prepare" not in log
 
 

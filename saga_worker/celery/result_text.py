@@ -1,0 +1,67 @@
+"""The text Celery shows for a task's result, made without its slow path for a flat dict.
+
+Celery writes ``saferepr(result, resultrepr_maxsize)`` after every task that returns (the "succeeded"
+log line, and the ``task-succeeded`` event Flower shows). Its ``saferepr`` streams tokens through a
+generator of named tuples, about 90 µs here for a saga step's result (its report entry: 13 keys),
+five times per 5-step unwind. This module gives ``celery.app.trace`` a ``saferepr`` that writes the
+same text directly when the result is a dict of ``str`` keys and ``str``, ``int``, ``float``, ``bool``
+or ``None`` values that fits within the limit (about 6 µs), and hands anything else to Celery's own.
+
+The same text, character for character: strings quoted as Celery quotes them (``'`` escaped, nothing
+else), numbers as ``str()``, ``None`` as ``None``; a text that would reach the limit, which Celery
+would cut, goes to Celery's function. Applied in worker processes only (``worker_init``; the pool's
+children inherit it), so it reaches every task of the worker, the host app's included, with no
+difference but the CPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery.app import trace
+from celery.utils.saferepr import saferepr as celery_saferepr
+
+_PLAIN_NUMBERS = (int, float, bool)
+_CELERY_MAXLEVELS = 3  # saferepr's default, which the tracer uses
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "\\'") + "'"
+
+
+def _flat_dict_text(value: dict[Any, Any]) -> str | None:
+    """``value`` as Celery's saferepr writes it, without a limit; None if any key or value is of a
+    kind this does not write."""
+    parts = []
+    for key, item in value.items():
+        if type(key) is not str:
+            return None
+        kind = type(item)
+        if kind is str:
+            text = _quoted(item)
+        elif item is None:
+            text = "None"
+        elif kind in _PLAIN_NUMBERS:
+            text = str(item)
+        else:
+            return None
+        parts.append(f"{_quoted(key)}: {text}")
+    return "{" + ", ".join(parts) + "}"
+
+
+def saferepr(o: Any, maxlen: int | None = None, maxlevels: int = _CELERY_MAXLEVELS, seen: Any = None) -> str:
+    """Celery's ``saferepr(o, maxlen, maxlevels, seen)``, written directly for a flat dict."""
+    if type(o) is dict and maxlevels == _CELERY_MAXLEVELS and seen is None:
+        text = _flat_dict_text(o)
+        # Celery cuts a token as long as what is left of the limit: only a shorter text is whole.
+        if text is not None and (maxlen is None or 0 < len(text) < maxlen):
+            return text
+    return celery_saferepr(o, maxlen, maxlevels, seen)
+
+
+def speed_up_result_text() -> None:
+    """From now on, Celery's tracer in this process writes a task's result text with :func:`saferepr`."""
+    trace.saferepr = saferepr  # type: ignore[attr-defined]  # a module global of Celery's tracer
+
+
+__all__ = ["saferepr", "speed_up_result_text"]
