@@ -64,6 +64,16 @@ def test_a_step_result_near_the_limit_reads_as_celery_writes_it() -> None:
         assert saferepr(value, 1024) == celery_saferepr(value, 1024), size
 
 
+def test_a_result_a_million_characters_long_reads_as_celery_cuts_it() -> None:
+    values = (
+        {"run_id": "r-1", "error": "x " * 500_000},
+        {"x " * 500_000: "r-1"},
+        {f"k{i}": "v" * 50 for i in range(20_000)},
+    )
+    for value in values:
+        assert saferepr(value, 1024) == celery_saferepr(value, 1024)
+
+
 @pytest.mark.parametrize(
     "value",
     [
