@@ -35,10 +35,13 @@ class Forbidden(Exception):
 
 
 class TooManyFailures(Exception):
-    """The client failed to log in too often lately: 429, with the seconds to wait."""
+    """Too many failed logins lately, from the client's address or with the token it presents: 429,
+    with the seconds to wait."""
 
     def __init__(self, wait: float) -> None:
-        super().__init__(f"too many failed logins from your address: try again in {int(wait) + 1} s")
+        super().__init__(
+            f"too many failed logins from your address or with this token: try again in {int(wait) + 1} s"
+        )
         self.wait = wait
 
 
@@ -75,18 +78,21 @@ def client_of(request: Request) -> str:
 
 
 def check_token(request: Request, token: str | None, how: str) -> Principal | None:
-    """The principal of a presented token; a wrong one is logged and counts against the client
-    (past the limit: TooManyFailures, whatever the token)."""
+    """The principal of a presented token. A valid token is always accepted; a wrong one is logged
+    and counted against the client's address and against itself, and past the limit on either it is
+    answered TooManyFailures instead of None."""
     console = console_of(request)
+    who = console.tokens.who(token)
+    if who is not None:
+        return who
     client = client_of(request)
-    wait = console.limiter.wait(client)
+    credential = token or ""
+    wait = console.limiter.wait(client, credential)
+    console.limiter.failed(client, credential)
+    log.warning("console: failed login (%s) from %s", how, client)
     if wait > 0:
         raise TooManyFailures(wait)
-    who = console.tokens.who(token)
-    if who is None:
-        console.limiter.failed(client)
-        log.warning("console: failed login (%s) from %s", how, client)
-    return who
+    return None
 
 
 def session_of(request: Request) -> Session | None:

@@ -326,7 +326,7 @@ def test_failed_logins_are_logged_and_rate_limited_per_client(
     with client_for(limited, ledger, Sent(), client=("198.51.100.4", 1)) as guesser:
         for n in range(3):
             assert guesser.post("/login", data={"token": f"guess-{n}"}).status_code == 401
-        blocked = guesser.post("/login", data={"token": tokens.viewer})
+        blocked = guesser.post("/login", data={"token": "guess-3"})
         assert blocked.status_code == 429 and "retry-after" in blocked.headers
         assert guesser.get("/api/runs", headers=bearer("guess-api")).status_code == 429
         assert "set-cookie" not in blocked.headers
@@ -338,6 +338,47 @@ def test_failed_logins_are_logged_and_rate_limited_per_client(
     failures = [r.getMessage() for r in caplog.records if "failed login" in r.getMessage()]
     assert len(failures) >= 3 and all("198.51.100.4" in m for m in failures)
     assert not any("guess-" in r.getMessage() for r in caplog.records)  # the guess itself is not logged
+
+
+def test_a_valid_token_is_never_refused_by_the_login_limit_of_an_address_it_shares(
+    settings: SagaSettings, ledger: MemoryLedger, tokens: Tokens
+) -> None:
+    """Everyone behind one proxy or container gateway shares an address: a guesser there must not
+    lock the operators, the API's programs and Prometheus' scrape out (issue 43)."""
+    limited = settings.model_copy(update={"console_login_attempts": 3})
+    app = create_app(limited, context=WorkerContext(limited, tools=lambda: order_tools(ledger)), enqueue=Sent())
+    gateway = ("172.17.0.1", 1)
+    with TestClient(app, base_url=BASE, client=gateway) as guesser:
+        for n in range(4):
+            guesser.post("/login", data={"token": f"guess-{n}"})
+        assert guesser.get("/api/runs", headers=bearer("guess-api")).status_code == 429
+        operator = TestClient(app, base_url=BASE, client=gateway)
+        answer = operator.post("/login", data={"token": tokens.operator}, follow_redirects=False)
+        assert answer.status_code == 303 and "saga_console" in answer.headers.get("set-cookie", "")
+        assert operator.get("/").status_code == 200
+        assert guesser.get("/api/runs", headers=bearer(tokens.viewer)).status_code == 200
+        assert guesser.get("/metrics", headers=bearer(tokens.viewer)).status_code == 200
+        # The guesser is still held back.
+        assert guesser.post("/login", data={"token": "guess-9"}).status_code == 429
+
+
+def test_a_wrong_credential_is_limited_by_itself_from_any_address(
+    settings: SagaSettings, ledger: MemoryLedger, tokens: Tokens
+) -> None:
+    """A credential that keeps failing (a revoked token still in a scraper, one guess sprayed from
+    many addresses) is counted on its own, as well as per address."""
+    limited = settings.model_copy(update={"console_login_attempts": 3})
+    app = create_app(limited, context=WorkerContext(limited, tools=lambda: order_tools(ledger)), enqueue=Sent())
+    with TestClient(app, base_url=BASE, client=("192.0.2.1", 1)) as first:
+        assert first.get("/metrics", headers=bearer("revoked-token")).status_code == 401
+        others = [TestClient(app, base_url=BASE, client=(f"192.0.2.{n}", 1)) for n in (2, 3, 4)]
+        assert others[0].get("/metrics", headers=bearer("revoked-token")).status_code == 401
+        assert others[1].post("/login", data={"token": "revoked-token"}).status_code == 401
+        blocked = others[2].get("/metrics", headers=bearer("revoked-token"))
+        assert blocked.status_code == 429 and "retry-after" in blocked.headers
+        # Another credential from that address, and the valid tokens, are not held back by it.
+        assert others[2].post("/login", data={"token": "another-guess"}).status_code == 401
+        assert others[2].get("/metrics", headers=bearer(tokens.viewer)).status_code == 200
 
 
 # -- secrets inside tool values -----------------------------------------------------------------------
