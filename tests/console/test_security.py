@@ -311,6 +311,20 @@ def test_a_crafted_cursor_or_a_json_body_nested_5000_deep_is_a_400_not_a_500(
     assert answer.status_code in (400, 413)
 
 
+@pytest.mark.parametrize(
+    "position", ['[NaN,"a"]', '[Infinity,"a"]', '[-Infinity,"a"]', '[1e999,"a"]', "[" + "9" * 400 + ',"a"]']
+)
+def test_a_cursor_with_a_time_no_run_can_have_is_a_400_on_the_api_and_the_page(
+    app: TestClient, tokens: Tokens, position: str
+) -> None:
+    import base64
+
+    cursor = base64.urlsafe_b64encode(position.encode()).decode().rstrip("=")
+    for path in ("/api/runs", "/"):
+        answer = app.get(path, params={"cursor": cursor}, headers=bearer(tokens.viewer))
+        assert answer.status_code == 400 and "cursor" in answer.text, (path, answer.status_code)
+
+
 # -- guessing tokens --------------------------------------------------------------------------------
 
 
@@ -346,7 +360,9 @@ def test_a_valid_token_is_never_refused_by_the_login_limit_of_an_address_it_shar
     """Everyone behind one proxy or container gateway shares an address: a guesser there must not
     lock the operators, the API's programs and Prometheus' scrape out (issue 43)."""
     limited = settings.model_copy(update={"console_login_attempts": 3})
-    app = create_app(limited, context=WorkerContext(limited, tools=lambda: order_tools(ledger)), enqueue=Sent())
+    app = create_app(
+        limited, context=WorkerContext(limited, tools=lambda: order_tools(ledger)), enqueue=Sent()
+    )
     gateway = ("172.17.0.1", 1)
     with TestClient(app, base_url=BASE, client=gateway) as guesser:
         for n in range(4):
@@ -368,7 +384,9 @@ def test_a_wrong_credential_is_limited_by_itself_from_any_address(
     """A credential that keeps failing (a revoked token still in a scraper, one guess sprayed from
     many addresses) is counted on its own, as well as per address."""
     limited = settings.model_copy(update={"console_login_attempts": 3})
-    app = create_app(limited, context=WorkerContext(limited, tools=lambda: order_tools(ledger)), enqueue=Sent())
+    app = create_app(
+        limited, context=WorkerContext(limited, tools=lambda: order_tools(ledger)), enqueue=Sent()
+    )
     with TestClient(app, base_url=BASE, client=("192.0.2.1", 1)) as first:
         assert first.get("/metrics", headers=bearer("revoked-token")).status_code == 401
         others = [TestClient(app, base_url=BASE, client=(f"192.0.2.{n}", 1)) for n in (2, 3, 4)]
