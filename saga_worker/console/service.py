@@ -3,7 +3,6 @@ the sessions, and the request plumbing (who is asking, may they act, the ids in 
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -125,18 +124,19 @@ def known_caller(request: Request) -> Principal | None:
     return None if session is None else session.principal
 
 
-def operator(request: Request, form: Any = None) -> Principal:
-    """The caller, who must be an operator; a browser (cookie) must also send its session's CSRF
-    token with the form."""
+def operator(request: Request) -> Principal:
+    """The caller, who must be an operator (a browser's CSRF token is checked before any handler:
+    ``csrf.CsrfCheck``)."""
     who = principal(request)
     if not who.can_act:
         raise Forbidden(f"{who.name} is a viewer: only an operator can do this")
-    if bearer(request) is None:  # the browser: the cookie came by itself, the CSRF token cannot
-        given = (form.get("csrf") if form is not None else None) or request.headers.get("x-csrf-token")
-        session: Session = request.state.session
-        if not isinstance(given, str) or not hmac.compare_digest(given.encode(), session.csrf.encode()):
-            raise Forbidden("the form's CSRF token is missing or wrong: reload the page and try again")
     return who
+
+
+def cookie_session(request: Request) -> Session | None:
+    """The live session that authenticates this request, if its cookie does: None when it presents
+    ``Authorization: Bearer`` (the header authenticates it) or has no live session."""
+    return None if bearer(request) is not None else session_of(request)
 
 
 def run_id_of(request: Request) -> str:
