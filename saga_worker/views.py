@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -82,8 +83,11 @@ def decode_cursor(cursor: str) -> tuple[float, str]:
         at, run_id = json.loads(raw)
         if isinstance(at, bool) or not isinstance(at, int | float) or not isinstance(run_id, str):
             raise ValueError
-        return float(at), check_run_id(run_id)
-    except (ValueError, TypeError, RecursionError, binascii.Error, InvalidInputError) as exc:
+        # json reads NaN, Infinity and 1e999 as floats: no run was updated at such a time.
+        if not math.isfinite(at := float(at)):
+            raise ValueError
+        return at, check_run_id(run_id)
+    except (ValueError, TypeError, OverflowError, RecursionError, binascii.Error, InvalidInputError) as exc:
         raise InvalidInputError(
             f"cursor {cursor[:60]!r} is not one this listing gave out", cursor=cursor
         ) from exc

@@ -3,7 +3,9 @@
 ``create_app`` refuses to build without tokens (nothing is served without configuration). Errors
 answer as the caller speaks: JSON under ``/api``, a page elsewhere; a bad id or filter is a 400
 that names it, an unknown run a 404, an action on a run in the wrong state a 409. In front of it
-all, ``security.Guard`` (allowed hosts, same-origin POSTs, security headers).
+all, ``security.Guard`` (allowed hosts, same-origin POSTs, security headers), then
+``bodies.BodyLimit`` (a stranger's body holds a login, no more) and ``csrf.CsrfCheck`` (a POST a
+session cookie authenticates carries its CSRF token).
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from ..redact import redact_text, redact_url
 from ..settings import SagaSettings, get_settings
 from . import api, pages
 from .auth import Tokens
+from .bodies import BodyLimit
+from .csrf import CsrfCheck
 from .security import Guard, LoginLimiter, Network, Sessions, Signer, console_secret
 from .service import (
     Console,
@@ -48,6 +52,7 @@ from .service import (
     TooManyFailures,
     blocking,
     console_of,
+    cookie_session,
     known_caller,
     principal,
 )
@@ -62,7 +67,7 @@ def _answer(
     if request.url.path.startswith("/api/") or request.url.path == "/metrics":
         return JSONResponse({"error": message}, status_code=status, headers=headers)
     if status in (401, 429):
-        return pages.render(request, "login.html", None, status, headers, error=message)
+        return pages.login_page(request, status, headers, message)
     who = known_caller(request)
     return pages.render(request, "error.html", who, status, headers, title=title, message=message)
 
@@ -73,11 +78,12 @@ async def _too_many(request: Request, exc: Exception) -> Response:
 
 
 async def _refuse(scope: Scope, status: int, message: str) -> ASGIApp:
-    """The Guard's refusal: a bad Host gets plain text (nothing of the console shows to a page that
-    rebound a name to us); a cross-site POST the usual error answer."""
+    """The middlewares' refusal: a bad Host gets plain text (nothing of the console shows to a page
+    that rebound a name to us); a cross-site POST, a missing CSRF token or a body too large the usual
+    error answer."""
     if status == 400:
         return PlainTextResponse(message, status_code=400)
-    return _answer(Request(scope), status, message, "Not allowed")
+    return _answer(Request(scope), status, message, "Too large" if status == 413 else "Not allowed")
 
 
 async def _not_authenticated(request: Request, exc: Exception) -> Response:
@@ -217,7 +223,11 @@ def create_app(
             SagaError: _saga_error,
         },
         lifespan=_lifespan(console),
-        middleware=[Middleware(Guard, network=network, refuse=_refuse)],
+        middleware=[
+            Middleware(Guard, network=network, refuse=_refuse),
+            Middleware(BodyLimit, known=lambda request: known_caller(request) is not None, refuse=_refuse),
+            Middleware(CsrfCheck, session_of=cookie_session, refuse=_refuse),
+        ],
     )
     app.state.console = console
     app.state.metrics = _metrics_registry(console)

@@ -32,6 +32,7 @@ from .service import (
     blocking,
     check_token,
     console_of,
+    cookie_session,
     operator,
     principal,
     request_unwind,
@@ -156,7 +157,7 @@ def render(
     """A page. Nothing of the configuration shows to a stranger; a known caller sees the journal's
     kind and host (never its user, password or database)."""
     console = console_of(request)
-    session = getattr(request.state, "session", None)
+    session = getattr(request.state, "session", None) or (cookie_session(request) if who else None)
     return templates.TemplateResponse(
         request,
         name,
@@ -315,8 +316,8 @@ async def plan_page(request: Request) -> Response:
 
 
 async def compensate_form(request: Request) -> Response:
+    who = operator(request)
     form = await request.form()
-    who = operator(request, form)
     run_id = run_id_of(request)
     console = console_of(request)
     reason = form.get("reason")
@@ -329,8 +330,7 @@ async def compensate_form(request: Request) -> Response:
 
 
 async def redrive_form(request: Request) -> Response:
-    form = await request.form()
-    who = operator(request, form)
+    who = operator(request)
     run_id = run_id_of(request)
     console = console_of(request)
     await blocking(
@@ -351,8 +351,8 @@ async def decide_form(request: Request) -> Response:
     """Approve or deny a suspended call or a gated compensation: the form's ``decision`` (approve,
     deny, approve-compensation, deny-compensation), ``target`` (call id or step) and ``reason``;
     the actor is the console user."""
+    who = operator(request)
     form = await request.form()
-    who = operator(request, form)
     run_id = run_id_of(request)
     decision, target, reason = (form.get(k) for k in ("decision", "target", "reason"))
     if not isinstance(decision, str) or not isinstance(target, str) or not target:
@@ -378,19 +378,28 @@ async def decide_form(request: Request) -> Response:
     return RedirectResponse(f"/runs/{run_id}?watch=1&{done}", status_code=303)
 
 
+def login_page(
+    request: Request, status_code: int = 200, headers: dict[str, str] | None = None, error: str | None = None
+) -> Response:
+    """The login form; a browser that holds a live session gets its CSRF token in it (a POST its
+    cookie authenticates carries one, a new login too)."""
+    session = cookie_session(request)
+    csrf = session.csrf if session is not None else ""
+    return render(request, "login.html", None, status_code, headers, error=error, login_csrf=csrf)
+
+
 async def login(request: Request) -> Response:
     """A known token opens a session: a signed cookie (the token's digest, never the token)."""
     if request.method == "GET":
-        return render(request, "login.html", None)
+        return login_page(request)
     form = await request.form()
     token = form.get("token")
     try:
         who = check_token(request, token if isinstance(token, str) else None, "login form")
     except TooManyFailures as exc:
-        wait = str(int(exc.wait) + 1)
-        return render(request, "login.html", None, 429, {"Retry-After": wait}, error=str(exc))
+        return login_page(request, 429, {"Retry-After": str(int(exc.wait) + 1)}, str(exc))
     if who is None:
-        return render(request, "login.html", None, status_code=401, error="That token is not known here.")
+        return login_page(request, 401, error="That token is not known here.")
     console = console_of(request)
     console.sessions.close(request.cookies.get(COOKIE))  # a new login never reuses an old session
     session_id, _ = console.sessions.open(who)

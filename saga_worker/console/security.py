@@ -5,7 +5,8 @@
   secret reads it (several processes, restarts). The cookie never carries the token, and the CSRF
   secret cannot be computed from the configuration.
 - ``LoginLimiter``: failed logins (a wrong token in the form or in ``Authorization``) per client
-  address; past the limit the client waits out the window (429).
+  address and per credential; past the limit a wrong token waits out the window (429), a valid one
+  is never refused.
 - ``Guard``: the ASGI middleware in front of everything: a ``Host`` the console is not configured
   for is refused (DNS rebinding), a POST from another origin is refused (login and logout
   included), and every answer carries the security headers (a CSP without inline script,
@@ -171,34 +172,57 @@ class Sessions:
 # -- failed logins ------------------------------------------------------------------------------------
 
 
-class LoginLimiter:
-    """At most ``attempts`` failed logins per client address in a sliding ``window`` of seconds."""
+class _Failures:
+    """At most ``attempts`` failures per key in a sliding ``window`` of seconds."""
 
-    def __init__(self, attempts: int, window: float = LOGIN_WINDOW_S) -> None:
+    def __init__(self, attempts: int, window: float) -> None:
         self.attempts = attempts
         self.window = window
         self._failures: dict[str, deque[float]] = {}
         self._lock = threading.Lock()
 
-    def wait(self, client: str) -> float:
-        """Seconds the client must wait before its next try (0: it may try now)."""
+    def wait(self, key: str) -> float:
         now = time.monotonic()
         with self._lock:
-            failures = self._failures.get(client)
+            failures = self._failures.get(key)
             if failures is None:
                 return 0.0
             while failures and failures[0] <= now - self.window:
                 failures.popleft()
             if not failures:
-                del self._failures[client]
+                del self._failures[key]
                 return 0.0
             return max(0.0, failures[0] + self.window - now) if len(failures) >= self.attempts else 0.0
 
-    def failed(self, client: str) -> None:
+    def failed(self, key: str) -> None:
         with self._lock:
-            if len(self._failures) > MAX_SESSIONS:  # bounded: forget the quietest clients
+            if len(self._failures) > MAX_SESSIONS:  # bounded: forget the quietest keys
                 self._failures.clear()
-            self._failures.setdefault(client, deque(maxlen=self.attempts)).append(time.monotonic())
+            self._failures.setdefault(key, deque(maxlen=self.attempts)).append(time.monotonic())
+
+
+class LoginLimiter:
+    """Failed logins, counted per client address and per credential presented (its digest, never
+    the credential): past ``attempts`` in ``window`` seconds on either, a wrong credential is answered
+    429. It limits guessing, never a valid token: everyone behind one proxy or container gateway
+    shares an address, and a guesser there must not lock out the operators or the metrics scrape.
+    The two counts are kept apart so that spraying credentials cannot wipe the address's count."""
+
+    def __init__(self, attempts: int, window: float = LOGIN_WINDOW_S) -> None:
+        self._clients = _Failures(attempts, window)
+        self._credentials = _Failures(attempts, window)
+
+    def wait(self, client: str, credential: str) -> float:
+        """Seconds before a wrong ``credential`` from ``client`` is answered 401 again (0: now)."""
+        return max(self._clients.wait(client), self._credentials.wait(_credential_key(credential)))
+
+    def failed(self, client: str, credential: str) -> None:
+        self._clients.failed(client)
+        self._credentials.failed(_credential_key(credential))
+
+
+def _credential_key(credential: str) -> str:
+    return hashlib.sha256(credential.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 # -- proxies, hosts, origins --------------------------------------------------------------------------

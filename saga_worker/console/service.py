@@ -3,7 +3,6 @@ the sessions, and the request plumbing (who is asking, may they act, the ids in 
 
 from __future__ import annotations
 
-import hmac
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,10 +34,13 @@ class Forbidden(Exception):
 
 
 class TooManyFailures(Exception):
-    """The client failed to log in too often lately: 429, with the seconds to wait."""
+    """Too many failed logins lately, from the client's address or with the token it presents: 429,
+    with the seconds to wait."""
 
     def __init__(self, wait: float) -> None:
-        super().__init__(f"too many failed logins from your address: try again in {int(wait) + 1} s")
+        super().__init__(
+            f"too many failed logins from your address or with this token: try again in {int(wait) + 1} s"
+        )
         self.wait = wait
 
 
@@ -75,18 +77,21 @@ def client_of(request: Request) -> str:
 
 
 def check_token(request: Request, token: str | None, how: str) -> Principal | None:
-    """The principal of a presented token; a wrong one is logged and counts against the client
-    (past the limit: TooManyFailures, whatever the token)."""
+    """The principal of a presented token. A valid token is always accepted; a wrong one is logged
+    and counted against the client's address and against itself, and past the limit on either it is
+    answered TooManyFailures instead of None."""
     console = console_of(request)
+    who = console.tokens.who(token)
+    if who is not None:
+        return who
     client = client_of(request)
-    wait = console.limiter.wait(client)
+    credential = token or ""
+    wait = console.limiter.wait(client, credential)
+    console.limiter.failed(client, credential)
+    log.warning("console: failed login (%s) from %s", how, client)
     if wait > 0:
         raise TooManyFailures(wait)
-    who = console.tokens.who(token)
-    if who is None:
-        console.limiter.failed(client)
-        log.warning("console: failed login (%s) from %s", how, client)
-    return who
+    return None
 
 
 def session_of(request: Request) -> Session | None:
@@ -119,18 +124,19 @@ def known_caller(request: Request) -> Principal | None:
     return None if session is None else session.principal
 
 
-def operator(request: Request, form: Any = None) -> Principal:
-    """The caller, who must be an operator; a browser (cookie) must also send its session's CSRF
-    token with the form."""
+def operator(request: Request) -> Principal:
+    """The caller, who must be an operator (a browser's CSRF token is checked before any handler:
+    ``csrf.CsrfCheck``)."""
     who = principal(request)
     if not who.can_act:
         raise Forbidden(f"{who.name} is a viewer: only an operator can do this")
-    if bearer(request) is None:  # the browser: the cookie came by itself, the CSRF token cannot
-        given = (form.get("csrf") if form is not None else None) or request.headers.get("x-csrf-token")
-        session: Session = request.state.session
-        if not isinstance(given, str) or not hmac.compare_digest(given.encode(), session.csrf.encode()):
-            raise Forbidden("the form's CSRF token is missing or wrong: reload the page and try again")
     return who
+
+
+def cookie_session(request: Request) -> Session | None:
+    """The live session that authenticates this request, if its cookie does: None when it presents
+    ``Authorization: Bearer`` (the header authenticates it) or has no live session."""
+    return None if bearer(request) is not None else session_of(request)
 
 
 def run_id_of(request: Request) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
@@ -15,3 +17,10 @@ def console_journal(client: TestClient) -> Journal:
     assert isinstance(app, Starlette), app
     console: Console = app.state.console
     return console.journal
+
+
+def csrf_of(html: str) -> str:
+    """The CSRF token a page's forms send back (every POST a session cookie authenticates needs it)."""
+    found = re.search(r'name="csrf" value="([^"]*)"', html)
+    assert found is not None, "no CSRF field on the page"
+    return found.group(1)

@@ -19,7 +19,7 @@ from saga_worker.errors import JournalError
 from saga_worker.executor.context import WorkerContext
 from saga_worker.journal.records import UnwindState
 from saga_worker.settings import SagaSettings
-from tests.console.clients import console_journal
+from tests.console.clients import console_journal, csrf_of
 from tests.ledger import MemoryLedger, order_script, order_tools
 from tests.reads import run_of
 
@@ -146,7 +146,7 @@ def test_the_login_page_sets_an_httponly_strict_cookie_for_a_known_token(
     cookie = answer.headers["set-cookie"].lower()
     assert "httponly" in cookie and "samesite=strict" in cookie
     assert app.get("/").status_code == 200  # the cookie now authenticates
-    app.post("/logout")
+    app.post("/logout", data={"csrf": csrf_of(app.get("/").text)})
     assert app.get("/").status_code == 401
 
 
@@ -325,9 +325,10 @@ def test_browser_forms_need_the_csrf_token_of_the_logged_in_operator(
     url = f"/runs/{run_id}/compensate"
     assert app.post(url, data={"reason": "no csrf"}).status_code == 403
     assert app.post(url, data={"reason": "forged", "csrf": "0" * 64}).status_code == 403
-    plan = app.post(f"/runs/{run_id}/plan")
+    assert app.post(f"/runs/{run_id}/plan").status_code == 403  # the dry run too: it runs hooks' code
+    csrf = csrf_of(app.get(f"/runs/{run_id}").text)
+    plan = app.post(f"/runs/{run_id}/plan", data={"csrf": csrf})
     assert plan.status_code == 200 and 'id="compensate"' in plan.text
-    csrf = plan.text.split('name="csrf" value="', 1)[1].split('"', 1)[0]
     assert app.post(url, data={"reason": "", "csrf": csrf}).status_code == 400  # a reason is required
     answer = app.post(url, data={"reason": "duplicate order", "csrf": csrf}, follow_redirects=False)
     assert (
@@ -342,9 +343,9 @@ def test_a_viewer_sees_no_action_form_and_its_posts_are_403(
 ) -> None:
     run_id = place(app, ledger)
     app.post("/login", data={"token": tokens.viewer})
-    plan = app.post(f"/runs/{run_id}/plan")
+    csrf = csrf_of(app.get(f"/runs/{run_id}").text)
+    plan = app.post(f"/runs/{run_id}/plan", data={"csrf": csrf})
     assert plan.status_code == 200 and 'id="compensate"' not in plan.text and "You are a viewer" in plan.text
-    csrf = plan.text.split('name="csrf" value="', 1)[1].split('"', 1)[0] if 'name="csrf"' in plan.text else ""
     for action in ("compensate", "redrive"):
         assert app.post(f"/runs/{run_id}/{action}", data={"reason": "x", "csrf": csrf}).status_code == 403
     assert sent.calls == []
@@ -376,7 +377,7 @@ def test_no_token_or_url_password_appears_in_pages_answers_or_metrics(
             client.get("/").text,
             client.get(f"/runs/{run_id}").text,
             client.get(f"/runs/{run_id}/live").text,
-            client.post(f"/runs/{run_id}/plan").text,
+            client.post(f"/runs/{run_id}/plan", data={"csrf": csrf_of(client.get("/").text)}).text,
             client.get(f"/api/runs/{run_id}", headers=bearer(tokens.operator)).text,
             client.get("/api/runs", headers=bearer(tokens.operator)).text,
             client.get("/metrics", headers=bearer(tokens.operator)).text,

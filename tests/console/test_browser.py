@@ -132,6 +132,22 @@ def test_a_viewer_sees_the_plan_but_cannot_compensate(
     )
     assert answer == 403
     assert not run_of(journal_and_ledger[0], run_id).condemned
+    # The dry run runs the tools' code in the console: a POST the cookie alone carries is refused too,
+    # on the page and on the API (issue 43).
+    statuses = page.evaluate(
+        """async (runId) => {
+            const page = await fetch(`/runs/${runId}/plan`, {method: "POST"});
+            const api = await fetch(`/api/runs/${runId}/plan`, {method: "POST"});
+            return [page.status, api.status];
+        }""",
+        run_id,
+    )
+    assert statuses == [403, 403]
+    # The header's "log out" carries the session's token: it ends the session.
+    page.click("button:has-text('log out')")
+    expect(page.locator("h1")).to_have_text("Log in")
+    page.goto(deployment.console.url + "/")
+    expect(page.locator("h1")).to_have_text("Log in")
 
 
 def test_a_halted_unwind_shows_its_failed_step_and_the_error(

@@ -19,7 +19,7 @@ from saga_worker.console.app import create_app
 from saga_worker.executor.context import WorkerContext
 from saga_worker.journal.records import NewRecord, RecordStatus, UnwindState
 from saga_worker.settings import SagaSettings
-from tests.console.clients import console_journal
+from tests.console.clients import console_journal, csrf_of
 from tests.integration.worker_tools import approval_tools
 from tests.ledger import MemoryLedger, order_script, order_tools
 from tests.reads import record_of, run_of
@@ -159,12 +159,6 @@ def test_a_run_with_a_suspended_call_reads_suspended_and_the_filters_find_it_and
         awaiting.status_code == 200 and f'data-run="{gate}"' in awaiting.text and waiting not in awaiting.text
     )
     assert '<option value="awaiting"' in awaiting.text
-
-
-def csrf_of(html: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]*)"', html)
-    assert found is not None
-    return found.group(1)
 
 
 def test_a_decision_from_the_inbox_needs_a_reason_a_denial_its_confirmation_and_the_page_says_what_next(

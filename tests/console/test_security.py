@@ -17,13 +17,15 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
+from starlette.applications import Starlette
+from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
 from saga_worker import ToolCall, open_journal, run_durable, scripted
 from saga_worker.console.app import create_app
 from saga_worker.executor.context import WorkerContext
 from saga_worker.settings import SagaSettings
-from tests.console.clients import console_journal
+from tests.console.clients import console_journal, csrf_of
 from tests.ledger import MemoryLedger, order_script, order_tools
 
 from .conftest import Tokens
@@ -53,14 +55,11 @@ def app(settings: SagaSettings, ledger: MemoryLedger) -> Iterator[TestClient]:
         yield client
 
 
-def csrf_of(html: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]*)"', html)
-    assert found is not None, "no CSRF field on the page"
-    return found.group(1)
-
-
 def log_in(client: TestClient, token: str) -> None:
-    answer = client.post("/login", data={"token": token}, follow_redirects=False)
+    """As a browser does: the login form, with the CSRF token of the session it may already hold."""
+    found = re.search(r'name="csrf" value="([^"]*)"', client.get("/login").text)
+    form = {"token": token, **({"csrf": found.group(1)} if found else {})}
+    answer = client.post("/login", data=form, follow_redirects=False)
     assert answer.status_code == 303, answer.text
 
 
@@ -154,7 +153,7 @@ def test_every_post_from_another_origin_is_refused_login_and_logout_included(
     same = {"Origin": BASE}
     assert app.post(f"/runs/{run_id}/plan", data=form, headers=same).status_code == 200
     assert app.post(f"/api/runs/{run_id}/plan", headers=bearer(tokens.viewer)).status_code == 200
-    assert app.post("/logout", headers=same, follow_redirects=False).status_code == 303
+    assert app.post("/logout", data={"csrf": csrf}, headers=same, follow_redirects=False).status_code == 303
 
 
 # -- sessions and CSRF --------------------------------------------------------------------------------
@@ -183,7 +182,7 @@ def test_a_login_is_a_server_side_session_with_its_own_csrf_secret_revoked_at_lo
         assert first.post(f"/runs/{run_id}/redrive", data={"csrf": csrf_2}).status_code == 403
 
         # Logout revokes the session on the server: the old cookie, replayed, is refused.
-        assert first.post("/logout", follow_redirects=False).status_code == 303
+        assert first.post("/logout", data={"csrf": csrf_1}, follow_redirects=False).status_code == 303
         first.cookies.set("saga_console", cookie_1)
         assert first.get("/").status_code == 401
         assert second.get("/").status_code == 200
@@ -194,6 +193,51 @@ def test_a_login_is_a_server_side_session_with_its_own_csrf_secret_revoked_at_lo
         assert client.get("/").status_code == 200
         time.sleep(1.2)
         assert client.get("/").status_code == 401
+
+
+def unsafe_routes(routes: list[Any], prefix: str = "") -> Iterator[tuple[str, str]]:
+    """Every (method, path template) of the app that changes something, mounts included."""
+    for route in routes:
+        if isinstance(route, Mount):
+            yield from unsafe_routes(route.routes, prefix + route.path)
+        elif isinstance(route, Route):
+            for method in sorted((route.methods or set()) & {"POST", "PUT", "PATCH", "DELETE"}):
+                yield method, prefix + route.path_format
+
+
+def test_every_post_route_refuses_a_cookie_session_without_its_csrf_token(
+    app: TestClient, ledger: MemoryLedger, tokens: Tokens
+) -> None:
+    """Walks the app's routes, so a route added later cannot skip the check (issue 43)."""
+    log_in(app, tokens.operator)
+    run_id = place(app, ledger)
+    assert isinstance(app.app, Starlette)
+    found = list(unsafe_routes(app.app.routes))
+    paths = {path for _, path in found}
+    assert {"/login", "/logout", "/runs/{run_id}/plan", "/api/runs/{run_id}/plan"} <= paths, paths
+    fields = {"reason": "forged", "decision": "approve", "target": "call-1", "token": tokens.viewer}
+    for method, template in found:
+        path = template.replace("{run_id}", run_id)
+        for body in ({"data": fields}, {"data": {**fields, "csrf": "not-the-session's"}}, {"json": fields}):
+            answer = app.request(method, path, **body, follow_redirects=False)  # type: ignore[arg-type]
+            assert answer.status_code == 403 and "CSRF" in answer.text, (method, path, body, answer.text)
+            assert "set-cookie" not in answer.headers, (method, path)
+        wrong = app.request(method, path, json=fields, headers={"X-CSRF-Token": "not-the-session's"})
+        assert wrong.status_code == 403, (method, path)
+    assert app.get("/").text.count("log out") == 1  # still logged in, as the operator
+    journal = console_journal(app)
+    assert not journal.get_run(run_id).condemned and journal.read_audit(run_id) == []  # type: ignore[union-attr]
+    # The session's own token passes, as a form field or a header; a program's Bearer token needs none.
+    csrf = csrf_of(app.get(f"/runs/{run_id}").text)
+    assert app.post(f"/runs/{run_id}/plan", data={"csrf": csrf}).status_code == 200
+    assert app.post(f"/api/runs/{run_id}/plan", headers={"X-CSRF-Token": csrf}).status_code == 200
+    assert app.post(f"/api/runs/{run_id}/plan", headers=bearer(tokens.viewer)).status_code == 200
+    # The login page a logged-in browser shows carries its session's token, so logging in again works.
+    relogin = {"token": tokens.viewer, "csrf": csrf_of(app.get("/login").text)}
+    assert app.post("/login", data=relogin, follow_redirects=False).status_code == 303
+    csrf = csrf_of(app.get(f"/runs/{run_id}").text)
+    assert app.post("/logout", data={"csrf": csrf}, follow_redirects=False).status_code == 303
+    assert app.get("/").status_code == 401
 
 
 # -- headers ----------------------------------------------------------------------------------------
@@ -311,6 +355,55 @@ def test_a_crafted_cursor_or_a_json_body_nested_5000_deep_is_a_400_not_a_500(
     assert answer.status_code in (400, 413)
 
 
+@pytest.mark.parametrize(
+    "position", ['[NaN,"a"]', '[Infinity,"a"]', '[-Infinity,"a"]', '[1e999,"a"]', "[" + "9" * 400 + ',"a"]']
+)
+def test_a_cursor_with_a_time_no_run_can_have_is_a_400_on_the_api_and_the_page(
+    app: TestClient, tokens: Tokens, position: str
+) -> None:
+    import base64
+
+    cursor = base64.urlsafe_b64encode(position.encode()).decode().rstrip("=")
+    for path in ("/api/runs", "/"):
+        answer = app.get(path, params={"cursor": cursor}, headers=bearer(tokens.viewer))
+        assert answer.status_code == 400 and "cursor" in answer.text, (path, answer.status_code)
+
+
+def test_a_body_larger_than_a_login_needs_is_refused_before_the_caller_is_known(
+    app: TestClient, ledger: MemoryLedger, tokens: Tokens
+) -> None:
+    """Nothing reads a stranger's 20 MB upload: before authentication a body may hold a token and a
+    CSRF token, no more (issue 43)."""
+    run_id = place(app, ledger)
+    big = "x" * 20_000_000
+    answers = {
+        "form": app.post("/login", data={"token": big}),
+        "multipart": app.post("/login", files={"token": ("token.txt", big.encode())}),
+        "chunked": app.post(
+            "/login",
+            content=(b"token=" + b"x" * 65_536 for _ in range(40)),
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        ),
+        "page form": app.post(f"/runs/{run_id}/compensate", data={"reason": "x" * 10_000}),
+        "api": app.post(f"/api/runs/{run_id}/compensate", json={"reason": "x" * 10_000}),
+        "wrong bearer": app.post(
+            f"/api/runs/{run_id}/compensate", json={"reason": "x" * 10_000}, headers=bearer("guess")
+        ),
+    }
+    for name, answer in answers.items():
+        assert answer.status_code == 413 and "set-cookie" not in answer.headers, (name, answer.status_code)
+    assert app.get(f"/api/runs/{run_id}", headers=bearer(tokens.viewer)).json()["run"]["condemned"] is False
+    # A login fits; a known caller's longest reason (2,000 characters, 12 kB url-encoded) too.
+    log_in(app, tokens.operator)
+    csrf = csrf_of(app.get(f"/runs/{run_id}").text)
+    answer = app.post(f"/runs/{run_id}/compensate", data={"csrf": csrf, "reason": "é" * 2000})
+    assert answer.status_code == 200 and 'id="queued"' in answer.text
+    bigger = app.post(
+        f"/api/runs/{run_id}/decide", json={"reason": "x" * 100_000}, headers=bearer(tokens.operator)
+    )
+    assert bigger.status_code == 413
+
+
 # -- guessing tokens --------------------------------------------------------------------------------
 
 
@@ -326,7 +419,7 @@ def test_failed_logins_are_logged_and_rate_limited_per_client(
     with client_for(limited, ledger, Sent(), client=("198.51.100.4", 1)) as guesser:
         for n in range(3):
             assert guesser.post("/login", data={"token": f"guess-{n}"}).status_code == 401
-        blocked = guesser.post("/login", data={"token": tokens.viewer})
+        blocked = guesser.post("/login", data={"token": "guess-3"})
         assert blocked.status_code == 429 and "retry-after" in blocked.headers
         assert guesser.get("/api/runs", headers=bearer("guess-api")).status_code == 429
         assert "set-cookie" not in blocked.headers
@@ -338,6 +431,51 @@ def test_failed_logins_are_logged_and_rate_limited_per_client(
     failures = [r.getMessage() for r in caplog.records if "failed login" in r.getMessage()]
     assert len(failures) >= 3 and all("198.51.100.4" in m for m in failures)
     assert not any("guess-" in r.getMessage() for r in caplog.records)  # the guess itself is not logged
+
+
+def test_a_valid_token_is_never_refused_by_the_login_limit_of_an_address_it_shares(
+    settings: SagaSettings, ledger: MemoryLedger, tokens: Tokens
+) -> None:
+    """Everyone behind one proxy or container gateway shares an address: a guesser there must not
+    lock the operators, the API's programs and Prometheus' scrape out (issue 43)."""
+    limited = settings.model_copy(update={"console_login_attempts": 3})
+    app = create_app(
+        limited, context=WorkerContext(limited, tools=lambda: order_tools(ledger)), enqueue=Sent()
+    )
+    gateway = ("172.17.0.1", 1)
+    with TestClient(app, base_url=BASE, client=gateway) as guesser:
+        for n in range(4):
+            guesser.post("/login", data={"token": f"guess-{n}"})
+        assert guesser.get("/api/runs", headers=bearer("guess-api")).status_code == 429
+        operator = TestClient(app, base_url=BASE, client=gateway)
+        answer = operator.post("/login", data={"token": tokens.operator}, follow_redirects=False)
+        assert answer.status_code == 303 and "saga_console" in answer.headers.get("set-cookie", "")
+        assert operator.get("/").status_code == 200
+        assert guesser.get("/api/runs", headers=bearer(tokens.viewer)).status_code == 200
+        assert guesser.get("/metrics", headers=bearer(tokens.viewer)).status_code == 200
+        # The guesser is still held back.
+        assert guesser.post("/login", data={"token": "guess-9"}).status_code == 429
+
+
+def test_a_wrong_credential_is_limited_by_itself_from_any_address(
+    settings: SagaSettings, ledger: MemoryLedger, tokens: Tokens
+) -> None:
+    """A credential that keeps failing (a revoked token still in a scraper, one guess sprayed from
+    many addresses) is counted on its own, as well as per address."""
+    limited = settings.model_copy(update={"console_login_attempts": 3})
+    app = create_app(
+        limited, context=WorkerContext(limited, tools=lambda: order_tools(ledger)), enqueue=Sent()
+    )
+    with TestClient(app, base_url=BASE, client=("192.0.2.1", 1)) as first:
+        assert first.get("/metrics", headers=bearer("revoked-token")).status_code == 401
+        others = [TestClient(app, base_url=BASE, client=(f"192.0.2.{n}", 1)) for n in (2, 3, 4)]
+        assert others[0].get("/metrics", headers=bearer("revoked-token")).status_code == 401
+        assert others[1].post("/login", data={"token": "revoked-token"}).status_code == 401
+        blocked = others[2].get("/metrics", headers=bearer("revoked-token"))
+        assert blocked.status_code == 429 and "retry-after" in blocked.headers
+        # Another credential from that address, and the valid tokens, are not held back by it.
+        assert others[2].post("/login", data={"token": "another-guess"}).status_code == 401
+        assert others[2].get("/metrics", headers=bearer(tokens.viewer)).status_code == 200
 
 
 # -- secrets inside tool values -----------------------------------------------------------------------
