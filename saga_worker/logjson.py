@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from . import tracing
+from .observing import failed
 from .settings import get_settings
 
 # Attributes every LogRecord has: anything else on a record was passed by its writer (``extra=``).
@@ -21,7 +22,11 @@ _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime
 
 class JsonFormatter(logging.Formatter):
     """``{"time", "level", "logger", "message", "trace_id", "span_id", "exception", ...}``; Celery's
-    task records add ``task_id`` and ``task_name``."""
+    task records add ``task_id`` and ``task_name``.
+
+    Never raises (a handler that lets a formatting error out would raise it into the run or unwind
+    that logged): a message whose arguments do not fit its format is written as its format, a
+    traceback that cannot be shown is left out, and ``format_error`` says what went wrong."""
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
@@ -29,18 +34,37 @@ class JsonFormatter(logging.Formatter):
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname,
             "logger": record.name,
-            "message": record.getMessage(),
         }
+        try:
+            out["message"] = record.getMessage()
+        except Exception as exc:  # noqa: BLE001 - the line is still written, with what went wrong
+            out["message"] = _text(record.msg)
+            out["format_error"] = _failure(exc)
         ids = tracing.current_ids()
         if ids is not None:
             out["trace_id"], out["span_id"] = ids
         if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
+            try:
+                out["exception"] = self.formatException(record.exc_info)
+            except Exception as exc:  # noqa: BLE001 - as the message's
+                out["format_error"] = _failure(exc)
         for key in ("task_id", "task_name"):
             value = getattr(record, key, None)
             if isinstance(value, str) and value != "???":
                 out[key] = value
-        return json.dumps(out, ensure_ascii=False, default=str)
+        return json.dumps(out, ensure_ascii=False, default=_text)
+
+
+def _text(value: object) -> str:
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001 - a value that cannot be shown is named by its type
+        return f"<{type(value).__name__}>"
+
+
+def _failure(exc: Exception) -> str:
+    failed("formatting a log line as JSON")
+    return f"{type(exc).__name__}: {_text(exc)}"
 
 
 def use_json(logger: logging.Logger | None = None) -> None:

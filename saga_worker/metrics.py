@@ -4,7 +4,9 @@ Workers run Celery's prefork pool: each child counts in files under ``PROMETHEUS
 (set before prometheus_client is imported; ``saga-worker worker`` does it) and the main process
 serves their sum (``serve_worker_metrics``). The console serves the same, plus the gauge of runs
 that need a person, read from the journal at scrape time. Recording is a counter increment: cheap
-enough for every step.
+enough for every step. It goes through ``inc`` and ``observe``, which never raise: a metric that cannot
+be recorded (its multiprocess file cannot be written) is logged once, and the run or unwind that
+counted it goes on (``observing.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from .observing import failed
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +59,22 @@ def labelled(metric: Any, *values: str) -> Any:
     if child is None:
         child = _children[key] = metric.labels(*values)
     return child
+
+
+def inc(metric: Any, *values: str) -> None:
+    """Count one on ``metric`` (its child for label ``values``); an error is logged once, never raised."""
+    try:
+        (labelled(metric, *values) if values else metric).inc()
+    except Exception:  # noqa: BLE001 - a count lost, not the unwind that counted it
+        failed("recording a metric")
+
+
+def observe(metric: Any, amount: float, *values: str) -> None:
+    """Observe ``amount`` on histogram ``metric`` for label ``values``; an error is logged once, never raised."""
+    try:
+        labelled(metric, *values).observe(amount)
+    except Exception:  # noqa: BLE001 - as ``inc``
+        failed("recording a metric")
 
 
 def multiprocess_dir() -> str | None:

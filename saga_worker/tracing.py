@@ -14,6 +14,11 @@ span, when the app uses opentelemetry-instrumentation-celery).
 
 No input, output or secret goes into an attribute unless ``SAGA_TRACE_VALUES`` is on (and then values
 under keys named like secrets, ``SAGA_REDACT_KEYS``, still read ``***``).
+
+Nothing here raises into the run or unwind it traces: the SDK calls the app's span processors when a
+span starts and ends without catching what they raise, so every touch of a span goes through
+``harmless`` / ``quietly`` (observing.py): the error is logged once, the span is dropped or left
+as it is, and the work goes on.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
 from .keys import canonical_json
+from .observing import failed, harmless, quietly
 from .redact import redact_secrets, redact_text
 from .settings import get_settings
 
@@ -216,6 +222,7 @@ def _links(traceparent: str | None, kind: str) -> list[Any] | None:
     return [Link(ctx, {"saga.link.type": kind})]
 
 
+@harmless("reading the current span for a log line")
 def current_ids() -> tuple[str, str] | None:
     """The current span's trace and span ids (hex), for log records; None outside any span."""
     if otel is None:
@@ -270,45 +277,58 @@ class Span(_NoSpan):
 
     def __init__(self, span: Any) -> None:
         self.span = span
-        self.traceparent = traceparent_of(span)
+        self.traceparent = None
+        with quietly("reading a span's context"):
+            self.traceparent = traceparent_of(span)
         self._token: Any = None
 
     def __enter__(self) -> Span:
-        self._token = otel_context.attach(otel.set_span_in_context(self.span))
+        with quietly("making a span current"):
+            self._token = otel_context.attach(otel.set_span_in_context(self.span))
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        try:
-            if exc is not None and not isinstance(exc, GeneratorExit):
-                self.fail(exc)
-        finally:
-            otel_context.detach(self._token)
-            self.span.end()
+        if exc is not None and not isinstance(exc, GeneratorExit):
+            self.fail(exc)
+        if self._token is not None:
+            with quietly("making a span current"):
+                otel_context.detach(self._token)
+        self.end()
 
+    @harmless("ending a span")
+    def end(self) -> None:
+        self.span.end()
+
+    @harmless("parenting a span")
     def context(self) -> Any:
         return otel.set_span_in_context(self.span)
 
     @property
+    @harmless("reading a span", default=False)
     def recording(self) -> bool:
         return bool(self.span.is_recording())
 
+    @harmless("setting a span's attribute")
     def set(self, key: str, value: Any) -> None:
         if value is not None:
             self.span.set_attribute(key, value)
 
+    @harmless("setting a span's status")
     def error(self, text: str | None, kind: str) -> None:
         """The span ends in error: its status, ``error.type`` (semantic conventions)."""
         self.span.set_attribute("error.type", kind)
         self.span.set_status(Status(StatusCode.ERROR, _bounded(redact_text(text or kind))))
 
+    @harmless("recording an exception on a span")
     def fail(self, exc: BaseException) -> None:
         if self.recording:
             self.span.record_exception(exc)
             self.error(f"{type(exc).__name__}: {exc}", type(exc).__qualname__)
 
     # -- what each kind of span learns at its end ----------------------------------------------
+    @harmless("tracing a call's outcome")
     def outcome(self, event: CallEvent) -> None:
         """A call's end (execute spans): how it settled, its error, its output if values are on."""
         if not self.recording:
@@ -319,6 +339,7 @@ class Span(_NoSpan):
         elif event.output is not None and get_settings().trace_values:
             self.set("gen_ai.tool.call.result", _value(event.output))
 
+    @harmless("tracing a step's verdict")
     def verdict(self, entry: StepVerdict | None) -> None:
         """A step's end (compensate spans): its status, attempts, error; a stood-down twin says so."""
         if not self.recording:
@@ -335,6 +356,7 @@ class Span(_NoSpan):
             if entry.status.value == "failed":
                 self.error(entry.error, _error_type(entry.error))
 
+    @harmless("tracing recover's answer")
     def answer(self, answer: object) -> None:
         """``recover``'s answer (recover spans): done or not; a refusal is the span's error."""
         if not self.recording:
@@ -345,10 +367,12 @@ class Span(_NoSpan):
             return
         self.set("saga.recover.done", bool(done))
 
+    @harmless("tracing an unwind's worklist")
     def worklist(self, steps: int) -> None:
         if self.recording:
             self.set("saga.unwind.steps", steps)
 
+    @harmless("tracing an unwind's report")
     def report(self, report: UnwindReport) -> None:
         """An unwind's end (unwind spans): its counts by status, whether it is complete, where it halted."""
         if not self.recording:
@@ -374,10 +398,17 @@ def _start(
 ) -> Any:
     """A started ``Span``; ``NO_SPAN`` for the API's no-op tracer (no SDK), whose span is invalid:
     nothing to record, journal or make current."""
-    span = tracer().start_span(
-        name, context=parent, attributes={k: v for k, v in attributes.items() if v is not None}, links=links
-    )
-    if not span.is_recording() and not span.get_span_context().is_valid:
+    try:
+        span = tracer().start_span(
+            name,
+            context=parent,
+            attributes={k: v for k, v in attributes.items() if v is not None},
+            links=links,
+        )
+        if not span.is_recording() and not span.get_span_context().is_valid:
+            return NO_SPAN
+    except Exception:  # noqa: BLE001 - a processor that raises on start: the work goes on untraced
+        failed("starting a span")
         return NO_SPAN
     return Span(span)
 
@@ -440,7 +471,7 @@ def _traced_run(loop: Any, run: RunTrace | None, events: Iterator[E], entry: str
         close = getattr(events, "close", None)
         if close is not None:
             close()
-        span.span.end()
+        span.end()
 
 
 def block(run: Any) -> Any:

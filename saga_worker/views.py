@@ -599,7 +599,7 @@ def inbox(
     (suspended and uncertain calls are read together: at most ``limit`` of the two); ``more`` says
     that more wait than are listed, so a capped inbox never reads as all there is."""
     now = journal.now()
-    calls, more_calls = _waiting_calls(journal, now, secret_keys, limit)
+    calls, more_calls = _waiting_calls(journal, secret_keys, limit)
     unwinds, more_unwinds = _halted_unwinds(journal, tools, secret_keys, limit)
     items = calls + unwinds
     items.sort(key=lambda i: (i["since"], i["run_id"], i["suffix"] or ""))
@@ -615,10 +615,11 @@ def inbox(
 
 
 def _waiting_calls(
-    journal: ViewsJournal, now: float, secret_keys: tuple[str, ...], limit: int
+    journal: ViewsJournal, secret_keys: tuple[str, ...], limit: int
 ) -> tuple[list[dict[str, Any]], bool]:
     """The inbox's suspended calls (approve or deny) and uncertain ones (a lease that ran out), and
-    whether more records wait than ``limit``."""
+    whether more wait than ``limit``. The journal leaves out what waits for nobody before it counts
+    (``waiting_records``), so a full page and ``more`` are both true."""
     runs: dict[str, RunInfo | None] = {}
 
     def run_of(run_id: str) -> RunInfo | None:
@@ -633,8 +634,6 @@ def _waiting_calls(
         if run is None:
             continue
         if record.status is RecordStatus.SUSPENDED:
-            if run.condemned:  # never to run: the unwind leaves it out, nobody needs to decide
-                continue
             items.append(
                 _inbox_item(
                     "suspended",
@@ -647,11 +646,6 @@ def _waiting_calls(
                 )
             )
             continue
-        lease = record.exec_lease_expires_at
-        if (lease is not None and lease > now) or (
-            run.condemned and run.unwind_state is UnwindState.COMPLETE
-        ):
-            continue  # still executing under a live lease, or an unwind has settled it since
         items.append(
             _inbox_item(
                 "uncertain",

@@ -111,13 +111,43 @@ def test_the_inbox_read_finds_suspended_and_running_calls_across_runs_oldest_fir
     for run_id, status in (("waits-1", RecordStatus.SUSPENDED), ("crashed-1", RecordStatus.RUNNING)):
         journal.start_run(run_id, "")
         new = NewRecord("call-1", 0, "call-1", "charge", "call", {"amount": 1}, run_id, status=status)
-        journal.claim_record(run_id, new, gated=True, owner="w", ttl=30.0)
+        journal.claim_record(run_id, new, gated=True, owner="w", ttl=0.0)  # a lease that ran out
     found = journal.waiting_records()
     assert [(r.run_id, r.status) for r in found] == [
         ("waits-1", RecordStatus.SUSPENDED),
         ("crashed-1", RecordStatus.RUNNING),
     ]
     assert [r.run_id for r in journal.waiting_records(limit=1)] == ["waits-1"]
+
+
+def test_the_inbox_read_leaves_out_calls_nobody_waits_for_before_it_counts_to_its_limit(
+    journal: Journal,
+) -> None:
+    from saga_worker.journal.records import NewRecord, RecordStatus
+
+    def claim(run_id: str, status: RecordStatus, ttl: float = 600.0) -> None:
+        journal.start_run(run_id, "")
+        new = NewRecord("call-1", 0, "call-1", "charge", "call", {"amount": 1}, run_id, status=status)
+        journal.claim_record(run_id, new, gated=True, owner="w", ttl=ttl)
+
+    for n in range(3):  # older than what waits, and waiting for nobody:
+        claim(f"dropped-{n}", RecordStatus.SUSPENDED)  # a suspended call of a condemned run
+        journal.condemn(f"dropped-{n}")
+        claim(f"executing-{n}", RecordStatus.RUNNING)  # a call still executing, under its live lease
+        claim(f"settled-{n}", RecordStatus.RUNNING, ttl=0.0)  # its run condemned and unwound since
+        journal.condemn(f"settled-{n}")
+        journal.set_unwind_state(f"settled-{n}", UnwindState.COMPLETE)
+    claim("crashed-1", RecordStatus.RUNNING, ttl=0.0)  # its lease ran out: nobody knows the outcome
+    claim("waits-1", RecordStatus.SUSPENDED)
+
+    found = journal.waiting_records(limit=2)
+
+    assert [(r.run_id, r.status) for r in found] == [
+        ("crashed-1", RecordStatus.RUNNING),
+        ("waits-1", RecordStatus.SUSPENDED),
+    ]
+    journal.condemn("waits-1")
+    assert [r.run_id for r in journal.waiting_records()] == ["crashed-1"]
 
 
 def test_contains_finds_any_part_of_the_id_in_any_case_words_in_order(journal: Journal) -> None:

@@ -258,7 +258,7 @@ class StepAttempt:
                 return None
         entry = self._decide()
         if not u.dry_run:
-            metrics.labelled(metrics.STEPS, entry.status.value).inc()
+            metrics.inc(metrics.STEPS, entry.status.value)
         return entry if twins is None else self._as_twins_see_it(entry, twins)
 
     @property
@@ -436,7 +436,9 @@ class StepAttempt:
                 return entry_for(record, S.BUSY, f"step is being compensated by {holder}", attempts)
             assert held is not None
             if before is not None and before.status is ClaimStatus.CLAIMED and before.owner != self.owner:
-                metrics.CLAIM_TAKEOVERS.inc()  # a holder whose lease ran out: this attempt re-drives its step
+                metrics.inc(
+                    metrics.CLAIM_TAKEOVERS
+                )  # a holder whose lease ran out: this attempt re-drives its step
             faults.point("after_claim", key)
             self.attempts = held.attempts
             return then()
@@ -473,22 +475,22 @@ class StepAttempt:
                     faults.point("before_hook", key)
                     pending = self._call(tool.compensate, (record.input, output, opts), timeout)
                     if pending is not None:
-                        metrics.labelled(metrics.HOOK_SECONDS, record.tool_name, "timed-out").observe(
-                            time.perf_counter() - started
+                        metrics.observe(
+                            metrics.HOOK_SECONDS, time.perf_counter() - started, record.tool_name, "timed-out"
                         )
                         handed_over = True
                         pending.when_done(lambda call: self._late_outcome(call, stop_renewing))
                         if pending.interrupted is not None and not isinstance(pending.interrupted, Exception):
                             raise pending.interrupted  # Ctrl-C, SystemExit: the claim stays with the hook
                         return self._entry(S.FAILED, _timed_out(timeout, pending, attempt, policy.attempts))
-                    metrics.labelled(metrics.HOOK_SECONDS, record.tool_name, "returned").observe(
-                        time.perf_counter() - started
+                    metrics.observe(
+                        metrics.HOOK_SECONDS, time.perf_counter() - started, record.tool_name, "returned"
                     )
                     faults.point("after_hook", key)
                     break
                 except Exception as exc:
-                    metrics.labelled(metrics.HOOK_SECONDS, record.tool_name, "raised").observe(
-                        time.perf_counter() - started
+                    metrics.observe(
+                        metrics.HOOK_SECONDS, time.perf_counter() - started, record.tool_name, "raised"
                     )
                     error = exception_text(exc)  # storable: the claim must be released, whatever the text
                     # A worker's soft time limit raised in the hook: the task is out of time, so no retry.

@@ -72,11 +72,11 @@ def begin_unwind(
         view = journal.condemn_and_read(run_id, UNWOUND, audit=audit)
     except MalformedRecordError as exc:
         if not plan_only:  # the tombstone stands: the unwind has begun, and cannot go on yet
-            metrics.UNWINDS_STARTED.inc()
+            metrics.inc(metrics.UNWINDS_STARTED)
             with contextlib.suppress(SagaError):  # the error itself is what the caller must see
                 journal.hold_sweep(run_id, 0.0, f"cannot unwind: {exc}"[:2000])
         raise
-    metrics.UNWINDS_STARTED.inc()
+    metrics.inc(metrics.UNWINDS_STARTED)
     return view
 
 
@@ -134,9 +134,10 @@ def finish_unwind(
     if report.dry_run:
         return
     halt = report.halt
-    metrics.UNWINDS_FINISHED.labels(
-        "complete" if report.complete else f"halted-{halt.value}" if halt else "incomplete"
-    ).inc()
+    metrics.inc(
+        metrics.UNWINDS_FINISHED,
+        "complete" if report.complete else f"halted-{halt.value}" if halt else "incomplete",
+    )
     # The "unwound" row goes in the same transaction as the state it explains (one commit, not two).
     audit = NewAudit(
         report.run_id,

@@ -61,7 +61,7 @@ def sweep(
                 note=f"gave up after {run.unwind_attempts} re-drives: {why}"[:2000],
             )
             outcome.flagged.append(run.run_id)
-            metrics.SWEEPER_FLAGGED.inc()
+            metrics.inc(metrics.SWEEPER_FLAGGED)
             continue
         delay = backoff_delay(run.unwind_attempts, base=s.sweep_backoff, cap=s.sweep_backoff_max)
         # Book the next look before enqueueing: a lost message just makes the run due again later.
@@ -70,11 +70,11 @@ def sweep(
         )
         enqueue(run.run_id)
         outcome.redriven.append(run.run_id)
-        metrics.SWEEPER_REDRIVES.inc()
+        metrics.inc(metrics.SWEEPER_REDRIVES)
     for error in unreadable:
         _flag_unreadable(journal, error)
         outcome.flagged.append(error.detail["run_id"])
-        metrics.SWEEPER_FLAGGED.inc()
+        metrics.inc(metrics.SWEEPER_FLAGGED)
     return outcome
 
 

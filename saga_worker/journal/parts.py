@@ -113,9 +113,11 @@ class RecordsPart(Clock, Protocol):
 
     @abc.abstractmethod
     def waiting_records(self, *, limit: int = 500) -> list[ToolRecord]:
-        """Across runs, the records that may wait for a person (the inbox): ``suspended`` calls and
-        ``running`` ones (an execute whose outcome was never recorded), least recently updated first,
-        at most ``limit`` (served by a partial index, migration 0006)."""
+        """Across runs, the records that wait for a person (the inbox), least recently updated first,
+        at most ``limit`` (served by a partial index, migration 0006): ``suspended`` calls of runs not
+        condemned, and ``running`` ones whose execute lease ran out (or that have none: nobody knows
+        whether their effect happened) in runs whose unwind has not completed. What waits for nobody
+        is left out by the read itself, before the limit: rows nobody waits for must not fill it."""
 
     @abc.abstractmethod
     def claim_record(

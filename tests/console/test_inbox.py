@@ -4,6 +4,7 @@ unwind nobody consumes. In process on a real SQLite journal (the browser tests u
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Iterator
@@ -282,3 +283,83 @@ def test_the_consoles_metrics_say_where_the_workers_figures_are_instead_of_readi
     assert "are the workers'" in text and "SAGA_METRICS_PORT" in text
     assert "saga_unwinds_started_total" not in text  # not a 0 that reads as "nothing happened"
     assert 'saga_runs_needing_attention{kind="attention"} 0.0' in text
+
+
+@pytest.fixture
+def any_app(
+    journal_url: str, tmp_path: Path, tokens: Tokens, tools: dict[str, Any], sent: Sent
+) -> Iterator[TestClient]:
+    """The console on each journal (memory: its own, which the test fills through the console)."""
+    settings = SagaSettings(
+        home=tmp_path,
+        journal_url=journal_url,
+        console_tokens=tokens.spec,
+        console_secret="s" * 40,
+        claim_ttl=2.0,
+    )
+    context = WorkerContext(settings, tools=lambda: tools)
+    console = create_app(settings, context=context, enqueue=sent, workers=lambda: [])
+    with TestClient(console, base_url=BASE) as client:
+        yield client
+
+
+def test_hundreds_of_condemned_runs_whose_calls_were_suspended_do_not_hide_the_calls_that_wait(
+    any_app: TestClient,
+    journal_url: str,
+    tools: dict[str, Any],
+    tokens: Tokens,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from saga_worker import views
+    from saga_worker.cli import main
+    from saga_worker.settings import get_settings
+
+    journal = journal_of(any_app)
+    for n in range(600):  # older than the limit (500) and all condemned: their calls wait for nobody
+        run_id = f"dropped-{n:03d}"
+        journal.start_run(run_id, "")
+        new = NewRecord(
+            "call-1", 0, "call-1", "refund", "call", {"amount": 1}, run_id, RecordStatus.SUSPENDED
+        )
+        journal.claim_record(run_id, new, gated=True, owner="w", ttl=30.0)
+        journal.condemn(run_id)
+
+    def cli(*args: str) -> str | None:
+        if journal_url == "memory://":  # another process's memory: nothing to read
+            return None
+        monkeypatch.setenv("SAGA_JOURNAL_URL", journal_url)
+        monkeypatch.setenv("SAGA_HOME", str(tmp_path))
+        get_settings.cache_clear()
+        try:
+            done = CliRunner().invoke(main, ["inbox", *args])
+        finally:
+            get_settings.cache_clear()
+        assert done.exit_code == 0, done.output
+        return done.output
+
+    def api() -> dict[str, Any]:
+        body: dict[str, Any] = any_app.get("/api/inbox", headers=bearer(tokens.viewer)).json()
+        return body
+
+    nothing = api()
+    assert (nothing["total"], nothing["more"]) == (0, False)  # nothing waits, and it says so
+    assert views.inbox(journal)["more"] is False
+    text = cli()
+    assert text is None or (text.startswith("waiting for a person: 0 ") and "more wait" not in text)
+
+    waiting = [suspended(any_app, tools) for _ in range(5)]
+    any_app.post("/login", data={"token": tokens.operator})
+    body, found = api(), views.inbox(journal)
+    page = any_app.get("/inbox").text
+    as_json = cli("--json")
+
+    for seen in (body, found, None if as_json is None else json.loads(as_json)):
+        if seen is None:
+            continue
+        assert [i["run_id"] for i in seen["items"]] == waiting
+        assert seen["counts"]["suspended"] == 5 and seen["total"] == 5 and seen["more"] is False
+    assert re.search(r'id="inbox-total">5<', page) and 'id="inbox-more"' not in page
+    assert re.findall(r'<tr data-kind="suspended" data-run="([^"]+)"', page) == waiting
+    metrics = any_app.get("/metrics", headers=bearer(tokens.viewer)).text
+    assert 'saga_runs_needing_attention{kind="suspended"} 5.0' in metrics

@@ -1,6 +1,7 @@
 """One SDK tracer provider for the test process (OpenTelemetry allows one global provider per
 process), exporting into an ``InMemorySpanExporter`` that each test starts empty. It samples only
-while a test of this folder runs: the rest of the session (in any order) records nothing."""
+while a test of this folder runs: the rest of the session (in any order) records nothing. Behind it,
+a span processor and an exporter that raise when a test asks them to (``broken_tracing``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
 
-from .spans import Seen, of
+from .spans import BrokenTracing, Seen, of
 
 _EXPORTER = InMemorySpanExporter()
 
@@ -46,12 +47,17 @@ class _WhileTesting(Sampler):
 _SAMPLER = _WhileTesting()
 
 
+_BROKEN = BrokenTracing()
+
+
 def _install() -> None:
     current = trace.get_tracer_provider()
     if isinstance(current, TracerProvider):
         return
     provider = TracerProvider(resource=Resource.create({"service.name": "saga-tests"}), sampler=_SAMPLER)
     provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+    provider.add_span_processor(_BROKEN)
+    provider.add_span_processor(SimpleSpanProcessor(_BROKEN))
     trace.set_tracer_provider(provider)
 
 
@@ -84,3 +90,13 @@ def spans() -> Iterator[Spans]:
     finally:
         _SAMPLER.active = False
         _EXPORTER.clear()
+
+
+@pytest.fixture
+def broken_tracing(spans: Spans) -> Iterator[BrokenTracing]:
+    """Spans recorded as ``spans`` records them, through a processor and exporter that raise where the
+    test sets ``fails``; mended after the test."""
+    try:
+        yield _BROKEN
+    finally:
+        _BROKEN.fails = None

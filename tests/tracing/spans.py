@@ -15,8 +15,13 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import (
+    ConsoleSpanExporter,
+    SimpleSpanProcessor,
+    SpanExporter,
+    SpanExportResult,
+)
 
 
 @dataclass(frozen=True)
@@ -113,3 +118,25 @@ def export_to_dir(folder: str, service: str) -> TracerProvider:
 
 def named(spans: list[Seen], prefix: str) -> list[Seen]:
     return [s for s in spans if s.name.startswith(prefix)]
+
+
+class BrokenTracing(SpanProcessor, SpanExporter):
+    """A span processor that raises when a span starts or ends, and an exporter that raises on export,
+    each only while ``fails`` names it (``"start"``, ``"end"``, ``"export"``): the SDK calls processors
+    without catching what they raise."""
+
+    fails: str | None = None
+
+    def _maybe(self, where: str) -> None:
+        if self.fails == where:
+            raise RuntimeError(f"the span processor broke on {where}")
+
+    def on_start(self, span: Span, parent_context: Any = None) -> None:
+        self._maybe("start")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self._maybe("end")
+
+    def export(self, spans: Any) -> SpanExportResult:
+        self._maybe("export")
+        return SpanExportResult.SUCCESS

@@ -184,3 +184,54 @@ def test_forward_tasks_on_a_worker_build_one_run_whose_later_blocks_link_to_its_
     steps_seen = {s.attributes["gen_ai.tool.name"]: s for s in ours if s.name.startswith("saga.compensate ")}
     for name, step in steps_seen.items():  # the undo, linked to its effect, both on the worker
         assert [link[:2] for link in step.links] == [executes[name].ids], name
+
+
+@pytest.fixture(scope="module", params=["start", "end"])
+def broken_worker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, pg_database_url: str
+) -> Iterator[Setup]:
+    """A traced worker of its own (its own queue) whose span processor raises when a span starts or ends."""
+    require("redis")
+    url = REDIS_URL.rsplit("/", 1)[0] + f"/{redis_db()}"
+    tmp = tmp_path_factory.mktemp(f"broken-{request.param}")
+    setup = make_setup(tmp, broker_url=url, result_backend=url, redis_url=url, journal_url=pg_database_url)
+    env = {**setup.env(), "SAGA_TEST_SPANS": str(tmp), "SAGA_TEST_BROKEN_SPANS": request.param}
+    worker = WorkerProcess(
+        ["celery", "-A", "tests.tracing.traced_app:app", "worker"],
+        env,
+        tmp / "worker.log",
+        concurrency=2,
+        beat=False,
+    )
+    try:
+        wait_for(worker.ready, 60, "the worker with a broken span processor to be ready")
+        yield setup
+    finally:
+        worker.stop()
+
+
+def test_forward_tasks_and_an_unwind_on_a_worker_whose_span_processor_raises_do_and_undo_each_effect_once(
+    broken_worker: Setup, run_id: str
+) -> None:
+    ledger, client = broken_worker.ledger(), broken_worker.client()
+    try:
+        steps = [
+            client.signature(f"traced.{name}", args=(run_id, {"n": i}), immutable=True)
+            for i, name in enumerate(("charge", "reserve", "notify"))
+        ]
+        chain(*steps).apply_async().get(timeout=60)
+        report = client.tasks[COMPENSATE_RUN].delay(run_id).get(timeout=60)
+        again = client.tasks[COMPENSATE_RUN].delay(run_id).get(timeout=60)
+        executed, undone = ledger.call_counts("execute"), ledger.call_counts("compensate")
+    finally:
+        client.close()
+        ledger.close()
+    assert [(e["tool_name"], e["status"]) for e in report["entries"]] == [
+        ("notify", "compensated"),
+        ("reserve", "compensated"),
+        ("charge", "compensated"),
+    ]
+    assert {e["status"] for e in again["entries"]} == {"already-compensated"}
+    mine = {f"{run_id}:{name}": 1 for name in ("charge", "reserve", "notify")}
+    assert dict(executed) == mine
+    assert dict(undone) == {f"{run_id}:comp:{name}": 1 for name in ("charge", "reserve", "notify")}

@@ -2,7 +2,8 @@
 each pool child gets the SDK, exporting every span into its own file under ``SAGA_TEST_SPANS``, and
 Celery's own instrumentation (opentelemetry-instrumentation-celery), whose task spans are the parents
 of saga-worker's on the worker. Its forward tasks (``traced.charge`` …) record the order's calls into
-one run with ``record_call``, one call per task."""
+one run with ``record_call``, one call per task. With ``SAGA_TEST_BROKEN_SPANS=start`` (or ``end``, ``export``)
+every span also goes through a processor that raises there (``spans.BrokenTracing``)."""
 
 from __future__ import annotations
 
@@ -30,10 +31,17 @@ _forward("notify", last=True)
 def _trace(**_: Any) -> None:
     # In each pool child, as OpenTelemetry's docs say for prefork pools: after the fork.
     from opentelemetry.instrumentation.celery import CeleryInstrumentor
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
-    from .spans import export_to_dir
+    from .spans import BrokenTracing, export_to_dir
 
-    export_to_dir(os.environ["SAGA_TEST_SPANS"], "the-worker")
+    provider = export_to_dir(os.environ["SAGA_TEST_SPANS"], "the-worker")
+    broken = os.environ.get("SAGA_TEST_BROKEN_SPANS")
+    if broken:
+        raising = BrokenTracing()
+        raising.fails = broken
+        provider.add_span_processor(raising)
+        provider.add_span_processor(SimpleSpanProcessor(raising))
     CeleryInstrumentor().instrument()  # type: ignore[no-untyped-call]  # opentelemetry-instrumentation-celery has no types
 
 

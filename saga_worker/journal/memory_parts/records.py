@@ -31,10 +31,25 @@ class MemoryRecords(MemoryState):
         return sorted(rows, key=lambda r: r.seq)
 
     def waiting_records(self, *, limit: int = 500) -> list[ToolRecord]:
-        wanted = (RecordStatus.SUSPENDED, RecordStatus.RUNNING)
+        now = self.now()
         with self._lock:
-            rows = [record_out(r) for r in self._records.values() if r.status in wanted]
+            rows = [record_out(r) for r in self._records.values() if self._waits_for_a_person(r, now)]
         return sorted(rows, key=lambda r: (r.updated_at, r.run_id, r.suffix))[:limit]
+
+    def _waits_for_a_person(self, record: ToolRecord, now: float) -> bool:
+        """As the SQL journal's ``records_waiting``: a suspended call of a run not condemned, or a
+        call whose execute lease ran out in a run whose unwind has not completed."""
+        run = self._runs.get(record.run_id)
+        if run is None:
+            return False
+        if record.status is RecordStatus.SUSPENDED:
+            return run.condemned_at is None
+        if record.status is not RecordStatus.RUNNING:
+            return False
+        lease = record.exec_lease_expires_at
+        if lease is not None and lease > now:
+            return False
+        return run.condemned_at is None or run.unwind_state is not UnwindState.COMPLETE
 
     def claim_record(
         self,

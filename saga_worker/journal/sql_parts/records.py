@@ -10,8 +10,8 @@ import sqlalchemy as sa
 
 from ...storable import storable_or_none
 from .. import driver
-from ..records import NewRecord, RecordStatus, ToolRecord, parse_status
-from ..schema import records
+from ..records import NewRecord, RecordStatus, ToolRecord, UnwindState, parse_status
+from ..schema import records, runs
 from .common import MAX_ROWS, NOW, WAITING, Conflict, SqlPlumbing, StatementsBase, b
 from .common import dump_json as _dump
 from .common import load_json as _load
@@ -30,9 +30,25 @@ class RecordStatements(StatementsBase):
         self.records_of_run = p(
             sa.select(records).where(records.c.run_id == b("run")).order_by(records.c.seq)
         )
-        self.records_waiting = p(  # the inbox, on the partial index ix_saga_tool_records_waiting
+        # The inbox, on the partial index ix_saga_tool_records_waiting: what waits for a person is left
+        # out here, before the limit, so that rows nobody waits for cannot fill it (a condemned run's
+        # suspended call, a call still executing under its lease, one whose run was unwound since).
+        run_of_record = runs.c.run_id == records.c.run_id
+        asks_a_decision = sa.and_(
+            records.c.status == RecordStatus.SUSPENDED.value,
+            sa.exists().where(run_of_record, runs.c.condemned_at.is_(None)),
+        )
+        outcome_unknown = sa.and_(
+            records.c.status == RecordStatus.RUNNING.value,
+            sa.or_(records.c.exec_lease_expires_at.is_(None), records.c.exec_lease_expires_at <= clock),
+            sa.exists().where(
+                run_of_record,
+                sa.or_(runs.c.condemned_at.is_(None), runs.c.unwind_state != UnwindState.COMPLETE.value),
+            ),
+        )
+        self.records_waiting = p(
             sa.select(records)
-            .where(WAITING)
+            .where(WAITING, sa.or_(asks_a_decision, outcome_unknown))
             .order_by(records.c.updated_at, records.c.run_id, records.c.suffix)
             .limit(MAX_ROWS)
         )
@@ -150,7 +166,8 @@ class SqlRecords(SqlPlumbing):
     def waiting_records(self, *, limit: int = 500) -> list[ToolRecord]:
         # Filtered on the column (unlike _records): a row of a status this code does not know is
         # not one a person is asked about; it still fails closed wherever a run's records are read.
-        rows = self._fetch(lambda tx: tx.all(self._q.records_waiting, {"max_rows": int(limit)}))
+        params = {"max_rows": int(limit), "now": time.time()}
+        rows = self._fetch(lambda tx: tx.all(self._q.records_waiting, params))
         return [record_row(r) for r in rows]
 
     def _records(self, rows: list[driver.Row], statuses: Sequence[RecordStatus] | None) -> list[ToolRecord]:
