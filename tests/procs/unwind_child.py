@@ -10,6 +10,8 @@ Prints one JSON line: ``{"pid": ..., "report": <CompensationReport as JSON>}``. 
 With ``--start-file``, the unwind waits for that file to exist, so several processes start together.
 With ``--timeout``, every tool has that ``compensate_timeout``: in ``hang`` mode the unwind then
 returns (the hook times out), prints its report and the process exits with the hook still hanging.
+With ``--skew``, this process's wall clock (``time.time``) reads that many seconds off: a clock that
+stepped.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ def spawn(
     pause: float = 0.0,
     start_file: Path | None = None,
     timeout: float | None = None,
+    skew: float = 0.0,
 ) -> subprocess.Popen[str]:
     """Start this module as a child process (from the test's side)."""
     argv = [
@@ -66,6 +69,8 @@ def spawn(
         argv += ["--start-file", str(start_file)]
     if timeout is not None:
         argv += ["--timeout", str(timeout)]
+    if skew:
+        argv += ["--skew", str(skew)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAGA_FAULTS")}
     return subprocess.Popen(
         argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -97,7 +102,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--pause", type=float, default=0.0)
     parser.add_argument("--start-file", default=None)
     parser.add_argument("--timeout", type=float, default=None)
+    parser.add_argument("--skew", type=float, default=0.0)
     args = parser.parse_args(argv)
+    if args.skew:
+        real = time.time
+        time.time = lambda: real() + args.skew
 
     journal = open_journal(args.journal)
     ledger = open_ledger(args.journal, args.scope)
