@@ -332,28 +332,31 @@ def test_two_holders_of_one_step_never_both_report_it_compensated(
 
 
 def test_an_unwinder_whose_wall_clock_jumped_past_the_lease_reads_busy_and_never_runs_a_live_holders_hook(
-    shared_journal_url: str, run_id: str, stack: ExitStack
+    shared_journal_url: str, run_id: str, stack: ExitStack, tmp_path: Path
 ) -> None:
     journal = stack.enter_context(open_journal(shared_journal_url, migrate=True))
     ledger = stack.enter_context(open_ledger(shared_journal_url))
     tools = order_tools(ledger)
     run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order_script()))
-    holder = spawn(shared_journal_url, ledger.scope, run_id, mode="hang", step="reserve", ttl=3)
+    release = tmp_path / "release"
+    holder = spawn(shared_journal_url, ledger.scope, run_id, mode="hang", ttl=3, release_file=release)
     stack.callback(kill_if_alive, holder)
     wait_until(lambda: ledger.calls("entered:reserve") != [], "the holder to enter the reserve hook")
 
+    skewed = []
     for skew in (3600.0, -3600.0):  # an hour ahead (far past SAGA_CLAIM_TTL), an hour behind
-        skewed = result_of(spawn(shared_journal_url, ledger.scope, run_id, ttl=3, skew=skew))
-        assert [e["status"] for e in skewed["report"]["entries"]] == [
-            "already-compensated",
-            "busy",
-            "not-attempted",
-        ], skew
+        skewed.append(result_of(spawn(shared_journal_url, ledger.scope, run_id, ttl=3, skew=skew))["report"])
     assert holder.poll() is None  # still inside its hook, holding the step
-    assert ledger.call_counts("compensate:reserve") == {}  # the live holder's hook ran nowhere else
-    assert len(ledger.calls("entered:reserve")) == 1
-    held = journal.get_claim(run_id, RESERVE)
-    assert held is not None and held.attempts == 1 and f":{holder.pid}:" in held.owner
+    release.touch()
+    held = result_of(holder)["report"]
+
+    assert [e["status"] for e in held["entries"]] == ["compensated"] * 3
+    for report in skewed:
+        assert [e["status"] for e in report["entries"]] == ["already-compensated", "busy", "not-attempted"]
+    key = f"{run_id}:comp:{RESERVE}"
+    assert ledger.call_counts("compensate:reserve") == {key: 1}  # the hook ran once, in the holder
+    claim = journal.get_claim(run_id, RESERVE)
+    assert claim is not None and claim.status is ClaimStatus.COMPENSATED and claim.attempts == 1
 
 
 def test_an_unwinder_in_process_whose_wall_clock_jumped_reads_busy_on_the_memory_journal(
