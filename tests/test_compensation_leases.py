@@ -400,9 +400,12 @@ def test_a_sqlite_lease_from_another_boot_is_expired_however_far_off_its_deadlin
 ) -> None:
     with open_journal(sqlite_url, migrate=True) as journal:
         key = f"{run_id}:comp:{RESERVE}"
-        assert claim(journal, run_id, "before-reboot", ttl=3600).acquired
+        held = claim(journal, run_id, "before-reboot", ttl=3600).claim
+        assert held is not None and journal.lease_left(held) > 3000
         assert not claim(journal, run_id, "same-boot").acquired  # live on this boot's clock
         set_lease_columns(journal, run_id, lease_boot_id=str(uuid.uuid4()))  # as if written before a reboot
+        before_reboot = journal.get_claim(run_id, RESERVE)
+        assert before_reboot is not None and journal.lease_left(before_reboot) <= 0
 
         after = claim(journal, run_id, "after-reboot")
         assert after.acquired and after.claim is not None
@@ -426,6 +429,8 @@ def test_a_sqlite_lease_taken_by_the_previous_release_is_judged_by_its_wall_cloc
             journal, run_id, owner="old-release", attempts=2, lease_expires_at=time.time() + 3600, **stale
         )
         assert not claim(journal, run_id, "rival").acquired  # its live wall-clock lease decides
+        taken = journal.get_claim(run_id, RESERVE)
+        assert taken is not None and journal.lease_left(taken) > 3000
 
         set_lease_columns(journal, run_id, lease_expires_at=time.time() - 1, lease_boot_expires_at=1e12)
         assert claim(journal, run_id, "rival").acquired  # and so does its lapsed one

@@ -176,7 +176,7 @@ class Twins:
         period. ``first`` is the claim as the step task read it."""
         if first is None or first.status is not ClaimStatus.CLAIMED or not self.owns(first.owner):
             return False
-        if first.lease_expires_at <= journal.now():
+        if journal.lease_left(first) <= 0:
             return False
         waited, interval = 0.0, ttl / 10
         while waited < ttl * 0.6:
@@ -185,15 +185,14 @@ class Twins:
             now = journal.get_claim(record.origin_run_id, record.suffix)
             if now is None or now.owner != first.owner:
                 return False
-            if now.status is not ClaimStatus.CLAIMED or now.lease_expires_at > first.lease_expires_at:
+            # Any new deadline is a renewal: one written by a clock that stepped back can be earlier.
+            if now.status is not ClaimStatus.CLAIMED or now.lease_expires_at != first.lease_expires_at:
                 return True  # renewed or finished by the twin
-            if now.lease_expires_at <= journal.now():
+            if journal.lease_left(now) <= 0:
                 return False
         # Not renewed: that attempt is dead. Its claim is its own, so wait out the lease; the take-over
         # is then a compare-and-set on the expired lease, which only one redelivery can win.
-        # Never longer than one lease: a deadline further off says a clock stepped, and whether the
-        # lease lapsed is the claim's compare-and-set's to judge (on a clock that cannot step).
-        remaining = min(first.lease_expires_at - journal.now(), ttl)
+        remaining = journal.lease_left(first)
         if remaining > 0:
             self.sleep(remaining + ttl / 20)
         return False

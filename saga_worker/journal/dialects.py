@@ -10,6 +10,8 @@ from __future__ import annotations
 import abc
 import contextlib
 import functools
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -19,6 +21,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from ..errors import JournalError
 from . import boot_clock, execution_guards
+from .records import CompensationClaim
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 # Any fixed number: the PostgreSQL advisory lock that lets one process at a time migrate a database.
@@ -91,6 +94,11 @@ class DialectPolicy(abc.ABC):
     def lease_clock(self) -> dict[str, object]:
         """The bound parameters ``lease_values`` and ``lease_expired`` read besides ``now`` and ``ttl``."""
         return {}
+
+    def lease_left(self, claim: CompensationClaim, now: Callable[[], float]) -> float:
+        """``lease_expired``'s judgement in Python: seconds until ``claim``'s lease lapses; ``now``
+        reads the journal's clock (``Journal.now``)."""
+        return claim.lease_expires_at - now()
 
     @abc.abstractmethod
     def byte_ordered(self, column: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
@@ -308,6 +316,14 @@ class SqlitePolicy(DialectPolicy):
 
     def lease_clock(self) -> dict[str, object]:
         return boot_clock.reading()
+
+    def lease_left(self, claim: CompensationClaim, now: Callable[[], float]) -> float:
+        boot, expires = boot_clock.boot_id(), claim.lease_boot_expires_at
+        if boot is None or expires is None or claim.lease_boot_attempt != claim.attempts:
+            return claim.lease_expires_at - now()  # the wall-clock lease, as ``lease_expired`` judges it
+        if claim.lease_boot_id != boot:
+            return 0.0  # a lease of another boot: its holders ended with it
+        return expires - time.monotonic()
 
     def byte_ordered(self, column: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
         return column  # SQLite compares bytes already

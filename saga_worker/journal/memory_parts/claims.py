@@ -82,6 +82,11 @@ class MemoryClaims(MemoryState):
             self._lease_deadlines[key] = monotonic + ttl
             return ClaimAttempt(True, claim)
 
+    def lease_left(self, claim: CompensationClaim) -> float:
+        with self._lock:
+            deadline = self._lease_deadlines.get((claim.origin_run_id, claim.suffix), 0.0)
+        return deadline - time.monotonic()
+
     def renew_claim(self, origin_run_id: str, suffix: str, owner: str, ttl: float) -> bool:
         with self._lock:
             current = self._claims.get((origin_run_id, suffix))

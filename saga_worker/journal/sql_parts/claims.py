@@ -99,6 +99,9 @@ def claim_row(m: Mapping[Any, Any]) -> CompensationClaim:
         error=m["error"],
         started_at=m["started_at"],
         finished_at=m["finished_at"],
+        lease_boot_id=m.get("lease_boot_id"),
+        lease_boot_expires_at=m.get("lease_boot_expires_at"),
+        lease_boot_attempt=m.get("lease_boot_attempt"),
     )
 
 
@@ -155,6 +158,9 @@ class SqlClaims(SqlPlumbing):
             return ClaimAttempt(False, None if current is None else claim_row(current))
 
         return self._write(work)
+
+    def lease_left(self, claim: CompensationClaim) -> float:
+        return self.policy.lease_left(claim, self.now)
 
     def renew_claim(self, origin_run_id: str, suffix: str, owner: str, ttl: float) -> bool:
         params = {
