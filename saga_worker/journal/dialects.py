@@ -46,7 +46,7 @@ class LeaseColumns:
     boot_attempt: sa.Column[Any]
 
 
-TTL = sa.bindparam("ttl", type_=sa.Double)
+_TTL = sa.bindparam("ttl", type_=sa.Double)
 # This process's boot and the reading of its monotonic clock (``boot_clock.reading``).
 _BOOT = sa.bindparam("boot", type_=sa.String)
 _MONO = sa.bindparam("mono", type_=sa.Double)
@@ -178,7 +178,7 @@ class PostgresPolicy(DialectPolicy):
 
     def lease_values(self, lease: LeaseColumns, attempt: Any) -> dict[str, Any]:
         # The server's clock, one for every worker: a worker's own clock, stepped or skewed, is never read.
-        return {lease.expires_at.name: self.clock() + TTL}
+        return {lease.expires_at.name: self.clock() + _TTL}
 
     def lease_expired(self, lease: LeaseColumns) -> sa.ColumnElement[bool]:
         return lease.expires_at < self.clock()
@@ -288,9 +288,9 @@ class SqlitePolicy(DialectPolicy):
     def lease_values(self, lease: LeaseColumns, attempt: Any) -> dict[str, Any]:
         # The wall-clock deadline too: the previous release's workers read it (a rolling upgrade).
         return {
-            lease.expires_at.name: self.clock() + TTL,
+            lease.expires_at.name: self.clock() + _TTL,
             lease.boot_id.name: _BOOT,
-            lease.boot_expires_at.name: _MONO + TTL,
+            lease.boot_expires_at.name: _MONO + _TTL,
             lease.boot_attempt.name: attempt,
         }
 
@@ -319,7 +319,8 @@ class SqlitePolicy(DialectPolicy):
 
     def lease_left(self, claim: CompensationClaim, now: Callable[[], float]) -> float:
         boot, expires = boot_clock.boot_id(), claim.lease_boot_expires_at
-        if boot is None or expires is None or claim.lease_boot_attempt != claim.attempts:
+        stale = claim.lease_boot_id is None or claim.lease_boot_attempt != claim.attempts
+        if boot is None or expires is None or stale:
             return claim.lease_expires_at - now()  # the wall-clock lease, as ``lease_expired`` judges it
         if claim.lease_boot_id != boot:
             return 0.0  # a lease of another boot: its holders ended with it
