@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from saga_worker import (
     CallOptions,
@@ -27,12 +28,16 @@ from saga_worker import (
     scripted,
 )
 from saga_worker.compensation import leases
+from saga_worker.compensation.attempt import LEASE_LOST
 from saga_worker.compensation.leases import LeaseKeeper
-from saga_worker.journal.records import ClaimStatus, CompensationClaim
+from saga_worker.journal import boot_clock
+from saga_worker.journal.records import ClaimAttempt, ClaimStatus, CompensationClaim
+from saga_worker.journal.schema import claims
+from saga_worker.journal.sql import SqlJournal
 from saga_worker.locks import MemoryStepLock, StepLock
 from saga_worker.locks.redis import RedisStepLock
 from tests.ledger import open_ledger, order_script, order_tools
-from tests.procs.unwind_child import EXIT_CODE, kill_if_alive, spawn
+from tests.procs.unwind_child import EXIT_CODE, kill_if_alive, result_of, spawn
 
 RESERVE = "call-2"
 
@@ -66,7 +71,9 @@ def wait_until(predicate: Callable[[], object], what: str, timeout: float = 30.0
 
 
 def wait_for_expiry(journal: Journal, claim: CompensationClaim) -> None:
-    wait_until(lambda: journal.now() > claim.lease_expires_at, "the lease to expire")
+    # A little past the deadline it shows: a journal judges the lease on a clock that cannot step (the
+    # server's, this boot's monotonic one), read a moment apart from the wall clock shown here.
+    wait_until(lambda: journal.now() > claim.lease_expires_at + 0.05, "the lease to expire")
 
 
 # -- a holder killed inside its hook ------------------------------------------------------------------
@@ -277,9 +284,174 @@ def test_unwinder_that_lost_its_lease_mid_hook_leaves_the_new_owners_outcome_sta
 
     assert journal.get_claim(run_id, RESERVE) == owned  # the stale holder's success was not written over it
     entry = stale[0].entries[1]
-    assert entry.status.value == "compensated"
-    assert entry.error is not None and "lease expired" in entry.error
+    assert (entry.status.value, entry.error) == ("busy", LEASE_LOST)  # the step is the new owner's
     assert len(calls) == 2
+
+
+def test_two_holders_of_one_step_never_both_report_it_compensated(
+    journal: Journal, run_id: str, stack: ExitStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The first holder's renewals stall (a frozen VM, a long GC pause): its lease lapses mid-hook, a
+    # rival takes the step over and undoes it, then the first hook returns too.
+    monkeypatch.setattr(leases.keeper, "hold", lambda renew, interval: lambda: None)
+    ledger = stack.enter_context(open_ledger(journal.url))
+    entered, release = threading.Event(), threading.Event()
+
+    def reserve_hook(name: str, input: Any, output: Any, opts: CallOptions) -> None:
+        if name == "reserve" and not entered.is_set():
+            entered.set()
+            release.wait(timeout=60)
+
+    tools = order_tools(ledger, before_compensate=reserve_hook)
+    run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order_script()))
+    stale: list[CompensationReport] = []
+    holder = threading.Thread(
+        target=lambda: stale.append(compensate_run(run_id, journal=journal, tools=tools, claim_ttl=0.3))
+    )
+    holder.start()
+    stack.callback(holder.join, 60)
+    stack.callback(release.set)
+    assert entered.wait(timeout=30)
+    claim = journal.get_claim(run_id, RESERVE)
+    assert claim is not None
+    wait_for_expiry(journal, claim)
+    takeover = compensate_run(run_id, journal=journal, tools=tools, claim_ttl=60)
+    release.set()
+    holder.join(timeout=60)
+
+    assert statuses(takeover) == ["already-compensated", "compensated", "compensated"]
+    assert statuses(stale[0]) == ["compensated", "busy", "not-attempted"]
+    assert stale[0].entries[1].error == LEASE_LOST
+    owned = journal.get_claim(run_id, RESERVE)
+    assert owned is not None and owned.status is ClaimStatus.COMPENSATED and owned.owner != claim.owner
+    # Both hooks ran (the frozen holder's too, with the same key: the provider deduplicates on it).
+    assert ledger.call_counts("compensate")[f"{run_id}:comp:{RESERVE}"] == 2
+
+
+# -- a wall clock that steps ------------------------------------------------------------------------------
+
+
+def test_an_unwinder_whose_wall_clock_jumped_past_the_lease_reads_busy_and_never_runs_a_live_holders_hook(
+    shared_journal_url: str, run_id: str, stack: ExitStack, tmp_path: Path
+) -> None:
+    journal = stack.enter_context(open_journal(shared_journal_url, migrate=True))
+    ledger = stack.enter_context(open_ledger(shared_journal_url))
+    tools = order_tools(ledger)
+    run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order_script()))
+    release = tmp_path / "release"
+    holder = spawn(shared_journal_url, ledger.scope, run_id, mode="hang", ttl=3, release_file=release)
+    stack.callback(kill_if_alive, holder)
+    wait_until(lambda: ledger.calls("entered:reserve") != [], "the holder to enter the reserve hook")
+
+    skewed = []
+    for skew in (3600.0, -3600.0):  # an hour ahead (far past SAGA_CLAIM_TTL), an hour behind
+        skewed.append(result_of(spawn(shared_journal_url, ledger.scope, run_id, ttl=3, skew=skew))["report"])
+    assert holder.poll() is None  # still inside its hook, holding the step
+    release.touch()
+    held = result_of(holder)["report"]
+
+    assert [e["status"] for e in held["entries"]] == ["compensated"] * 3
+    for report in skewed:
+        assert [e["status"] for e in report["entries"]] == ["already-compensated", "busy", "not-attempted"]
+    key = f"{run_id}:comp:{RESERVE}"
+    assert ledger.call_counts("compensate:reserve") == {key: 1}  # the hook ran once, in the holder
+    claim = journal.get_claim(run_id, RESERVE)
+    assert claim is not None and claim.status is ClaimStatus.COMPENSATED and claim.attempts == 1
+
+
+def test_an_unwinder_in_process_whose_wall_clock_jumped_reads_busy_on_the_memory_journal(
+    run_id: str, stack: ExitStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal = open_journal("memory://")
+    ledger = stack.enter_context(open_ledger(journal.url))
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_reserve(name: str, input: Any, output: Any, opts: CallOptions) -> None:
+        if name == "reserve" and not entered.is_set():
+            entered.set()
+            release.wait(timeout=60)
+
+    tools = order_tools(ledger, before_compensate=slow_reserve)
+    run_durable(run_id, journal=journal, tools=tools, planner=scripted(*order_script()))
+    holder = threading.Thread(
+        target=lambda: compensate_run(run_id, journal=journal, tools=tools, claim_ttl=3)
+    )
+    holder.start()
+    stack.callback(holder.join, 60)
+    stack.callback(release.set)
+    assert entered.wait(timeout=30)
+
+    real = time.time
+    monkeypatch.setattr(time, "time", lambda: real() + 3600)  # the machine's clock steps an hour ahead
+    assert statuses(compensate_run(run_id, journal=journal, tools=tools, claim_ttl=3)) == [
+        "already-compensated",
+        "busy",
+        "not-attempted",
+    ]
+    assert ledger.call_counts("compensate:reserve") == {}
+
+
+needs_boot_id = pytest.mark.skipif(boot_clock.boot_id() is None, reason="needs the kernel's boot id")
+
+
+@needs_boot_id
+def test_a_sqlite_lease_from_another_boot_is_expired_however_far_off_its_deadline(
+    sqlite_url: str, run_id: str
+) -> None:
+    with open_journal(sqlite_url, migrate=True) as journal:
+        key = f"{run_id}:comp:{RESERVE}"
+        held = claim(journal, run_id, "before-reboot", ttl=3600).claim
+        assert held is not None and journal.lease_left(held) > 3000
+        assert not claim(journal, run_id, "same-boot").acquired  # live on this boot's clock
+        set_lease_columns(journal, run_id, lease_boot_id=str(uuid.uuid4()))  # as if written before a reboot
+        before_reboot = journal.get_claim(run_id, RESERVE)
+        assert before_reboot is not None and journal.lease_left(before_reboot) <= 0
+
+        after = claim(journal, run_id, "after-reboot")
+        assert after.acquired and after.claim is not None
+        assert (after.claim.owner, after.claim.attempts, after.claim.idempotency_key) == (
+            "after-reboot",
+            2,
+            key,
+        )
+
+
+@needs_boot_id
+def test_a_sqlite_lease_taken_by_the_previous_release_is_judged_by_its_wall_clock_deadline(
+    sqlite_url: str, run_id: str
+) -> None:
+    # During a rolling upgrade the previous release takes claims too: it bumps attempts and writes
+    # the wall-clock deadline only, leaving this release's boot-clock columns stale.
+    with open_journal(sqlite_url, migrate=True) as journal:
+        assert claim(journal, run_id, "new-release", ttl=0.5).acquired
+        stale = {"lease_boot_expires_at": 0.0}  # the stale boot-clock lease lapsed long ago
+        set_lease_columns(
+            journal, run_id, owner="old-release", attempts=2, lease_expires_at=time.time() + 3600, **stale
+        )
+        assert not claim(journal, run_id, "rival").acquired  # its live wall-clock lease decides
+        taken = journal.get_claim(run_id, RESERVE)
+        assert taken is not None and journal.lease_left(taken) > 3000
+
+        set_lease_columns(journal, run_id, lease_expires_at=time.time() - 1, lease_boot_expires_at=1e12)
+        assert claim(journal, run_id, "rival").acquired  # and so does its lapsed one
+
+
+def claim(journal: Journal, run_id: str, owner: str, ttl: float = 60) -> ClaimAttempt:
+    key = f"{run_id}:comp:{RESERVE}"
+    return journal.claim_compensation(
+        run_id, RESERVE, via_run_id=run_id, owner=owner, ttl=ttl, idempotency_key=key
+    )
+
+
+def set_lease_columns(journal: Journal, run_id: str, **values: object) -> None:
+    """Write a claim's row as another process (another boot, another release) would have."""
+    assert isinstance(journal, SqlJournal)
+    with journal.engine.begin() as conn:
+        conn.execute(
+            sa.update(claims)
+            .where(claims.c.origin_run_id == run_id, claims.c.suffix == RESERVE)
+            .values(**values)
+        )
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

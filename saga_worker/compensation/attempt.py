@@ -43,7 +43,10 @@ S = CompensationStatus
 _HOST = socket.gethostname()[:40]
 _OWNER_NONCE = uuid.uuid4().hex[:6]  # with the pid, tells this process from an earlier one of the same pid
 _owner_counter = itertools.count(1)
-LEASE_LOST = "lease expired before the outcome was written; another unwinder owns the step"
+LEASE_LOST = (
+    "the compensate hook returned, but this attempt's lease had lapsed and another unwinder took the "
+    "step over: its outcome is the step's"
+)
 
 
 def _out_of_time(exc: BaseException) -> bool:
@@ -173,7 +176,7 @@ class Twins:
         period. ``first`` is the claim as the step task read it."""
         if first is None or first.status is not ClaimStatus.CLAIMED or not self.owns(first.owner):
             return False
-        if first.lease_expires_at <= journal.now():
+        if journal.lease_left(first) <= 0:
             return False
         waited, interval = 0.0, ttl / 10
         while waited < ttl * 0.6:
@@ -182,13 +185,14 @@ class Twins:
             now = journal.get_claim(record.origin_run_id, record.suffix)
             if now is None or now.owner != first.owner:
                 return False
-            if now.status is not ClaimStatus.CLAIMED or now.lease_expires_at > first.lease_expires_at:
+            # Any new deadline is a renewal: one written by a clock that stepped back can be earlier.
+            if now.status is not ClaimStatus.CLAIMED or now.lease_expires_at != first.lease_expires_at:
                 return True  # renewed or finished by the twin
-            if now.lease_expires_at <= journal.now():
+            if journal.lease_left(now) <= 0:
                 return False
         # Not renewed: that attempt is dead. Its claim is its own, so wait out the lease; the take-over
         # is then a compare-and-set on the expired lease, which only one redelivery can win.
-        remaining = first.lease_expires_at - journal.now()
+        remaining = journal.lease_left(first)
         if remaining > 0:
             self.sleep(remaining + ttl / 20)
         return False
@@ -513,13 +517,14 @@ class StepAttempt:
 
     def _compensated(self) -> CompensationEntry:
         """The hook returned: its outcome written, unless our lease lapsed and another unwinder took
-        the step (its outcome stands, ours is not written)."""
+        the step. The step is then that unwinder's: its outcome stands and is its to report, so this
+        attempt reads busy (the unwind halts, and a later one reads what the owner wrote). Two holders
+        of one step never both report it compensated."""
         done = self._entry(S.COMPENSATED)
-        if not self._finish(ClaimStatus.COMPENSATED, done, late=LEASE_LOST):
-            faults.point("after_outcome", self.key)
-            return done.model_copy(update={"error": LEASE_LOST})
+        lost = self._entry(S.BUSY, LEASE_LOST)
+        written = self._finish(ClaimStatus.COMPENSATED, done, lost=lost)
         faults.point("after_outcome", self.key)
-        return done
+        return done if written else lost
 
     @staticmethod
     def _call(hook: Any, args: tuple[Any, ...], timeout: float | None) -> HookCall | None:
@@ -585,12 +590,17 @@ class StepAttempt:
             stop_renewing()
 
     def _finish(
-        self, status: ClaimStatus, entry: CompensationEntry, error: str | None = None, *, late: str = ""
+        self,
+        status: ClaimStatus,
+        entry: CompensationEntry,
+        error: str | None = None,
+        *,
+        lost: CompensationEntry | None = None,
     ) -> bool:
         """Write the claim's outcome while still its owner; whether it was written.
 
         For a step of a distributed unwind, its unwind entry too, in the same commit: ``entry`` if the
-        outcome was written, else ``entry`` with ``late`` as its error (when given)."""
+        outcome was written, else ``lost`` (when given; ``entry`` otherwise)."""
         journal, at = self.unwinding.journal, None if self.twins is None else self.twins.entry_at
         if at is None:
             return journal.finish_claim(*self._where, self.owner, status, error)
@@ -603,7 +613,7 @@ class StepAttempt:
             unwind_id=at[0],
             position=at[1],
             won=won,
-            lost={**won, "error": late} if late else won,
+            lost=won if lost is None else lost.model_dump(mode="json"),
         )
         self.stored = finish.entry
         return finish.written

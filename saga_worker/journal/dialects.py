@@ -10,6 +10,9 @@ from __future__ import annotations
 import abc
 import contextlib
 import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -17,7 +20,8 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
 from ..errors import JournalError
-from . import execution_guards
+from . import boot_clock, execution_guards
+from .records import CompensationClaim
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 # Any fixed number: the PostgreSQL advisory lock that lets one process at a time migrate a database.
@@ -25,6 +29,27 @@ MIGRATION_LOCK = 0x5A6A_0001
 # What a durable transaction runs first: the server's own synchronous_commit (``on`` unless configured
 # otherwise) for this transaction, where the session's is ``off`` (_pg_on_connect).
 DURABLE_COMMIT = "SET LOCAL synchronous_commit TO DEFAULT"
+
+
+@dataclass(frozen=True)
+class LeaseColumns:
+    """A lease's columns on one table: ``expires_at``, its deadline on the journal's clock (the one
+    every release reads and writes), and where a policy whose clock can step keeps a deadline that
+    cannot (SQLite: ``boot_clock``): the boot, the deadline on its monotonic clock, and the value of
+    ``attempts`` they were written at. Each claim or take adds one to ``attempts``, so a take by a
+    release that does not write the boot columns leaves them stale, and its wall-clock lease decides."""
+
+    expires_at: sa.Column[Any]
+    attempts: sa.Column[Any]
+    boot_id: sa.Column[Any]
+    boot_expires_at: sa.Column[Any]
+    boot_attempt: sa.Column[Any]
+
+
+_TTL = sa.bindparam("ttl", type_=sa.Double)
+# This process's boot and the reading of its monotonic clock (``boot_clock.reading``).
+_BOOT = sa.bindparam("boot", type_=sa.String)
+_MONO = sa.bindparam("mono", type_=sa.Double)
 
 
 class DialectPolicy(abc.ABC):
@@ -57,6 +82,23 @@ class DialectPolicy(abc.ABC):
     @abc.abstractmethod
     def clock(self) -> sa.ColumnElement[float]:
         """The clock leases and the tombstone are judged by, inside a statement."""
+
+    @abc.abstractmethod
+    def lease_values(self, lease: LeaseColumns, attempt: Any) -> dict[str, Any]:
+        """The values that set a lease of ``ttl`` seconds, from now, written at ``attempt``."""
+
+    @abc.abstractmethod
+    def lease_expired(self, lease: LeaseColumns) -> sa.ColumnElement[bool]:
+        """Whether the lease has lapsed, inside a statement."""
+
+    def lease_clock(self) -> dict[str, object]:
+        """The bound parameters ``lease_values`` and ``lease_expired`` read besides ``now`` and ``ttl``."""
+        return {}
+
+    def lease_left(self, claim: CompensationClaim, now: Callable[[], float]) -> float:
+        """``lease_expired``'s judgement in Python: seconds until ``claim``'s lease lapses; ``now``
+        reads the journal's clock (``Journal.now``)."""
+        return claim.lease_expires_at - now()
 
     @abc.abstractmethod
     def byte_ordered(self, column: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
@@ -133,6 +175,13 @@ class PostgresPolicy(DialectPolicy):
 
     def clock(self) -> sa.ColumnElement[float]:
         return sa.cast(sa.func.extract("epoch", sa.func.clock_timestamp()), sa.Double)
+
+    def lease_values(self, lease: LeaseColumns, attempt: Any) -> dict[str, Any]:
+        # The server's clock, one for every worker: a worker's own clock, stepped or skewed, is never read.
+        return {lease.expires_at.name: self.clock() + _TTL}
+
+    def lease_expired(self, lease: LeaseColumns) -> sa.ColumnElement[bool]:
+        return lease.expires_at < self.clock()
 
     def byte_ordered(self, column: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
         return sa.collate(column, "C")
@@ -235,6 +284,47 @@ class SqlitePolicy(DialectPolicy):
 
     def clock(self) -> sa.ColumnElement[float]:
         return sa.bindparam("now", type_=sa.Double)
+
+    def lease_values(self, lease: LeaseColumns, attempt: Any) -> dict[str, Any]:
+        # The wall-clock deadline too: the previous release's workers read it (a rolling upgrade).
+        return {
+            lease.expires_at.name: self.clock() + _TTL,
+            lease.boot_id.name: _BOOT,
+            lease.boot_expires_at.name: _MONO + _TTL,
+            lease.boot_attempt.name: attempt,
+        }
+
+    def lease_expired(self, lease: LeaseColumns) -> sa.ColumnElement[bool]:
+        # The boot clock's deadline decides when this process has a boot id and the lease's boot
+        # columns belong to its current attempt; a lease of another boot died with that boot.
+        # Otherwise (no boot id here, a row from before migration 0009 or from the previous
+        # release) the wall-clock deadline decides, as it always did.
+        on_boot_clock = sa.and_(
+            _BOOT.is_not(None),
+            lease.boot_id.is_not(None),
+            sa.func.coalesce(lease.boot_attempt, -1) == lease.attempts,
+        )
+        on_wall_clock = sa.or_(
+            _BOOT.is_(None),
+            lease.boot_id.is_(None),
+            sa.func.coalesce(lease.boot_attempt, -1) != lease.attempts,
+        )
+        return sa.or_(
+            sa.and_(on_boot_clock, sa.or_(lease.boot_id != _BOOT, lease.boot_expires_at < _MONO)),
+            sa.and_(on_wall_clock, lease.expires_at < self.clock()),
+        )
+
+    def lease_clock(self) -> dict[str, object]:
+        return boot_clock.reading()
+
+    def lease_left(self, claim: CompensationClaim, now: Callable[[], float]) -> float:
+        boot, expires = boot_clock.boot_id(), claim.lease_boot_expires_at
+        stale = claim.lease_boot_id is None or claim.lease_boot_attempt != claim.attempts
+        if boot is None or expires is None or stale:
+            return claim.lease_expires_at - now()  # the wall-clock lease, as ``lease_expired`` judges it
+        if claim.lease_boot_id != boot:
+            return 0.0  # a lease of another boot: its holders ended with it
+        return expires - time.monotonic()
 
     def byte_ordered(self, column: sa.ColumnElement[str]) -> sa.ColumnElement[str]:
         return column  # SQLite compares bytes already

@@ -39,6 +39,7 @@ class MemoryJournal(
         self._records: dict[tuple[str, str], ToolRecord] = {}
         self._suffixes: dict[str, list[str]] = {}  # run id -> its records' suffixes (an index, as SQL has)
         self._claims: dict[tuple[str, str], CompensationClaim] = {}
+        self._lease_deadlines: dict[tuple[str, str], float] = {}
         self._seq = 0
         self._unwinds: dict[str, UnwindInfo] = {}
         self._unwind_entries: dict[str, dict[int, dict[str, Any]]] = {}

@@ -327,6 +327,11 @@ class ClaimsPart(Clock, Protocol):
     ) -> bool:
         """Write the outcome only while still the owner: a holder that lost its lease writes nothing."""
 
+    def lease_left(self, claim: CompensationClaim) -> float:
+        """Seconds until ``claim``'s lease lapses (0 or less: lapsed), judged as ``claim_compensation``
+        judges it: on the clock a backend keeps leases on, which a worker's stepped wall clock is not."""
+        return claim.lease_expires_at - self.now()
+
 
 class UnwindsPart(Clock, Protocol):
     """Unwind bookkeeping: the sweeper's state per run, and the distributed unwinds (the Celery

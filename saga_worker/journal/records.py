@@ -141,6 +141,11 @@ class CompensationClaim:
     error: str | None
     started_at: float
     finished_at: float | None
+    # Where the journal keeps the lease on a clock that cannot step (SQLite: journal/boot_clock.py):
+    # the boot, the deadline on its monotonic clock, the attempt they were written at. None elsewhere.
+    lease_boot_id: str | None = None
+    lease_boot_expires_at: float | None = None
+    lease_boot_attempt: int | None = None
 
 
 @dataclass(frozen=True)

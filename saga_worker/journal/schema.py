@@ -112,6 +112,13 @@ claims = sa.Table(
     sa.Column("error", sa.Text),
     sa.Column("started_at", sa.Double, nullable=False),
     sa.Column("finished_at", sa.Double),
+    # Migration 0009: the lease on a clock that cannot step, where the journal is SQLite
+    # (journal/boot_clock.py): the boot whose monotonic clock ``lease_boot_expires_at`` is on, and
+    # the attempt that wrote them. A claim taken since by a release that does not write them has a
+    # higher ``attempts``: its wall-clock ``lease_expires_at`` decides (dialects.LeaseColumns).
+    sa.Column("lease_boot_id", sa.String(64)),
+    sa.Column("lease_boot_expires_at", sa.Double),
+    sa.Column("lease_boot_attempt", sa.Integer),
 )
 
 # Migration 0002: the Celery executor's bookkeeping. One row per distributed unwind (its worklist,

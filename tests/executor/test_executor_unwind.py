@@ -22,6 +22,8 @@ from saga_worker import (
     run_durable,
 )
 from saga_worker import executor as ex
+from saga_worker.compensation import leases
+from saga_worker.compensation.attempt import LEASE_LOST
 from saga_worker.compensation.report import CompensationReport
 from saga_worker.executor import Finalize, Step
 from saga_worker.journal.records import ClaimStatus, UnwindState
@@ -227,6 +229,41 @@ def test_two_deliveries_of_one_step_at_once_call_its_hook_once(
     assert first == Step(run_id, "u", "call-2", False, 1, 3)
     assert results == [None]  # the twin saw the step held by a delivery of itself and stood down
     assert provider.calls.count(compensate_key(run_id, "call-3")) == 1
+
+
+def test_a_step_whose_lease_was_taken_over_mid_hook_stores_busy_never_a_second_compensated(
+    run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    journal, provider = MemoryJournal(), Provider()
+    order(journal, provider, run_id)
+    monkeypatch.setattr(leases.keeper, "hold", lambda renew, interval: lambda: None)  # renewals stall
+    ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=0.2)
+    tools = provider.tools()
+    inner = tools["notify"].compensate  # call-3 is notify
+    assert inner is not None
+    rival: list[CompensationReport] = []
+
+    def overtaken(input: Any, output: Any, opts: CallOptions) -> Any:
+        # While this hook runs its lease lapses, and another unwinder takes the step over and undoes it.
+        if not rival:
+            claim = journal.get_claim(run_id, "call-3")
+            assert claim is not None
+            while journal.now() <= claim.lease_expires_at + 0.05:
+                time.sleep(0.02)
+            rival.append(compensate_run(run_id, journal=journal, tools=provider.tools(), claim_ttl=60))
+        return inner(input, output, opts)
+
+    tools["notify"] = Tool(tools["notify"].execute, overtaken)
+    nxt = ex.run_step(journal, tools, run_id, "u", "call-3", claim_ttl=0.2)
+
+    assert isinstance(nxt, Finalize)  # busy halts the chain
+    report = ex.finalize_unwind(journal, run_id, "u")
+    assert [e.status.value for e in report.entries] == ["busy", "not-attempted", "not-attempted"]
+    assert report.entries[0].error == LEASE_LOST
+    assert [e.status.value for e in rival[0].entries] == ["compensated"] * 3
+    claim = journal.get_claim(run_id, "call-3")
+    assert claim is not None and claim.status is ClaimStatus.COMPENSATED
+    assert not claim.owner.startswith(ex.step_owner("u", "call-3"))  # the rival's outcome stands
 
 
 def test_duplicate_delivery_drops_itself_while_a_live_twin_renews_the_lease(run_id: str) -> None:

@@ -37,7 +37,7 @@ def test_a_step_entry_is_written_once_and_read_back_by_position(journal: Journal
 # -- a step's outcome and its entry, in one commit (Journal.finish_step) ------------------------------
 
 WON = {"status": "compensated", "error": None}
-LOST = {"status": "compensated", "error": "lease expired"}
+LOST = {"status": "busy", "error": "lease lapsed: the step is another unwinder's"}
 
 
 def _claimed(journal: Journal, run_id: str, owner: str, ttl: float = 60.0) -> None:

@@ -6,10 +6,13 @@
 Prints one JSON line: ``{"pid": ..., "report": <CompensationReport as JSON>}``. Modes:
 - ``unwind``: compensate; every compensate hook first pauses ``--pause`` seconds (to overlap with a rival).
 - ``exit``: the hook of ``--step`` notes that it was entered, then the process dies with ``os._exit(17)``.
-- ``hang``: the hook of ``--step`` notes that it was entered, then sleeps until the test SIGKILLs it.
+- ``hang``: the hook of ``--step`` notes that it was entered, then sleeps until the test SIGKILLs it
+  (or, with ``--release-file``, until that file exists: the hook then goes on and returns).
 With ``--start-file``, the unwind waits for that file to exist, so several processes start together.
 With ``--timeout``, every tool has that ``compensate_timeout``: in ``hang`` mode the unwind then
 returns (the hook times out), prints its report and the process exits with the hook still hanging.
+With ``--skew``, this process's wall clock (``time.time``) reads that many seconds off: a clock that
+stepped.
 """
 
 from __future__ import annotations
@@ -41,6 +44,8 @@ def spawn(
     pause: float = 0.0,
     start_file: Path | None = None,
     timeout: float | None = None,
+    skew: float = 0.0,
+    release_file: Path | None = None,
 ) -> subprocess.Popen[str]:
     """Start this module as a child process (from the test's side)."""
     argv = [
@@ -66,6 +71,10 @@ def spawn(
         argv += ["--start-file", str(start_file)]
     if timeout is not None:
         argv += ["--timeout", str(timeout)]
+    if skew:
+        argv += ["--skew", str(skew)]
+    if release_file is not None:
+        argv += ["--release-file", str(release_file)]
     env = {k: v for k, v in os.environ.items() if not k.startswith("SAGA_FAULTS")}
     return subprocess.Popen(
         argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -97,7 +106,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--pause", type=float, default=0.0)
     parser.add_argument("--start-file", default=None)
     parser.add_argument("--timeout", type=float, default=None)
+    parser.add_argument("--skew", type=float, default=0.0)
+    parser.add_argument("--release-file", default=None)
     args = parser.parse_args(argv)
+    if args.skew:
+        real = time.time
+        time.time = lambda: real() + args.skew
 
     journal = open_journal(args.journal)
     ledger = open_ledger(args.journal, args.scope)
@@ -109,8 +123,9 @@ def main(argv: list[str]) -> int:
             ledger.call(opts.idempotency_key, f"entered:{name}")
             if args.mode == "exit":
                 os._exit(EXIT_CODE)
-            while True:  # hang: the test kills us with SIGKILL
-                time.sleep(1.0)
+            release = None if args.release_file is None else Path(args.release_file)
+            while release is None or not release.exists():  # hang: the test kills or releases us
+                time.sleep(0.05 if release is not None else 1.0)
 
     if args.start_file:
         start = Path(args.start_file)

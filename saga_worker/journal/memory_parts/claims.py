@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -20,6 +21,10 @@ class MemoryClaims(MemoryState):
     """``ClaimsPart`` (``journal/parts.py``) in memory."""
 
     _claims: dict[tuple[str, str], CompensationClaim]
+    # Each claim's lease deadline on this process's monotonic clock, which is what judges it: the
+    # wall-clock ``lease_expires_at`` (what a claim shows) can step, and a live lease must never
+    # look expired because it did.
+    _lease_deadlines: dict[tuple[str, str], float]
 
     def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None:
         with self._lock:
@@ -43,7 +48,7 @@ class MemoryClaims(MemoryState):
         idempotency_key: str,
     ) -> ClaimAttempt:
         with self._lock:
-            now = self.now()
+            now, monotonic = self.now(), time.monotonic()
             key = (origin_run_id, suffix)
             current = self._claims.get(key)
             if current is not None:
@@ -68,13 +73,19 @@ class MemoryClaims(MemoryState):
             else:
                 takeable = current.status is ClaimStatus.FAILED or (
                     current.status is ClaimStatus.CLAIMED
-                    and (current.lease_expires_at < now or current.owner == owner)
+                    and (self._lease_deadlines.get(key, 0.0) < monotonic or current.owner == owner)
                 )
                 if not takeable:
                     return ClaimAttempt(False, current)
                 claim = replace(current, attempts=current.attempts + 1, **taken)
             self._claims[key] = claim
+            self._lease_deadlines[key] = monotonic + ttl
             return ClaimAttempt(True, claim)
+
+    def lease_left(self, claim: CompensationClaim) -> float:
+        with self._lock:
+            deadline = self._lease_deadlines.get((claim.origin_run_id, claim.suffix), 0.0)
+        return deadline - time.monotonic()
 
     def renew_claim(self, origin_run_id: str, suffix: str, owner: str, ttl: float) -> bool:
         with self._lock:
@@ -82,6 +93,7 @@ class MemoryClaims(MemoryState):
             if current is None or current.owner != owner or current.status is not ClaimStatus.CLAIMED:
                 return False
             self._claims[(origin_run_id, suffix)] = replace(current, lease_expires_at=self.now() + ttl)
+            self._lease_deadlines[(origin_run_id, suffix)] = time.monotonic() + ttl
             return True
 
     def finish_claim(

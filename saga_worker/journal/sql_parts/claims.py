@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from ...storable import storable_or_none
 from .. import driver
+from ..dialects import LeaseColumns
 from ..records import ClaimAttempt, ClaimStatus, CompensationClaim, parse_status
 from ..schema import claims
 from .common import SqlPlumbing, StatementsBase, b
@@ -23,13 +24,19 @@ class ClaimStatements(StatementsBase):
         p = self._prepare
         pk = (claims.c.origin_run_id == b("origin"), claims.c.suffix == b("step_suffix"))
         mine = (*pk, claims.c.owner == b("holder"), claims.c.status == ClaimStatus.CLAIMED.value)
-        lease = clock + b("ttl", type_=sa.Double)
+        lease = LeaseColumns(
+            claims.c.lease_expires_at,
+            claims.c.attempts,
+            claims.c.lease_boot_id,
+            claims.c.lease_boot_expires_at,
+            claims.c.lease_boot_attempt,
+        )
         # The same owner may take its own claim back: a redelivered task re-drives its dead attempt.
         takeable = sa.or_(
             claims.c.status == ClaimStatus.FAILED.value,
             sa.and_(
                 claims.c.status == ClaimStatus.CLAIMED.value,
-                sa.or_(claims.c.lease_expires_at < clock, claims.c.owner == b("holder")),
+                sa.or_(self.policy.lease_expired(lease), claims.c.owner == b("holder")),
             ),
         )
         self.claim_insert = p(
@@ -39,11 +46,11 @@ class ClaimStatements(StatementsBase):
                 suffix=b("step_suffix"),
                 status=ClaimStatus.CLAIMED.value,
                 owner=b("holder"),
-                lease_expires_at=lease,
                 attempts=1,
                 idempotency_key=b("key"),
                 via_run_id=b("via"),
                 started_at=clock,
+                **self.policy.lease_values(lease, 1),
             )
             .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
             .returning(*claims.c)
@@ -54,19 +61,22 @@ class ClaimStatements(StatementsBase):
             .values(
                 status=ClaimStatus.CLAIMED.value,
                 owner=b("holder"),
-                lease_expires_at=lease,
                 attempts=claims.c.attempts + 1,
                 via_run_id=b("via"),
                 error=None,
                 started_at=clock,
                 finished_at=None,
+                **self.policy.lease_values(lease, claims.c.attempts + 1),
             )
             .returning(*claims.c)
         )
         self.claim_get = p(sa.select(claims).where(*pk))
         self.claims_of_origin = p(sa.select(claims).where(claims.c.origin_run_id == b("origin")))
         self.claim_renew = p(
-            sa.update(claims).where(*mine).values(lease_expires_at=lease).returning(claims.c.owner)
+            sa.update(claims)
+            .where(*mine)
+            .values(**self.policy.lease_values(lease, claims.c.attempts))
+            .returning(claims.c.owner)
         )
         self.claim_finish = p(
             sa.update(claims)
@@ -89,6 +99,9 @@ def claim_row(m: Mapping[Any, Any]) -> CompensationClaim:
         error=m["error"],
         started_at=m["started_at"],
         finished_at=m["finished_at"],
+        lease_boot_id=m.get("lease_boot_id"),
+        lease_boot_expires_at=m.get("lease_boot_expires_at"),
+        lease_boot_attempt=m.get("lease_boot_attempt"),
     )
 
 
@@ -134,6 +147,7 @@ class SqlClaims(SqlPlumbing):
             "key": idempotency_key,
             "via": via_run_id,
             "now": time.time(),
+            **self.policy.lease_clock(),
         }
 
         def work(tx: driver.Tx) -> ClaimAttempt:
@@ -145,6 +159,9 @@ class SqlClaims(SqlPlumbing):
 
         return self._write(work)
 
+    def lease_left(self, claim: CompensationClaim) -> float:
+        return self.policy.lease_left(claim, self.now)
+
     def renew_claim(self, origin_run_id: str, suffix: str, owner: str, ttl: float) -> bool:
         params = {
             "origin": origin_run_id,
@@ -152,6 +169,7 @@ class SqlClaims(SqlPlumbing):
             "holder": owner,
             "ttl": float(ttl),
             "now": time.time(),
+            **self.policy.lease_clock(),
         }
         return self._write(lambda tx: tx.one(self._q.claim_renew, params)) is not None
 
