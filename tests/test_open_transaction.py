@@ -11,7 +11,18 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from saga_worker import OpenTransactionError, Tool, compensate_run, open_journal, saga, transactions
+from saga_worker import (
+    Journal,
+    OpenTransactionError,
+    Tool,
+    ToolCall,
+    compensate_run,
+    open_journal,
+    run_durable,
+    saga,
+    scripted,
+    transactions,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -109,3 +120,52 @@ def test_an_in_transaction_tool_on_the_journals_database_is_refused_inside_the_a
         report = compensate_run("order-t2", journal=journal, tools=atomic)
         assert [e.status.value for e in report.entries] == ["compensated"]
         assert payments(app_engine) == [(key, True)]
+
+
+# -- the run of a refused call (issue 43) -------------------------------------------------------------
+def test_a_refused_first_call_starts_no_run_and_the_same_block_runs_once_the_transaction_committed(
+    journal: Journal, app_engine: sa.Engine
+) -> None:
+    """The refused call is not journaled, so a run it would have started does not exist: `runs`, the
+    console and a later compensate see nothing that happened, and no run is left `running` forever.
+    Sent again after the commit (as the error says), the same run id executes the call once."""
+    with pytest.raises(OpenTransactionError), app_engine.begin():
+        with saga("order-f", journal=journal, tools=tools(app_engine), finish=False) as run:
+            run.call("charge", {"amount": 10}, id="charge")
+    assert journal.get_run("order-f") is None
+    assert "order-f" not in [r.run_id for r in journal.list_runs()]
+    assert journal.list_decisions("order-f") == [] and journal.list_records("order-f") == []
+    assert payments(app_engine) == []
+
+    with saga("order-f", journal=journal, tools=tools(app_engine)) as run:  # after the commit
+        key = run.call("charge", {"amount": 10}, id="charge")["key"]
+    assert run.result is not None and run.result.status == "finished"
+    assert payments(app_engine) == [(key, False)]
+
+
+def test_a_planner_run_refused_at_its_first_decision_is_not_started_and_executes_nothing(
+    journal: Journal, app_engine: sa.Engine
+) -> None:
+    planner = scripted([ToolCall("quote", {}), ToolCall("charge", {"amount": 10})], final="done")
+    with pytest.raises(OpenTransactionError), app_engine.begin():
+        run_durable("order-p", journal=journal, tools=tools(app_engine), planner=planner)
+    assert journal.get_run("order-p") is None  # not `running`: nothing of it was journaled or executed
+    assert payments(app_engine) == []
+    result = run_durable("order-p", journal=journal, tools=tools(app_engine), planner=planner)
+    assert result.status == "finished" and [k for k, _ in payments(app_engine)] == ["order-p:call-2"]
+
+
+def test_a_refused_later_call_leaves_the_run_as_it_was_for_the_same_code_to_continue(
+    journal: Journal, app_engine: sa.Engine
+) -> None:
+    with saga("order-l", journal=journal, tools=tools(app_engine), finish=False) as run:
+        first = run.call("charge", {"amount": 10}, id="first")["key"]
+    before = (journal.get_run("order-l"), journal.list_decisions("order-l"))
+    with pytest.raises(OpenTransactionError), app_engine.begin():
+        with saga("order-l", journal=journal, tools=tools(app_engine), finish=False) as run:
+            run.call("charge", {"amount": 20}, id="second")
+    assert (journal.get_run("order-l"), journal.list_decisions("order-l")) == before
+    with saga("order-l", journal=journal, tools=tools(app_engine)) as run:
+        second = run.call("charge", {"amount": 20}, id="second")["key"]
+    assert run.result is not None and run.result.status == "finished"
+    assert payments(app_engine) == sorted([(first, False), (second, False)])
