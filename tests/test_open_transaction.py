@@ -136,9 +136,12 @@ def test_a_refused_first_call_starts_no_run_and_the_same_block_runs_once_the_tra
     """The refused call is not journaled, so a run it would have started does not exist: `runs`, the
     console and a later compensate see nothing that happened, and no run is left `running` forever.
     Sent again after the commit (as the error says), the same run id executes the call once."""
-    with pytest.raises(OpenTransactionError), app_engine.begin():
-        with saga("order-f", journal=journal, tools=tools(app_engine), finish=False) as run:
-            run.call("charge", {"amount": 10}, id="charge")
+    with (
+        pytest.raises(OpenTransactionError),
+        app_engine.begin(),
+        saga("order-f", journal=journal, tools=tools(app_engine), finish=False) as run,
+    ):
+        run.call("charge", {"amount": 10}, id="charge")
     assert journal.get_run("order-f") is None
     assert "order-f" not in [r.run_id for r in journal.list_runs()]
     assert journal.list_decisions("order-f") == [] and journal.list_records("order-f") == []
@@ -168,9 +171,12 @@ def test_a_refused_later_call_leaves_the_run_as_it_was_for_the_same_code_to_cont
     with saga("order-l", journal=journal, tools=tools(app_engine), finish=False) as run:
         first = run.call("charge", {"amount": 10}, id="first")["key"]
     before = (journal.get_run("order-l"), journal.list_decisions("order-l"))
-    with pytest.raises(OpenTransactionError), app_engine.begin():
-        with saga("order-l", journal=journal, tools=tools(app_engine), finish=False) as run:
-            run.call("charge", {"amount": 20}, id="second")
+    with (
+        pytest.raises(OpenTransactionError),
+        app_engine.begin(),
+        saga("order-l", journal=journal, tools=tools(app_engine), finish=False) as run,
+    ):
+        run.call("charge", {"amount": 20}, id="second")
     assert (journal.get_run("order-l"), journal.list_decisions("order-l")) == before
     with saga("order-l", journal=journal, tools=tools(app_engine)) as run:
         second = run.call("charge", {"amount": 20}, id="second")["key"]

@@ -41,12 +41,12 @@ except ImportError as exc:  # pragma: no cover - exercised by the missing-extra 
 try:  # how BaseTool answers a caught ToolException / ValidationError for each kind of handler setting
     from langchain_core.tools.base import _handle_tool_error, _handle_validation_error
 
-    _DEFAULT_HANDLERS: tuple[Callable[..., Any], Callable[..., Any]] | None = (
-        _handle_tool_error,
-        _handle_validation_error,
-    )
+    _DEFAULT_HANDLERS: dict[str, Callable[..., Any]] = {
+        "handle_tool_error": _handle_tool_error,
+        "handle_validation_error": _handle_validation_error,
+    }
 except ImportError:  # pragma: no cover - a langchain-core that moved them
-    _DEFAULT_HANDLERS = None
+    _DEFAULT_HANDLERS = {}
 
 from ..checks import check_run_id
 from ..errors import InvalidInputError
@@ -174,11 +174,11 @@ def _reporting(request: ToolCallRequest) -> ToolCallRequest:
     mark, not the mark of an error the tool caught before it. Without LangChain's default handling
     to defer to, the tool is left as it is (its error results then carry no mark: asked to ``recover``)."""
     tool = request.tool
-    if tool is None or _DEFAULT_HANDLERS is None:
+    if tool is None:
         return request
     update = {
         field: _noting(flag, default)
-        for field, default in zip(("handle_tool_error", "handle_validation_error"), _DEFAULT_HANDLERS)
+        for field, default in _DEFAULT_HANDLERS.items()
         if (flag := getattr(tool, field, None))
     }
     if not update:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from typing import Any, NoReturn
 
 import pytest
@@ -56,10 +57,8 @@ def validate(amount: int) -> None:
 
 def charged_anyway(ledger: Ledger, key: str, failure: BaseException) -> NoReturn:
     """A tool that catches its check's marked error, charges the card after all, then fails."""
-    try:
+    with suppress(ValueError):  # a lenient mode: the tool goes on
         validate(10)
-    except ValueError:
-        pass  # a lenient mode: the tool goes on
     ledger.effect(key, "execute:charge")
     raise failure
 
@@ -103,7 +102,7 @@ def langchain_run(
         """Charge the customer."""
         key = call_options().idempotency_key
         if body is not None:
-            return body(key)
+            return str(body(key))
         ledger.call(key, "attempt:charge")  # asked; the provider declines before charging anything
         raise declined("card declined")
 
@@ -119,8 +118,9 @@ def langchain_run(
         tools=[charge],
         middleware=[SagaMiddleware(journal=journal, tools=tools)],
     )
-    inputs = ({"messages": [{"role": "user", "content": "go"}]}, {"configurable": {"thread_id": run_id}})
-    result = asyncio.run(agent.ainvoke(*inputs)) if asynchronous else agent.invoke(*inputs)
+    question: Any = {"messages": [{"role": "user", "content": "go"}]}
+    config: Any = {"configurable": {"thread_id": run_id}}
+    result = asyncio.run(agent.ainvoke(question, config)) if asynchronous else agent.invoke(question, config)
     assert result["messages"][-1].content == "done"
     return [m for m in result["messages"] if isinstance(m, ToolMessage)]
 
@@ -354,6 +354,7 @@ def test_langchain_an_error_result_raised_from_a_no_effect_error_keeps_the_mark(
             validate(10)
         except ValueError as exc:
             raise ToolException("declined before charging") from exc  # the reported failure's cause
+        raise AssertionError("validate(10) raises")
 
     langchain_run(
         journal, ledger, run_id, [[("charge", {"amount": 10})]], tools=refund_only(ledger), body=declined
@@ -430,7 +431,7 @@ def openai_run(journal: Journal, ledger: Ledger, run_id: str, body: Callable[[],
     @saga_tool
     def charge(amount: int) -> dict[str, Any]:
         """Charge the customer."""
-        return body()
+        return dict(body())
 
     model = ScriptedModel(
         [[function_call("charge", {"amount": 10}, call_id="fc-1")], [assistant_message("done")]]
@@ -461,6 +462,7 @@ def test_openai_agents_an_exception_raised_from_a_no_effect_error_keeps_the_mark
             validate(10)
         except ValueError as exc:
             raise RuntimeError("declined before charging") from exc
+        raise AssertionError("validate(10) raises")
 
     assert openai_run(journal, ledger, run_id, body).final_output == "done"
     (record,) = journal.list_records(run_id)
