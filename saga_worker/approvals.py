@@ -51,8 +51,8 @@ def approve(
     """Approve a suspended call: the next ``resume_run`` executes it. Approving it again is a no-op.
 
     Raises CompensatedRunError (writing nothing) if the run is condemned, RunEndedError (writing
-    nothing) if it has ended (finished or failed) with the call undecided, ApprovalError if the call
-    is not suspended (or was denied)."""
+    nothing) if it has ended (finished or failed) with the call still suspended, ApprovalError if the
+    call is not suspended (or was denied), whether the run has ended or not."""
     return _decide(journal, run_id, tool_call_id, RecordStatus.APPROVED, actor, reason, via)
 
 
@@ -97,9 +97,13 @@ def _decide(
     try:
         decided = journal.decide_call(run_id, record.suffix, decision, error=error, audit=audit)
     except RunEndedError:
-        # The call can never execute now; deciding it as it was decided before the end is still a no-op.
+        # Deciding it as it was decided before the end is still a no-op, and deciding a call that was
+        # no longer waiting the other way is the ApprovalError below, ended run or not: RunEndedError
+        # is only for a call the run's end left suspended, which can never execute now.
         decided = None
-        if _decided_so(journal, run_id, record, decision, action) is None:
+        if _decided_so(journal, run_id, record, decision, action) is None and _still_suspended(
+            journal, run_id, record
+        ):
             raise
     if decided is not None:
         return decided
@@ -108,6 +112,10 @@ def _decide(
         return now  # decided so already (by this person or another; maybe executed since): no-op
     status = (journal.get_record(run_id, record.suffix) or record).status.value
     raise ApprovalError(run_id, tool_call_id, f"the call is {status}, not waiting for approval")
+
+
+def _still_suspended(journal: ApprovalsJournal, run_id: str, record: ToolRecord) -> bool:
+    return (journal.get_record(run_id, record.suffix) or record).status is RecordStatus.SUSPENDED
 
 
 def _decided_so(

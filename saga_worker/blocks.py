@@ -139,6 +139,7 @@ class SagaRun:
         """Journal a new decision holding this one call, after whatever the run holds already."""
         if self._run is not None and self._run.ended:
             return 0  # refused by _replay_only with a clear error
+        self.calls.refuse_new_in_open_transaction(call_id, tool_name, input)
         payload = encode_decision(
             self.run_id, [ToolCall(tool_name, input, call_id)], self.calls.tools, 0, set()
         )

@@ -15,7 +15,7 @@ from . import faults, tracing, transactions
 from .calls_shared import SharedCalls
 from .compensation.engine import new_owner
 from .compensation.leases import keeper
-from .errors import InvalidInputError, SideEffectRetryBlockedError, UnknownToolError
+from .errors import InvalidInputError, OpenTransactionError, SideEffectRetryBlockedError, UnknownToolError
 from .journal.base import Journal
 from .journal.records import NO_EFFECT_OUTPUT, NewRecord, RecordStatus, SharedStatus, ToolRecord
 from .keys import execute_key, json_problem, record_suffix
@@ -62,6 +62,21 @@ class CallSettler(SharedCalls):
         event = self._settle_record(step, tool, suffix, call_id, tool_name, input)
         self.settled.add(suffix)
         return event
+
+    def refuse_new_in_open_transaction(self, call_id: str, tool_name: str, input: Any) -> None:
+        """Refuse a new side-effecting call made inside the app's open transaction before its
+        decision is journaled: nothing of it is written, so a run it would have started is not
+        started (one left ``running`` by a refused call would look live forever, docs/reference/
+        integration.md). A call the journal holds already is ``settle``'s: replayed, or refused there."""
+        tool = self.tools.get(tool_name)
+        if tool is None or not tool.side_effect:
+            return
+        seen = transactions.open_transaction()
+        if seen is None:
+            return
+        suffix = record_suffix(tool.idempotency, tool_name, call_id, input)
+        if self.journal.get_record(self.run_id, suffix) is None:
+            raise OpenTransactionError(self.run_id, call_id, tool_name, seen)
 
     def _settle_record(
         self, step: int, tool: Tool, suffix: str, call_id: str, tool_name: str, input: Any

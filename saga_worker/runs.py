@@ -158,6 +158,8 @@ class _RunLoop:
             else:
                 state = RunState(self.run_id, prompt, step, tuple(results))
                 payload = encode_decision(self.run_id, self.planner(state), self.tools, calls_made, used_ids)
+                for call in decoded_calls(self.run_id, step + 1, payload) or ():
+                    self.calls.refuse_new_in_open_transaction(call["id"], call["tool"], call["input"])
                 if not started:  # written only now, so a rejected first decision leaves nothing behind
                     self.journal.start_run(self.run_id, prompt, traceparent=self.trace.traceparent)
                     started = True

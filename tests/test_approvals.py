@@ -159,8 +159,26 @@ def test_approving_again_after_the_approved_call_ran_and_the_run_finished_is_sti
     assert resume_run(run_id, journal=journal, tools=tools(ledger), planner=SCRIPT).status == "finished"
     assert approve(journal, run_id, "call-2", actor="carol").status is RecordStatus.SUCCEEDED
     assert [r.actor for r in read_audit(journal, run_id) if r.action is AuditAction.APPROVED] == ["alice"]
-    with pytest.raises(RunEndedError):
+    with pytest.raises(ApprovalError, match="succeeded, not waiting"):
         deny(journal, run_id, "call-2", actor="bob")
+
+
+@pytest.mark.parametrize("ended", [RunStatus.FINISHED, RunStatus.FAILED])
+@pytest.mark.parametrize(("first", "then"), [(approve, deny), (deny, approve)], ids=["approved", "denied"])
+def test_deciding_a_call_the_other_way_after_its_run_ended_raises_approval_error_and_writes_nothing(
+    journal: Journal, run_id: str, ended: RunStatus, first: Any, then: Any
+) -> None:
+    ledger = MemoryLedger()
+    suspended_run(journal, ledger, run_id)
+    decided = first(journal, run_id, "call-2", actor="alice").status
+    journal.end_run(run_id, ended, "", None)  # the run ended before the decided call was resumed
+    trail = read_audit(journal, run_id)
+    # The reference promises ApprovalError for deciding the other way afterwards, ended run or not.
+    with pytest.raises(ApprovalError, match=rf"{decided.value}, not waiting"):
+        then(journal, run_id, "call-2", actor="bob")
+    assert record_of(journal, run_id, "call-2").status is decided
+    assert read_audit(journal, run_id) == trail
+    assert "execute:refund" not in ledger.whats()
 
 
 def test_an_approval_and_a_tombstone_racing_never_leave_an_approval_on_a_condemned_run(

@@ -10,7 +10,6 @@ name to :func:`hooks` (the same mapping a Celery worker loads through ``SAGA_TOO
 
 from __future__ import annotations
 
-from contextlib import suppress
 from contextvars import ContextVar
 from typing import Any, TypeVar
 
@@ -24,8 +23,9 @@ _EXTRAS = {
 }
 
 
-# The call a framework tool function is executing right now, set around it by the adapter, and
-# what that call has said about itself (``no_effect``), read back by the adapter once it returns.
+# The call a framework tool function is executing right now, set around it by the adapter, and its
+# notes, read back by the adapter once it returns: the marked errors that could not carry the mark
+# themselves (``"marked"``), and the exception the framework turned into an error result (``"reported"``).
 _CURRENT_CALL: ContextVar[CallOptions | None] = ContextVar("saga_current_call", default=None)
 _CURRENT_NOTES: ContextVar[dict[str, Any] | None] = ContextVar("saga_current_notes", default=None)
 _NO_EFFECT_ATTR = "__saga_no_effect__"
@@ -53,19 +53,40 @@ def no_effect(error: E) -> E:
     The call is journaled ``failed`` with the mark (``saga_worker.NoEffect``): an unwind reads it
     ``skipped-not-executed`` without asking ``recover``, and a re-run may execute it again under the
     same key. Without the mark a failed call is a question for ``recover`` (``uncertain`` when the
-    tool has none). Use it only when nothing can have happened."""
-    with suppress(AttributeError):  # an exception type without a __dict__: the call's notes still say it
+    tool has none). Use it only when nothing can have happened.
+
+    The mark is the error's, not the call's: it counts only when the failure the call reports is
+    this error, or was raised ``from`` it. A marked error the tool caught and went on from says
+    nothing about what the tool did afterwards."""
+    try:
         setattr(error, _NO_EFFECT_ATTR, True)
-    notes = _CURRENT_NOTES.get()
-    if notes is not None:
-        notes["no_effect"] = True
+    except AttributeError:  # an exception type without a __dict__: the call's notes remember it
+        notes = _CURRENT_NOTES.get()
+        if notes is not None:
+            notes.setdefault("marked", []).append(error)
     return error
 
 
-def said_no_effect(error: BaseException | None) -> bool:
-    """Whether the call executing now, or ``error``, was marked with :func:`no_effect`."""
+def said_no_effect(error: BaseException | None, notes: dict[str, Any] | None = None) -> bool:
+    """Whether ``error``, or an error it was raised ``from`` (its ``__cause__`` chain), was marked
+    with :func:`no_effect`. Never the implicit ``__context__``: an error raised while handling a
+    marked one (``except Marked: charge(); raise Other``) is not that error's failure."""
+    marked = (notes if notes is not None else _CURRENT_NOTES.get() or {}).get("marked", [])
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if getattr(error, _NO_EFFECT_ATTR, False) or any(error is m for m in marked):
+            return True
+        seen.add(id(error))
+        error = error.__cause__
+    return False
+
+
+def note_reported(error: BaseException) -> None:
+    """Called by an adapter when its framework turns ``error``, raised by the tool, into an error
+    result: that result is the call's failure, and carries ``error``'s mark (and no other)."""
     notes = _CURRENT_NOTES.get()
-    return bool((notes or {}).get("no_effect")) or bool(getattr(error, _NO_EFFECT_ATTR, False))
+    if notes is not None:
+        notes["reported"] = error
 
 
 def _executed_by_the_agent(input: Any, opts: CallOptions) -> Any:

@@ -272,8 +272,10 @@ def _boxed_execute(
     result, and leaves in ``box`` the framework's own return value (``"live"``) or the exception
     it raised (``"error"``), so ``call`` can hand either back to the framework as it was.
 
-    A failure (an exception, or an error result) the tool marked with ``no_effect`` is raised to the
-    run machinery as ``NoEffect``, which journals it ``failed`` with that mark."""
+    A failure the tool marked with ``no_effect`` is raised to the run machinery as ``NoEffect``, which
+    journals it ``failed`` with that mark: an exception that is (or was raised ``from``) a marked
+    error, or an error result the framework made from such an exception (``note_reported``). A
+    marked error the tool caught and went on from marks nothing: the tool may have acted after it."""
 
     def run_it(_input: Any, opts: CallOptions) -> Any:
         notes: dict[str, Any] = {}
@@ -283,7 +285,7 @@ def _boxed_execute(
             live = execute()
         except Exception as exc:  # re-raised to the framework by ``call``, once the record is written
             box["error"] = exc
-            if notes.get("no_effect") or said_no_effect(exc):
+            if said_no_effect(exc, notes):
                 raise NoEffect(exception_text(exc)) from exc
             raise
         except BaseException as exc:
@@ -296,7 +298,8 @@ def _boxed_execute(
         error = error_of(live)
         if error is not None:
             box["error_result"] = True
-            raise NoEffect(error) if notes.get("no_effect") else ErrorResult(error)
+            reported = notes.get("reported")
+            raise NoEffect(error) if said_no_effect(reported, notes) else ErrorResult(error)
         try:
             return json_of(live)
         except Exception as exc:

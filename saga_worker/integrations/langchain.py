@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from . import missing_extra
+from . import missing_extra, note_reported
 
 try:
     from langchain.agents.middleware import AgentMiddleware, ModelRequest
@@ -37,6 +37,16 @@ try:
     from pydantic import BaseModel, ValidationError
 except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test in a clean env
     raise missing_extra("langchain", exc) from exc
+
+try:  # how BaseTool answers a caught ToolException / ValidationError for each kind of handler setting
+    from langchain_core.tools.base import _handle_tool_error, _handle_validation_error
+
+    _DEFAULT_HANDLERS: dict[str, Callable[..., Any]] = {
+        "handle_tool_error": _handle_tool_error,
+        "handle_validation_error": _handle_validation_error,
+    }
+except ImportError:  # pragma: no cover - a langchain-core that moved them
+    _DEFAULT_HANDLERS = {}
 
 from ..checks import check_run_id
 from ..errors import InvalidInputError
@@ -89,8 +99,9 @@ class SagaMiddleware(AgentMiddleware[Any, Any, Any]):
         if not _reaches(request.tool, request.tool_call):
             return handler(request)  # the tool node answers it with its error; nothing to journal
         journal, name, args, slot = self._call(request)
+        reporting = _reporting(request)
         outcome = journal.call(
-            name, args, slot, lambda: handler(request), _json_of_message, _error_of_message
+            name, args, slot, lambda: handler(reporting), _json_of_message, _error_of_message
         )
         return _message(request, outcome)
 
@@ -102,8 +113,9 @@ class SagaMiddleware(AgentMiddleware[Any, Any, Any]):
         if not _reaches(request.tool, request.tool_call):
             return await handler(request)
         journal, name, args, slot = self._call(request)
+        reporting = _reporting(request)
         outcome = await journal.acall(
-            name, args, slot, lambda: handler(request), _json_of_message, _error_of_message
+            name, args, slot, lambda: handler(reporting), _json_of_message, _error_of_message
         )
         return _message(request, outcome)
 
@@ -153,6 +165,33 @@ def _reaches(tool: BaseTool | None, call: Any) -> bool:
         except Exception:  # noqa: BLE001 - a validator that fails otherwise: let the tool node decide
             return True
     return True
+
+
+def _reporting(request: ToolCallRequest) -> ToolCallRequest:
+    """The request with a copy of its tool whose error handlers (``handle_tool_error``,
+    ``handle_validation_error``) first note the exception LangChain is turning into an error result,
+    then answer as the tool's own would: the error result carries that exception's ``no_effect``
+    mark, not the mark of an error the tool caught before it. Without LangChain's default handling
+    to defer to, the tool is left as it is (its error results then carry no mark: asked to ``recover``)."""
+    tool = request.tool
+    if tool is None:
+        return request
+    update = {
+        field: _noting(flag, default)
+        for field, default in _DEFAULT_HANDLERS.items()
+        if (flag := getattr(tool, field, None))
+    }
+    if not update:
+        return request
+    return request.override(tool=tool.model_copy(update=update))
+
+
+def _noting(flag: Any, default: Callable[..., Any]) -> Callable[[Any], Any]:
+    def handle(error: Any) -> Any:
+        note_reported(error)
+        return default(error, flag=flag)
+
+    return handle
 
 
 def _messages(state: Any) -> list[Any]:

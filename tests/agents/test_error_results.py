@@ -10,9 +10,11 @@ On every journal, with the frameworks' own offline models.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import suppress
+from typing import Any, NoReturn
 
 import pytest
 
@@ -46,6 +48,31 @@ def refunds(ledger: Ledger) -> list[str]:
     return [c.key for c in ledger.effects() if c.what.startswith("compensate")]
 
 
+# -- a marked error the tool caught is not its failure (issue 42) -----------------------------------
+def validate(amount: int) -> None:
+    """The tool's own check, written to be raised straight out of the tool: nothing happened yet."""
+    if amount < 100:
+        raise no_effect(ValueError(f"{amount} is below the minimum"))
+
+
+def charged_anyway(ledger: Ledger, key: str, failure: BaseException) -> NoReturn:
+    """A tool that catches its check's marked error, charges the card after all, then fails."""
+    with suppress(ValueError):  # a lenient mode: the tool goes on
+        validate(10)
+    ledger.effect(key, "execute:charge")
+    raise failure
+
+
+def assert_the_charge_is_asked_about_and_refunded(journal: Journal, ledger: Ledger, run_id: str) -> None:
+    """The call failed after charging: journaled without the no-effect mark, so the unwind asks
+    ``recover``, which finds the charge, and refunds it once."""
+    (record,) = journal.list_records(run_id)
+    assert record.status is RecordStatus.FAILED and not record.had_no_effect
+    report = compensate_run(run_id, journal=journal, tools=shop_hooks(ledger))
+    assert [e.status for e in report.entries] == [S.COMPENSATED]
+    assert refunds(ledger) == [f"{run_id}:comp:call-1"]
+
+
 # -- LangChain --------------------------------------------------------------------------------------
 def langchain_run(
     journal: Journal,
@@ -54,7 +81,9 @@ def langchain_run(
     steps: list[list[tuple[str, dict[str, Any]]]],
     *,
     tools: Any,
-    declined: Any,
+    declined: Any = None,
+    body: Callable[[str], Any] | None = None,
+    asynchronous: bool = False,
 ) -> list[Any]:
     require_framework("langchain")
     from langchain.agents import create_agent
@@ -72,6 +101,8 @@ def langchain_run(
     def charge(amount: int) -> str:
         """Charge the customer."""
         key = call_options().idempotency_key
+        if body is not None:
+            return str(body(key))
         ledger.call(key, "attempt:charge")  # asked; the provider declines before charging anything
         raise declined("card declined")
 
@@ -87,9 +118,9 @@ def langchain_run(
         tools=[charge],
         middleware=[SagaMiddleware(journal=journal, tools=tools)],
     )
-    result = agent.invoke(
-        {"messages": [{"role": "user", "content": "go"}]}, {"configurable": {"thread_id": run_id}}
-    )
+    question: Any = {"messages": [{"role": "user", "content": "go"}]}
+    config: Any = {"configurable": {"thread_id": run_id}}
+    result = asyncio.run(agent.ainvoke(question, config)) if asynchronous else agent.invoke(question, config)
     assert result["messages"][-1].content == "done"
     return [m for m in result["messages"] if isinstance(m, ToolMessage)]
 
@@ -120,8 +151,9 @@ def test_langchain_a_tool_exception_handed_to_the_model_is_a_failed_call_and_is_
     assert refunds(ledger) == []
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
 def test_langchain_a_tool_exception_marked_no_effect_needs_no_recover_hook(
-    journal: Journal, ledger: Ledger, run_id: str
+    journal: Journal, ledger: Ledger, run_id: str, asynchronous: bool
 ) -> None:
     from langchain_core.tools import ToolException
 
@@ -129,7 +161,13 @@ def test_langchain_a_tool_exception_marked_no_effect_needs_no_recover_hook(
         return no_effect(ToolException(text))
 
     langchain_run(
-        journal, ledger, run_id, [[("charge", {"amount": 10})]], tools=refund_only(ledger), declined=declined
+        journal,
+        ledger,
+        run_id,
+        [[("charge", {"amount": 10})]],
+        tools=refund_only(ledger),
+        declined=declined,
+        asynchronous=asynchronous,
     )
 
     (record,) = journal.list_records(run_id)
@@ -269,3 +307,165 @@ def test_openai_agents_an_exception_marked_no_effect_unwinds_as_nothing_to_undo(
     report = compensate_run(run_id, journal=journal, tools=refund_only(ledger))
     assert [e.status for e in report.entries] == [S.SKIPPED_NOT_EXECUTED]
     assert refunds(ledger) == []
+
+
+# -- a marked error caught, a charge, then a failure: never journaled as no effect (issue 42) --------
+def test_langchain_a_failure_raised_after_a_caught_no_effect_error_is_refunded(
+    journal: Journal, ledger: Ledger, run_id: str
+) -> None:
+    with pytest.raises(RuntimeError, match="receipt"):
+        langchain_run(
+            journal,
+            ledger,
+            run_id,
+            [[("charge", {"amount": 10})]],
+            tools=shop_hooks(ledger),
+            body=lambda key: charged_anyway(ledger, key, RuntimeError("the receipt was not stored")),
+        )
+    assert_the_charge_is_asked_about_and_refunded(journal, ledger, run_id)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["invoke", "ainvoke"])
+def test_langchain_an_error_result_after_a_caught_no_effect_error_is_refunded(
+    journal: Journal, ledger: Ledger, run_id: str, asynchronous: bool
+) -> None:
+    from langchain_core.tools import ToolException
+
+    messages = langchain_run(
+        journal,
+        ledger,
+        run_id,
+        [[("charge", {"amount": 10})]],
+        tools=shop_hooks(ledger),
+        body=lambda key: charged_anyway(ledger, key, ToolException("the receipt was not stored")),
+        asynchronous=asynchronous,
+    )
+    assert [m.status for m in messages] == ["error"]  # LangChain made it an error result
+    assert_the_charge_is_asked_about_and_refunded(journal, ledger, run_id)
+
+
+def test_langchain_an_error_result_raised_from_a_no_effect_error_keeps_the_mark(
+    journal: Journal, ledger: Ledger, run_id: str
+) -> None:
+    from langchain_core.tools import ToolException
+
+    def declined(key: str) -> NoReturn:
+        try:
+            validate(10)
+        except ValueError as exc:
+            raise ToolException("declined before charging") from exc  # the reported failure's cause
+        raise AssertionError("validate(10) raises")
+
+    langchain_run(
+        journal, ledger, run_id, [[("charge", {"amount": 10})]], tools=refund_only(ledger), body=declined
+    )
+    (record,) = journal.list_records(run_id)
+    assert record.status is RecordStatus.FAILED and record.had_no_effect
+
+
+def test_pydantic_ai_a_model_retry_after_a_caught_no_effect_error_is_refunded(
+    journal: Journal, ledger: Ledger, run_id: str
+) -> None:
+    require_framework("pydantic_ai")
+    from pydantic_ai import Agent, ModelRetry
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from saga_worker.integrations.pydantic_ai import SagaCapability
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if not any(isinstance(m, ModelResponse) for m in messages):
+            return ModelResponse(parts=[ToolCallPart("charge", {"amount": 10})])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(
+        FunctionModel(respond), capabilities=[SagaCapability(journal=journal, tools=shop_hooks(ledger))]
+    )
+
+    @agent.tool_plain(retries=1)
+    def charge(amount: int) -> dict[str, Any]:
+        key = call_options().idempotency_key
+        charged_anyway(ledger, key, ModelRetry("the receipt was not stored"))
+
+    assert agent.run_sync("go", run_id=run_id).output == "done"
+    assert_the_charge_is_asked_about_and_refunded(journal, ledger, run_id)
+
+
+def test_pydantic_ai_an_exception_after_a_caught_no_effect_error_is_refunded(
+    journal: Journal, ledger: Ledger, run_id: str
+) -> None:
+    require_framework("pydantic_ai")
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from saga_worker.integrations.pydantic_ai import SagaCapability
+
+    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        if not any(isinstance(m, ModelResponse) for m in messages):
+            return ModelResponse(parts=[ToolCallPart("charge", {"amount": 10})])
+        return ModelResponse(parts=[TextPart("done")])
+
+    agent = Agent(
+        FunctionModel(respond), capabilities=[SagaCapability(journal=journal, tools=shop_hooks(ledger))]
+    )
+
+    @agent.tool_plain
+    def charge(amount: int) -> dict[str, Any]:
+        key = call_options().idempotency_key
+        charged_anyway(ledger, key, RuntimeError("the receipt was not stored"))
+
+    with pytest.raises(RuntimeError, match="receipt"):
+        agent.run_sync("go", run_id=run_id)
+    assert_the_charge_is_asked_about_and_refunded(journal, ledger, run_id)
+
+
+def openai_run(journal: Journal, ledger: Ledger, run_id: str, body: Callable[[], Any]) -> Any:
+    require_framework("agents")
+    from agents import Agent, RunConfig, function_tool
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from saga_worker.integrations.openai_agents import SagaRunner, saga_tool
+
+    @function_tool
+    @saga_tool
+    def charge(amount: int) -> dict[str, Any]:
+        """Charge the customer."""
+        return dict(body())
+
+    model = ScriptedModel(
+        [[function_call("charge", {"amount": 10}, call_id="fc-1")], [assistant_message("done")]]
+    )
+    return SagaRunner(journal=journal, tools=shop_hooks(ledger)).run_sync(
+        Agent(name="shop", model=model, tools=[charge]),
+        "go",
+        run_id=run_id,
+        run_config=RunConfig(tracing_disabled=True),
+    )
+
+
+def test_openai_agents_an_exception_after_a_caught_no_effect_error_is_refunded(
+    journal: Journal, ledger: Ledger, run_id: str
+) -> None:
+    def body() -> NoReturn:
+        charged_anyway(ledger, call_options().idempotency_key, RuntimeError("the receipt was not stored"))
+
+    assert openai_run(journal, ledger, run_id, body).final_output == "done"  # the model was told
+    assert_the_charge_is_asked_about_and_refunded(journal, ledger, run_id)
+
+
+def test_openai_agents_an_exception_raised_from_a_no_effect_error_keeps_the_mark(
+    journal: Journal, ledger: Ledger, run_id: str
+) -> None:
+    def body() -> NoReturn:
+        try:
+            validate(10)
+        except ValueError as exc:
+            raise RuntimeError("declined before charging") from exc
+        raise AssertionError("validate(10) raises")
+
+    assert openai_run(journal, ledger, run_id, body).final_output == "done"
+    (record,) = journal.list_records(run_id)
+    assert record.status is RecordStatus.FAILED and record.had_no_effect
+    report = compensate_run(run_id, journal=journal, tools=refund_only(ledger))
+    assert [e.status for e in report.entries] == [S.SKIPPED_NOT_EXECUTED] and refunds(ledger) == []

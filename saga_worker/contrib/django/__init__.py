@@ -10,9 +10,9 @@ Add ``"saga_worker.contrib.django"`` to ``INSTALLED_APPS``. Then:
   ``manage.py migrate`` creates and upgrades those tables;
 - the broker and result backend default to Celery's Django settings (``CELERY_BROKER_URL``,
   ``CELERY_RESULT_BACKEND``), so the CLI sends where the workers listen;
-- a side-effecting call made inside an open ``atomic()`` block (``ATOMIC_REQUESTS`` included) is
-  refused with :class:`~saga_worker.OpenTransactionError`: send the step with
-  ``transaction.on_commit``;
+- a side-effecting call made inside an open ``atomic()`` block (``ATOMIC_REQUESTS`` included), or
+  on a connection whose autocommit is off, is refused with
+  :class:`~saga_worker.OpenTransactionError`: send the step with ``transaction.on_commit``;
 - views get a ready journal: :func:`journal`.
 
 ``saga-worker`` commands set Django up when ``DJANGO_SETTINGS_MODULE`` is set (or

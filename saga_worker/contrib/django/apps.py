@@ -8,16 +8,21 @@ from django.apps import AppConfig
 
 
 def open_atomic_block() -> str | None:
-    """The probe for :mod:`saga_worker.transactions`: an ``atomic()`` block open on any of Django's
-    connections in this thread (a TestCase's own per-test block is not the app's, and is ignored)."""
+    """The probe for :mod:`saga_worker.transactions`: a transaction of the app's open on any of
+    Django's connections in this thread, which the call's record (on the journal's own connection)
+    does not join: an ``atomic()`` block (a TestCase's own per-test block is not the app's, and is
+    ignored), or a connection whose autocommit is off (``transaction.set_autocommit(False)``, or
+    ``AUTOCOMMIT: False``), where every write waits for a commit the app may never make."""
     from django.db import connections
 
     for conn in connections.all(initialized_only=True):
-        if not conn.in_atomic_block:
-            continue
-        blocks: list[Any] = list(getattr(conn, "atomic_blocks", []))
-        if not blocks or any(not getattr(b, "_from_testcase", False) for b in blocks):
-            return f"an open atomic() block of Django database {conn.alias!r} (or ATOMIC_REQUESTS)"
+        if conn.in_atomic_block:
+            blocks: list[Any] = list(getattr(conn, "atomic_blocks", []))
+            if not blocks or any(not getattr(b, "_from_testcase", False) for b in blocks):
+                return f"an open atomic() block of Django database {conn.alias!r} (or ATOMIC_REQUESTS)"
+        elif conn.connection is not None and not conn.get_autocommit():
+            # Outside atomic() autocommit is off only by the app's hand; a closed connection has none.
+            return f"an open transaction of Django database {conn.alias!r} (autocommit is off)"
     return None
 
 
