@@ -359,7 +359,9 @@ def test_a_megabyte_id_reason_or_error_text_is_answered_acknowledged_and_the_wor
         )
         long_id = client.send_task("saga.compensate_run", args=["b" * 50_000])  # under the size bound
         for refused in (huge_id, huge_reason):
-            with pytest.raises(Exception, match="carries ids only, this one is .* bytes") as failed:
+            with pytest.raises(
+                Exception, match="carries ids only, its body and headers are .* bytes"
+            ) as failed:
                 refused.get(timeout=60)
             assert len(str(failed.value)) < 400
         with pytest.raises(
@@ -390,6 +392,30 @@ def test_a_megabyte_id_reason_or_error_text_is_answered_acknowledged_and_the_wor
         ledger.close()
         journal.close()
         client.close()
+
+
+@pytest.mark.parametrize("header", ["baggage", "traceparent"])
+def test_a_saga_message_whose_headers_pass_the_size_limit_is_refused_acknowledged_and_condemns_nothing(
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str, header: str
+) -> None:
+    """Issue 43: the size limit counts a message's headers as well as its body; a megabyte of tracing
+    header on a small body is refused on receipt, stored as the task's error, acknowledged, and the
+    run stays as it was (the same unwind, sent plainly, then runs)."""
+    client, journal, ledger = parts
+    scenarios.place_order(journal, ledger, run_id)
+    broker = redis.Redis.from_url(running.saga["broker_url"])
+    try:
+        sent = client.send_task("saga.compensate_run", args=[run_id], headers={header: "k=" + "v" * MEGABYTE})
+        with pytest.raises(Exception, match=r"its body and headers are \d+ bytes \(at most 65536\)") as got:
+            sent.get(timeout=60)
+        assert "refused, nothing was done" in str(got.value) and len(str(got.value)) < 400
+        run = journal.get_run(run_id)
+        assert run is not None and not run.condemned
+        assert sent.id.encode() not in unacked(broker) and broker.llen(running.saga["queue"]) == 0
+        report = scenarios.unwind(client, run_id)
+        assert scenarios.statuses(report) == ["compensated"] * 3
+    finally:
+        broker.close()
 
 
 def test_a_saga_message_whose_json_body_cannot_be_decoded_ends_acked_with_a_stored_error_and_a_log_line(
