@@ -38,9 +38,9 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from .. import executor, faults, metrics
 from ..compensation.report import CompensationEntry, CompensationStatus
-from ..errors import ToolsNotConfiguredError
+from ..errors import InvalidInputError, ToolsNotConfiguredError
 from ..logjson import json_if_asked
-from ..redact import redact_exception, redact_url
+from ..redact import redact_exception, redact_text, redact_url
 from ..settings import get_settings
 from .logs import redact_saga_logs
 from .redeliveries import DeliveriesExhausted, counted
@@ -108,11 +108,21 @@ def _serves_saga_tasks(worker: Any) -> bool:
 
 
 def _refuse_without_tools(sender: Any = None, **_: Any) -> None:
-    """A worker of an app with the saga tasks and no tools configured does not start: it would
-    answer every step with an error (there is no fallback to sample tools). SystemExit, because
-    Celery logs and swallows an Exception raised by a signal handler."""
-    if _serves_saga_tasks(sender) and executor.tools_source() is None:
-        raise SystemExit(f"error: {ToolsNotConfiguredError('celery worker')}")
+    """A worker of an app with the saga tasks whose tools are not configured, or cannot be imported
+    (a module that fails to import, an attribute that is missing or is not a mapping of tools), does
+    not start: it would say ``ready`` and answer every step with that error (there is no fallback to
+    sample tools). Checked here, at ``worker_init``: before the pool forks and before the consumer
+    takes any message, and after Celery's Django fixup has run ``django.setup()`` (tools that import
+    models import). SystemExit, because Celery logs and swallows an Exception raised by a signal
+    handler."""
+    if not _serves_saga_tasks(sender):
+        return
+    try:
+        executor.check_tools_at_start("celery worker")
+    except ToolsNotConfiguredError as exc:
+        raise SystemExit(f"error: {exc}") from exc
+    except InvalidInputError as exc:
+        raise SystemExit(f"error: saga-worker cannot load its tools: {redact_text(str(exc))}") from exc
 
 
 def banner_lines(app: Any) -> list[str]:
