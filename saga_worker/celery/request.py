@@ -71,6 +71,13 @@ def _refusal(message: Any, name: str, task_id: str) -> str | None:
     if len(task_id) > limit:
         why = ": the task id is the unwind id" if name in TASK_ID_MAX else ""
         return f"its task id is {len(task_id)} characters (at most {limit}{why})"
+    if not task_id.isprintable():
+        # The journal keys a redelivery's count (and a coordinator's unwind) by the task id.
+        at = next(i for i, c in enumerate(task_id) if not c.isprintable())
+        return (
+            f"its task id holds a control character at index {at}: a journal keeps task ids, so they "
+            "are 1-1024 printable characters"
+        )
     return None
 
 

@@ -38,7 +38,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from .. import executor, faults, metrics
 from ..compensation.report import CompensationEntry, CompensationStatus
-from ..errors import InvalidInputError, ToolsNotConfiguredError
+from ..errors import InvalidInputError, JournalUnavailableError, ToolsNotConfiguredError
 from ..logjson import json_if_asked
 from ..redact import redact_exception, redact_text, redact_url
 from ..settings import get_settings
@@ -55,10 +55,12 @@ RETRY_UNCERTAIN = "saga.retry_uncertain"
 NAMES = (COMPENSATE_RUN, COMPENSATE_STEP, FINALIZE_UNWIND, RETRY_UNCERTAIN)
 REQUEST = "saga_worker.celery.request:JsonOnlyRequest"
 
-# A journal that is briefly unreachable (a database restart, a locked SQLite file) is retried with
-# backoff under the same task id; every step is idempotent, so a retry only finishes what it began.
+# A journal that is briefly unreachable (a database restart, a locked SQLite file) or whose storage
+# refuses work until someone acts (a full disk, a read-only standby: JournalUnavailableError, which
+# says what to do) is retried with backoff under the same task id; every step is idempotent, so a
+# retry only finishes what it began.
 RETRY: dict[str, Any] = {
-    "autoretry_for": (OperationalError, InterfaceError),
+    "autoretry_for": (OperationalError, InterfaceError, JournalUnavailableError),
     "retry_backoff": 1,
     "retry_backoff_max": 30,
     "retry_jitter": True,

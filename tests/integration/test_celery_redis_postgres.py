@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -392,6 +392,54 @@ def test_a_megabyte_id_reason_or_error_text_is_answered_acknowledged_and_the_wor
         ledger.close()
         journal.close()
         client.close()
+
+
+def test_an_unwind_on_a_read_only_journal_is_retried_saying_why_and_completes_once_it_is_writable(
+    tmp_path: Path, workers: Workers, read_only_pg_url: tuple[str, Callable[[bool], None]], run_id: str
+) -> None:
+    """Issue 43: a read-only database (a standby) is a JournalUnavailableError naming the fix, which
+    the saga tasks retry with backoff: once the journal is writable again the same unwind completes."""
+    url, read_only = read_only_pg_url
+    setup = redis_setup(tmp_path, url)
+    journal, ledger = setup.journal(), setup.ledger()
+    try:
+        scenarios.place_order(journal, ledger, run_id)
+    finally:
+        ledger.close()
+        journal.close()
+    read_only(True)
+    workers.start(setup, concurrency=1)
+    client = setup.client()
+    try:
+        sent = client.send_task("saga.compensate_run", args=[run_id])
+        wait_for(lambda: sent.state in ("RETRY", "FAILURE"), 60, "the unwind to fail or be retried")
+        assert sent.state == "RETRY", sent.info
+        assert "the database is read-only" in str(sent.info) and "SAGA_JOURNAL_URL" in str(sent.info)
+        read_only(False)
+        report = sent.get(timeout=120)
+        assert scenarios.statuses(report) == ["compensated"] * 3
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("field", ["unwind_id", "suffix", "task_id"])
+def test_a_step_message_with_a_nul_in_an_id_ends_with_the_check_that_refused_it_not_the_drivers_text(
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str, field: str
+) -> None:
+    """Issue 43: a NUL in a step message's unwind id, step or task id (PostgreSQL text takes none; a
+    redelivery's count is keyed by the task id) is refused by the checks before the journal is
+    touched: FAILURE naming the id, no hook called."""
+    client, journal, ledger = parts
+    scenarios.place_order(journal, ledger, run_id)
+    ids = {"unwind_id": f"u-{run_id}", "suffix": "call-1", "task_id": f"step-{run_id}"}
+    ids[field] += "\x00"
+    sent = client.send_task(
+        "saga.compensate_step", args=[run_id, ids["unwind_id"], ids["suffix"]], task_id=ids["task_id"]
+    )
+    with pytest.raises(Exception, match=r"1-\d+ printable characters") as refused:
+        sent.get(timeout=60)
+    assert "NUL (0x00)" not in str(refused.value) and "DataError" not in repr(refused.value)
+    assert set(scenarios.compensations(ledger, run_id).values()) == {0}  # no hook called
 
 
 @pytest.mark.parametrize("header", ["baggage", "traceparent"])
