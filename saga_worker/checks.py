@@ -1,6 +1,6 @@
 """Every check of input at the boundary, in one place: identifiers that go into idempotency keys
-(run, tool and call ids), unwind ids, ``dry_run``, the audit trail's actor, reason and ``via``, and
-text a journal stores. Each returns the value it accepts and raises InvalidInputError, writing
+(run, tool and call ids), unwind ids, steps named in a message, ``dry_run``, the audit trail's
+actor, reason and ``via``, and text a journal stores. Each returns the value it accepts and raises InvalidInputError, writing
 nothing, for one it refuses; an error shows at most the start of a refused value (``shown``).
 
 (Tools are checked where they are defined: ``tools.check_tools``.)
@@ -95,6 +95,22 @@ def check_unwind_id(unwind_id: object) -> str:
             unwind_id=shown,
         )
     return unwind_id
+
+
+SUFFIX_MAX = 300  # the journal's step columns (saga_tool_records.suffix, saga_compensations.suffix)
+
+
+def check_step_suffix(suffix: object) -> str:
+    """A step's name in a step message (its call id, or ``args-<tool>-<hash>``): text a journal can
+    look up, checked before it is read, so a NUL or a megabyte is refused here naming the step, never
+    by the database's driver in its own words."""
+    if not isinstance(suffix, str) or not 1 <= len(suffix) <= SUFFIX_MAX or not suffix.isprintable():
+        raise InvalidInputError(
+            f"step {shown(suffix)} cannot be in a journal: a step's name is 1-{SUFFIX_MAX} printable "
+            "characters (its call id, or args-<tool>-<hash>); nothing was done",
+            suffix=clipped(suffix),
+        )
+    return suffix
 
 
 def check_dry_run(dry_run: object) -> bool:

@@ -104,6 +104,12 @@ class JournalError(SagaError):
     """The journal cannot be opened or used (bad URL, missing driver, schema not migrated)."""
 
 
+class JournalUnavailableError(JournalError):
+    """The journal's storage refuses work for now: a full or failing disk, a read-only database (a
+    standby), a connection the server keeps closing. The message says which and what to do; once
+    that is fixed the same work succeeds (every write is idempotent), so the saga tasks retry it."""
+
+
 class MalformedRecordError(SagaError):
     """A journal row cannot be read back (corrupt JSON, unknown status)."""
 

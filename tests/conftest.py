@@ -27,6 +27,11 @@ from tests.services import PG_ADMIN_URL, REDIS_URL, require
 BACKENDS = ["memory", "sqlite", "postgres"]
 
 
+TERMINATE = (
+    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = :name AND pid <> pg_backend_pid()"
+)
+
+
 def fresh_pg_database(prefix: str) -> Iterator[str]:
     """A new PostgreSQL database (named ``prefix`` + random hex), migrated to the newest schema;
     dropped when the generator is closed. Fixtures yield from it."""
@@ -47,6 +52,34 @@ def fresh_pg_database(prefix: str) -> Iterator[str]:
 def pg_database_url() -> Iterator[str]:
     """A PostgreSQL database made for this pytest session, migrated to the newest schema."""
     yield from fresh_pg_database("saga_t_")
+
+
+@pytest.fixture
+def read_only_pg_url() -> Iterator[tuple[str, Callable[[bool], None]]]:
+    """A PostgreSQL database of its own, and a switch that makes it read-only (as a standby is) for
+    the sessions opened after it (``ALTER DATABASE … SET default_transaction_read_only``; turned off,
+    it also ends the sessions opened while it was on, which keep it)."""
+    database = fresh_pg_database("saga_ro_")
+    url = next(database)
+    admin = sa.create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    name = sa.engine.make_url(url).database
+
+    def read_only(on: bool) -> None:
+        with admin.connect() as conn:
+            conn.execute(
+                sa.text(
+                    f'ALTER DATABASE "{name}" SET default_transaction_read_only = {"on" if on else "off"}'
+                )
+            )
+            if not on:  # the sessions opened meanwhile keep it: ended, as a failover ends them
+                conn.execute(sa.text(TERMINATE), {"name": name})
+
+    try:
+        yield url, read_only
+    finally:
+        read_only(False)
+        admin.dispose()
+        next(database, None)  # its cleanup: the database dropped
 
 
 @pytest.fixture

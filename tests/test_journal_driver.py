@@ -16,8 +16,17 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.dialects import sqlite
 
-from saga_worker import open_journal
+from saga_worker import (
+    JournalUnavailableError,
+    Tool,
+    ToolCall,
+    compensate_run,
+    open_journal,
+    run_durable,
+    scripted,
+)
 from saga_worker.journal import driver
+from saga_worker.journal.dialects import policy_for
 from saga_worker.journal.driver import Prepared
 from saga_worker.journal.schema import runs
 from saga_worker.journal.sql import SqlJournal
@@ -328,3 +337,72 @@ def test_a_failed_durable_postgres_pipeline_commits_nothing_and_leaves_its_conne
         assert journal.get_unwind("u-1") is None  # the insert before the first failure was not committed
         journal.record_unwind("u-1", run_id, dry_run=False, suffixes=["s1"])  # the connection serves on
         assert journal.get_unwind("u-1") is not None
+
+
+# -- the journal's storage refusing work: said as JournalUnavailableError (journal/refusals.py) -------
+
+ORDER = [ToolCall("charge", {"amount": 10}), ToolCall("reserve", {"sku": "A1"})]
+
+
+def _undoable_tools(undone: list[str]) -> dict[str, Tool]:
+    def make(name: str) -> Tool:
+        return Tool(lambda input, opts: {"id": name}, lambda input, output, opts: undone.append(name))
+
+    return {"charge": make("charge"), "reserve": make("reserve")}
+
+
+def _sqlite_journal_capped_at(url: str, pages: int) -> SqlJournal:
+    """A journal whose every connection lets the file grow to ``pages`` pages and no further: SQLite's
+    own "database or disk is full", as a full disk gives it."""
+    engine = policy_for("sqlite").create_engine(sa.engine.make_url(url), url)
+
+    @sa.event.listens_for(engine, "connect")
+    def cap(dbapi_conn: sqlite3.Connection, _record: object) -> None:
+        dbapi_conn.execute(f"PRAGMA max_page_count = {pages}")
+
+    return SqlJournal(url, engine=engine)
+
+
+def test_a_full_sqlite_disk_is_a_journal_error_saying_so_and_the_same_work_succeeds_once_there_is_room(
+    sqlite_url: str,
+) -> None:
+    open_journal(sqlite_url, migrate=True).close()
+    with contextlib.closing(sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))) as db:
+        (pages,) = db.execute("PRAGMA page_count").fetchone()
+    full = _sqlite_journal_capped_at(sqlite_url, pages)
+    try:
+        with pytest.raises(JournalUnavailableError) as refused:
+            for n in range(100_000):  # the disk fills up
+                full.start_run(f"filler-{n}", "x" * 500)
+        message = str(refused.value)
+        assert message.startswith(f"journal {sqlite_url} cannot be written: the disk holding it is full")
+        assert "database or disk is full" in message and "free space" in message and "[SQL:" not in message
+        assert full.get_run(f"filler-{n}") is None  # the refused write left nothing behind
+    finally:
+        full.close()
+    with open_journal(sqlite_url) as journal:  # room again: the same work goes through
+        journal.start_run(f"filler-{n}", "x" * 500)
+        assert journal.get_run(f"filler-{n}") is not None
+
+
+def test_a_read_only_postgresql_journal_is_a_journal_error_naming_the_primary_and_condemns_nothing(
+    read_only_pg_url: tuple[str, Callable[[bool], None]],
+) -> None:
+    url, read_only = read_only_pg_url
+    undone: list[str] = []
+    tools = _undoable_tools(undone)
+    with open_journal(url) as journal:
+        run_durable("order-7", journal=journal, tools=tools, planner=scripted(*ORDER))
+    read_only(True)
+    with open_journal(url) as journal:
+        with pytest.raises(JournalUnavailableError) as refused:
+            compensate_run("order-7", journal=journal, tools=tools)
+        message = str(refused.value)
+        assert "the database is read-only" in message and "point SAGA_JOURNAL_URL at the primary" in message
+        assert "ReadOnlySqlTransaction" not in message and "[SQL:" not in message
+        run = journal.get_run("order-7")  # reads still work
+        assert run is not None and not run.condemned and undone == []
+    read_only(False)
+    with open_journal(url) as journal:  # the primary again: the same unwind goes through
+        report = compensate_run("order-7", journal=journal, tools=tools)
+        assert [e.status.value for e in report.entries] == ["compensated", "compensated"]

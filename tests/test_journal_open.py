@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -22,7 +24,9 @@ from saga_worker import (
     scripted,
 )
 from saga_worker.journal import migrate, prepare_journal
+from saga_worker.journal.dialects import policy_for
 from saga_worker.journal.schema import metadata
+from saga_worker.redact import redact_url
 from tests.procs.run_child import finish, spawn
 from tests.services import PG_ADMIN_URL, require
 
@@ -131,6 +135,42 @@ def test_an_unreachable_postgres_gives_a_journal_error_naming_the_url_without_it
         open_journal(url, migrate=True)
     assert "postgresql+psycopg://postgres:***@127.0.0.1:1/test" in str(info.value)
     assert "s3cret" not in str(info.value)
+
+
+def _engine_whose_connections_are_killed(url: str, killed: int) -> sa.Engine:
+    """A journal's engine on which the server terminates the first ``killed`` connections, each as
+    soon as it is made (``pg_terminate_backend``, as an administrator or a failover would)."""
+    engine = policy_for("postgresql").create_engine(sa.engine.make_url(url), url)
+    left = [killed]
+
+    @sa.event.listens_for(engine, "connect")
+    def terminate(dbapi_conn: Any, _record: object) -> None:
+        if left[0] > 0:
+            left[0] -= 1
+            with contextlib.suppress(Exception), dbapi_conn.cursor() as cursor:
+                cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+
+    return engine
+
+
+def test_a_journal_whose_connection_is_killed_while_it_opens_retries_and_else_says_what_happened(
+    pg_database_url: str,
+) -> None:
+    """Issue 43: the sweeper (and every worker) opens its journal on its first task; a connection the
+    server closed then is tried again, and an error after the retries says the server closed it."""
+    once = SqlJournal(pg_database_url, engine=_engine_whose_connections_are_killed(pg_database_url, 1))
+    try:
+        assert once.get_run("never-journaled") is None  # opened, and reads
+    finally:
+        once.close()
+    with pytest.raises(JournalError) as refused:
+        SqlJournal(pg_database_url, engine=_engine_whose_connections_are_killed(pg_database_url, 100))
+    message = str(refused.value)
+    assert message.startswith(
+        f"cannot open journal {redact_url(pg_database_url)}: the database server closed"
+    )
+    assert "terminated by an administrator, or the server restarted or shut down" in message
+    assert "tried 3 times" in message
 
 
 def test_a_sqlite_file_in_a_folder_that_cannot_be_made_gives_a_journal_error(tmp_path: Path) -> None:

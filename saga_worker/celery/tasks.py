@@ -38,9 +38,9 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 
 from .. import executor, faults, metrics
 from ..compensation.report import CompensationEntry, CompensationStatus
-from ..errors import ToolsNotConfiguredError
+from ..errors import InvalidInputError, JournalUnavailableError, ToolsNotConfiguredError
 from ..logjson import json_if_asked
-from ..redact import redact_exception, redact_url
+from ..redact import redact_exception, redact_text, redact_url
 from ..settings import get_settings
 from .logs import redact_saga_logs
 from .redeliveries import DeliveriesExhausted, counted
@@ -55,10 +55,12 @@ RETRY_UNCERTAIN = "saga.retry_uncertain"
 NAMES = (COMPENSATE_RUN, COMPENSATE_STEP, FINALIZE_UNWIND, RETRY_UNCERTAIN)
 REQUEST = "saga_worker.celery.request:JsonOnlyRequest"
 
-# A journal that is briefly unreachable (a database restart, a locked SQLite file) is retried with
-# backoff under the same task id; every step is idempotent, so a retry only finishes what it began.
+# A journal that is briefly unreachable (a database restart, a locked SQLite file) or whose storage
+# refuses work until someone acts (a full disk, a read-only standby: JournalUnavailableError, which
+# says what to do) is retried with backoff under the same task id; every step is idempotent, so a
+# retry only finishes what it began.
 RETRY: dict[str, Any] = {
-    "autoretry_for": (OperationalError, InterfaceError),
+    "autoretry_for": (OperationalError, InterfaceError, JournalUnavailableError),
     "retry_backoff": 1,
     "retry_backoff_max": 30,
     "retry_jitter": True,
@@ -108,11 +110,21 @@ def _serves_saga_tasks(worker: Any) -> bool:
 
 
 def _refuse_without_tools(sender: Any = None, **_: Any) -> None:
-    """A worker of an app with the saga tasks and no tools configured does not start: it would
-    answer every step with an error (there is no fallback to sample tools). SystemExit, because
-    Celery logs and swallows an Exception raised by a signal handler."""
-    if _serves_saga_tasks(sender) and executor.tools_source() is None:
-        raise SystemExit(f"error: {ToolsNotConfiguredError('celery worker')}")
+    """A worker of an app with the saga tasks whose tools are not configured, or cannot be imported
+    (a module that fails to import, an attribute that is missing or is not a mapping of tools), does
+    not start: it would say ``ready`` and answer every step with that error (there is no fallback to
+    sample tools). Checked here, at ``worker_init``: before the pool forks and before the consumer
+    takes any message, and after Celery's Django fixup has run ``django.setup()`` (tools that import
+    models import). SystemExit, because Celery logs and swallows an Exception raised by a signal
+    handler."""
+    if not _serves_saga_tasks(sender):
+        return
+    try:
+        executor.check_tools_at_start("celery worker")
+    except ToolsNotConfiguredError as exc:
+        raise SystemExit(f"error: {exc}") from exc
+    except InvalidInputError as exc:
+        raise SystemExit(f"error: saga-worker cannot load its tools: {redact_text(str(exc))}") from exc
 
 
 def banner_lines(app: Any) -> list[str]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from .context import (
     ToolsSource,
     WorkerContext,
+    check_tools_at_start,
     configure,
     configured_settings,
     current,
@@ -33,6 +34,7 @@ __all__ = [
     "ToolsSource",
     "WorkerContext",
     "backoff_delay",
+    "check_tools_at_start",
     "configure",
     "configured_settings",
     "current",

@@ -25,8 +25,9 @@ from ..tools import Tool, check_tools
 log = logging.getLogger(__name__)
 
 
-def load_tools(spec: str) -> dict[str, Tool]:
-    """Import ``"package.module:attribute"``: a mapping of tool name to Tool, or a callable returning one."""
+def import_tools(spec: str) -> Any:
+    """What ``"package.module:attribute"`` names, imported but not called: the mapping of tools, or
+    the callable that returns it. InvalidInputError naming the setting when it cannot be imported."""
     module_name, sep, attribute = spec.partition(":")
     if not sep or not module_name or not attribute:
         raise InvalidInputError(f"SAGA_TOOLS must look like 'package.module:attribute', got {spec!r}")
@@ -44,6 +45,13 @@ def load_tools(spec: str) -> dict[str, Tool]:
             raise InvalidInputError(
                 f"SAGA_TOOLS={spec!r}: {module_name!r} has no attribute {attribute!r}"
             ) from exc
+    return value
+
+
+def load_tools(spec: str) -> dict[str, Tool]:
+    """Import ``"package.module:attribute"``: a mapping of tool name to Tool, or a callable returning one."""
+    value = import_tools(spec)
+    attribute = spec.partition(":")[2]
     if callable(value) and not isinstance(value, Mapping):
         # Every error from here on names the setting: a worker's log must say what to fix.
         try:
@@ -213,6 +221,24 @@ def tools_source() -> str | None:
     if _configured_tools is not None:
         return describe_source(_configured_tools)
     return configured_settings().tools
+
+
+def check_tools_at_start(where: str) -> None:
+    """Before a worker consumes anything: :class:`ToolsNotConfiguredError` naming ``where`` without
+    tools, and InvalidInputError naming the setting when a ``SAGA_TOOLS`` (or ``install`` string)
+    cannot be imported or names something that is not a mapping of tools, so the worker refuses to
+    start rather than say ready and answer every step with that error.
+
+    Imported in the worker's main process, before its pool forks, as Celery imports the app's task
+    modules. A callable is left for each process to call on first use, as before: what it opens (a
+    connection, a client) must be its own process's, never one a fork would share."""
+    source = _configured_tools if _configured_tools is not None else configured_settings().tools
+    if source is None:
+        raise ToolsNotConfiguredError(where)
+    if isinstance(source, str):
+        value = import_tools(source)
+        if isinstance(value, Mapping) or not callable(value):
+            load_tools(source)  # checks the mapping (or says what it is instead); calls nothing
 
 
 def _new_context() -> WorkerContext:

@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from .. import tracing
 from ..audit import check_via
-from ..checks import check_run_id, check_unwind_id
+from ..checks import check_run_id, check_step_suffix, check_unwind_id
 from ..compensation.attempt import StepAttempt, Twins, Unwinding
 from ..compensation.engine import (
     UNWOUND,
@@ -152,7 +152,9 @@ def run_step(
     live duplicate delivery of this very step holds it: that delivery carries the chain on, and this
     one must end without writing anything. With ``refusal`` (the step's workers were lost too often),
     a step not yet settled fails with that error and none of its tool's code is called."""
-    check_run_id(run_id)
+    check_run_id(run_id)  # every id in the message, before the journal is touched
+    check_unwind_id(unwind_id)
+    check_step_suffix(suffix)
     view = journal.read_step(unwind_id, run_id, suffix)  # all a step needs to know
     info = _checked(view.unwind, run_id, unwind_id)
     position = view.position
@@ -261,6 +263,7 @@ def _compensate(
 def finalize_unwind(journal: Journal, run_id: str, unwind_id: str) -> CompensationReport:
     """The report from the journal: stored entries up to the halt, ``not-attempted`` after it."""
     check_run_id(run_id)
+    check_unwind_id(unwind_id)
     # The unwind, its entries, the run, its steps and who condemned it: one read (``read_report``).
     view = journal.read_report(unwind_id, run_id, UNWOUND)
     info = _checked(view.unwind, run_id, unwind_id)

@@ -7,7 +7,9 @@ SQLAlchemy still writes each one (once per dialect, from the Core tables in ``sc
 this module only executes the result on a pooled DBAPI connection.
 
 What it keeps from SQLAlchemy's own execution: errors are raised as SQLAlchemy's exception classes
-(so a caller's ``except OperationalError`` sees one family, whichever path ran), and a connection
+(so a caller's ``except OperationalError`` sees one family, whichever path ran), but for a refusal
+of the journal's storage (a full disk, a read-only database: ``refusals.py``), raised as
+``JournalUnavailableError`` saying what is wrong and what to do; and a connection
 the driver reports as disconnected is invalidated, the pool emptied, and the transaction retried
 once on a fresh connection when the failure came before anything could have been written.
 """
@@ -26,6 +28,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from .. import process_id
 from .dialects import DialectPolicy
+from .refusals import storage_refusal
 
 Row = dict[str, Any]
 # Plain statements sent before and after a batch's own, in its round trip (``Tx.batch``).
@@ -193,6 +196,7 @@ class Connections:
     def __init__(self, engine: sa.Engine, policy: DialectPolicy) -> None:
         self.engine = engine
         self.policy = policy
+        self.shown_url = engine.url.render_as_string(hide_password=True)  # for errors: no password
         self._local = threading.local() if policy.keeps_connection_per_thread else None
         # ``policy.autocommits(atomic=...)`` for False and True, asked once: it is fixed per dialect.
         self.autocommits = (policy.autocommits(atomic=False), policy.autocommits(atomic=True))
@@ -376,6 +380,9 @@ def transaction(
                 _abandon(connections, raw, driver, cursor, autocommit=autocommit, durable=durable)
             if gone and attempt == 1 and (tx is None or tx.statements_run == 0):
                 continue  # nothing reached the database: the same work on a fresh connection
+            refused = storage_refusal(exc, connections.shown_url)
+            if refused is not None:
+                raise refused from exc
             raise sa.exc.DBAPIError.instance(
                 None, None, exc, dbapi_error, connection_invalidated=gone
             ) from exc

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
+import tenacity
 
 from ..errors import (
     JournalError,
@@ -73,7 +74,7 @@ class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared
         if migrate_schema is None:
             migrate_schema = self.policy.migrates_on_open
         try:
-            current = migrate.current_revision(self.engine)
+            current = _retried_if_cut(lambda: migrate.current_revision(self.engine))
             if current is None and not create:
                 self.engine.dispose()
                 raise JournalError(
@@ -88,12 +89,16 @@ class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared
                         f"{migrate.head_revision()}: run `saga-worker db upgrade`",
                         url=redact_url(url),
                     )
-                migrate.upgrade(self.engine)
+                _retried_if_cut(lambda: migrate.upgrade(self.engine))
         except sa.exc.OperationalError as exc:
             self.engine.dispose()
-            raise JournalError(
-                f"cannot open journal {redact_url(url)}: {exc.orig}", url=redact_url(url)
-            ) from exc
+            why = (
+                f"the database server closed the connection (terminated by an administrator, or the "
+                f"server restarted or shut down; tried {OPEN_ATTEMPTS} times): {exc.orig}"
+                if exc.connection_invalidated
+                else str(exc.orig)
+            )
+            raise JournalError(f"cannot open journal {redact_url(url)}: {why}", url=redact_url(url)) from exc
 
     def close(self) -> None:
         self._connections.close()
@@ -250,6 +255,27 @@ def normalize_url(url: str) -> str:
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix) :]
     return url
+
+
+# Opening a journal reads its schema's revision on a new connection: one the server closes meanwhile
+# (an administrator's pg_terminate_backend, a failover, a restart) is tried again on a fresh one.
+OPEN_ATTEMPTS = 3
+
+
+def _cut(exc: BaseException) -> bool:
+    return isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated
+
+
+def _retried_if_cut(work: Callable[[], T]) -> T:
+    """``work``, done again (up to ``OPEN_ATTEMPTS`` times in all, briefly apart) while the database
+    closes its connection under it; any other error at once."""
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(_cut),
+        stop=tenacity.stop_after_attempt(OPEN_ATTEMPTS),
+        wait=tenacity.wait_exponential(multiplier=0.1, max=1.0),
+        reraise=True,
+    )
+    return retrying(work)
 
 
 def _refuse_missing_sqlite_file(url: str) -> None:

@@ -13,6 +13,7 @@ import pytest
 from saga_worker import (
     CallOptions,
     InvalidInputError,
+    Journal,
     MemoryJournal,
     Tool,
     ToolCall,
@@ -417,3 +418,26 @@ def test_step_messages_naming_an_unknown_unwind_run_or_step_get_a_clear_error(
         ex.run_step(
             journal, provider.tools(), run_id if rid == "RUN" else rid, unwind_id, suffix, claim_ttl=TTL
         )
+
+
+@pytest.mark.parametrize("field", ["suffix", "unwind_id"])
+def test_a_step_message_with_a_nul_in_an_id_is_refused_as_invalid_input_on_every_journal(
+    journal: Journal, run_id: str, field: str
+) -> None:
+    """Issue 43: an id a journal cannot hold (PostgreSQL text takes no NUL) is refused by the checks
+    at the boundary, naming the id, before the journal is read or written: never the driver's text."""
+    provider = Provider()
+    run_durable(
+        run_id, journal=journal, tools=provider.tools(), planner=scripted(ToolCall("charge", {"a": 1}))
+    )
+    first = ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
+    assert isinstance(first, Step)
+    ids = {"unwind_id": "u", "suffix": first.suffix}
+    ids[field] += "\x00"
+    with pytest.raises(InvalidInputError, match=r"1-\d+ printable characters") as refused:
+        ex.run_step(journal, provider.tools(), run_id, ids["unwind_id"], ids["suffix"], claim_ttl=TTL)
+    assert "NUL (0x00)" not in str(refused.value) and "not in the worklist" not in str(refused.value)
+    if field == "unwind_id":
+        with pytest.raises(InvalidInputError, match=r"1-\d+ printable characters"):
+            ex.finalize_unwind(journal, run_id, ids["unwind_id"])
+    assert provider.calls == [] and journal.list_unwind_entries("u") == {}

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -359,7 +359,9 @@ def test_a_megabyte_id_reason_or_error_text_is_answered_acknowledged_and_the_wor
         )
         long_id = client.send_task("saga.compensate_run", args=["b" * 50_000])  # under the size bound
         for refused in (huge_id, huge_reason):
-            with pytest.raises(Exception, match="carries ids only, this one is .* bytes") as failed:
+            with pytest.raises(
+                Exception, match="carries ids only, its body and headers are .* bytes"
+            ) as failed:
                 refused.get(timeout=60)
             assert len(str(failed.value)) < 400
         with pytest.raises(
@@ -390,6 +392,78 @@ def test_a_megabyte_id_reason_or_error_text_is_answered_acknowledged_and_the_wor
         ledger.close()
         journal.close()
         client.close()
+
+
+def test_an_unwind_on_a_read_only_journal_is_retried_saying_why_and_completes_once_it_is_writable(
+    tmp_path: Path, workers: Workers, read_only_pg_url: tuple[str, Callable[[bool], None]], run_id: str
+) -> None:
+    """Issue 43: a read-only database (a standby) is a JournalUnavailableError naming the fix, which
+    the saga tasks retry with backoff: once the journal is writable again the same unwind completes."""
+    url, read_only = read_only_pg_url
+    setup = redis_setup(tmp_path, url)
+    journal, ledger = setup.journal(), setup.ledger()
+    try:
+        scenarios.place_order(journal, ledger, run_id)
+    finally:
+        ledger.close()
+        journal.close()
+    read_only(True)
+    workers.start(setup, concurrency=1)
+    client = setup.client()
+    try:
+        sent = client.send_task("saga.compensate_run", args=[run_id])
+        wait_for(lambda: sent.state in ("RETRY", "FAILURE"), 60, "the unwind to fail or be retried")
+        assert sent.state == "RETRY", sent.info
+        assert "the database is read-only" in str(sent.info) and "SAGA_JOURNAL_URL" in str(sent.info)
+        read_only(False)
+        report = sent.get(timeout=120)
+        assert scenarios.statuses(report) == ["compensated"] * 3
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("field", ["unwind_id", "suffix", "task_id"])
+def test_a_step_message_with_a_nul_in_an_id_ends_with_the_check_that_refused_it_not_the_drivers_text(
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str, field: str
+) -> None:
+    """Issue 43: a NUL in a step message's unwind id, step or task id (PostgreSQL text takes none; a
+    redelivery's count is keyed by the task id) is refused by the checks before the journal is
+    touched: FAILURE naming the id, no hook called."""
+    client, journal, ledger = parts
+    scenarios.place_order(journal, ledger, run_id)
+    ids = {"unwind_id": f"u-{run_id}", "suffix": "call-1", "task_id": f"step-{run_id}"}
+    ids[field] += "\x00"
+    sent = client.send_task(
+        "saga.compensate_step", args=[run_id, ids["unwind_id"], ids["suffix"]], task_id=ids["task_id"]
+    )
+    with pytest.raises(Exception, match=r"1-\d+ printable characters") as refused:
+        sent.get(timeout=60)
+    assert "NUL (0x00)" not in str(refused.value) and "DataError" not in repr(refused.value)
+    assert set(scenarios.compensations(ledger, run_id).values()) == {0}  # no hook called
+
+
+@pytest.mark.parametrize("header", ["baggage", "traceparent"])
+def test_a_saga_message_whose_headers_pass_the_size_limit_is_refused_acknowledged_and_condemns_nothing(
+    running: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str, header: str
+) -> None:
+    """Issue 43: the size limit counts a message's headers as well as its body; a megabyte of tracing
+    header on a small body is refused on receipt, stored as the task's error, acknowledged, and the
+    run stays as it was (the same unwind, sent plainly, then runs)."""
+    client, journal, ledger = parts
+    scenarios.place_order(journal, ledger, run_id)
+    broker = redis.Redis.from_url(running.saga["broker_url"])
+    try:
+        sent = client.send_task("saga.compensate_run", args=[run_id], headers={header: "k=" + "v" * MEGABYTE})
+        with pytest.raises(Exception, match=r"its body and headers are \d+ bytes \(at most 65536\)") as got:
+            sent.get(timeout=60)
+        assert "refused, nothing was done" in str(got.value) and len(str(got.value)) < 400
+        run = journal.get_run(run_id)
+        assert run is not None and not run.condemned
+        assert sent.id.encode() not in unacked(broker) and broker.llen(running.saga["queue"]) == 0
+        report = scenarios.unwind(client, run_id)
+        assert scenarios.statuses(report) == ["compensated"] * 3
+    finally:
+        broker.close()
 
 
 def test_a_saga_message_whose_json_body_cannot_be_decoded_ends_acked_with_a_stored_error_and_a_log_line(

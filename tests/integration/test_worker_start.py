@@ -10,9 +10,11 @@ worker's faster writer of a task's result as text (saga_worker/celery/result_tex
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+import redis
 
 from tests.worker_process import WorkerProcess
 
@@ -64,3 +66,49 @@ def test_a_worker_whose_journal_cannot_be_prepared_starts_says_why_and_serves(tm
     assert "saga-worker could not prepare its journal before starting its pool" in log
     assert "PostgreSQL journals use psycopg 3" in log
     assert "s3cret-pw" not in log
+
+
+BROKEN_TOOLS = "import shop_models_not_installed  # the app's models, missing from this deployment\n"
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["celery", "-A", "saga_worker.celery:app", "worker"],
+        ["saga_worker.cli", "worker", "--no-beat"],  # `saga-worker worker`, which runs the same
+    ],
+    ids=["celery-worker", "saga-worker-worker"],
+)
+def test_a_worker_whose_tools_cannot_be_imported_refuses_to_start_shows_why_and_consumes_nothing(
+    tmp_path: Path, pg_database_url: str, command: list[str]
+) -> None:
+    """Issue 43: a SAGA_TOOLS whose module fails to import stops the worker before it consumes:
+    a worker that said ``ready`` would answer every unwind with the import error."""
+    (tmp_path / "shop_tools.py").write_text(BROKEN_TOOLS)
+    setup = redis_setup(tmp_path, pg_database_url)
+    setup.saga["tools"] = "shop_tools:TOOLS"
+    env = setup.env()
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    client = setup.client()
+    waiting = client.send_task("saga.compensate_run", args=["order-7"], queue=setup.saga["queue"])
+    broker = redis.Redis.from_url(setup.saga["broker_url"])
+    worker = WorkerProcess(command, env, tmp_path / "worker.log", concurrency=1, beat=False)
+    try:
+        wait_for(
+            lambda: worker.proc.poll() is not None or b" ready." in worker.log.read_bytes(),
+            READY_TIMEOUT_S,
+            "the worker to exit or say it is ready",
+        )
+        log = worker.log.read_text(errors="replace")
+        assert " ready." not in log, log
+        assert worker.proc.wait() != 0, log
+        assert (
+            "error: saga-worker cannot load its tools: SAGA_TOOLS='shop_tools:TOOLS': cannot import "
+            "'shop_tools': ModuleNotFoundError: No module named 'shop_models_not_installed'"
+        ) in log
+        assert broker.llen(setup.saga["queue"]) == 1  # the unwind waits for a worker that can run it
+        assert waiting.state == "PENDING"
+    finally:
+        worker.stop()
+        broker.close()
+        client.close()
