@@ -181,6 +181,17 @@ class _RedactedErrors:
             raise redact_exception(exc)  # noqa: B904 - the same exception, its chain kept
 
 
+class _HoldsTimedOutHooks:
+    """Task mixin: after the task's result is stored and its callbacks sent (``after_return``), wait
+    for the hooks that timed out in this pool child, so that the step's hard time limit, not the
+    hook, decides when they stop. Waiting in the task's body instead, the limit could kill the child
+    before the report was stored under the coordinator's id (steps run under it with replace())."""
+
+    def after_return(self, *args: Any, **kwargs: Any) -> None:
+        super().after_return(*args, **kwargs)  # type: ignore[misc]
+        executor.hold_for_timed_out_hooks(cast(Task[Any, Any], self).request)
+
+
 # The request field by which a worker that sends task events tells its pool child so.
 EVENTS_FLAG = "saga_task_events"
 
@@ -397,10 +408,9 @@ def compensate_step(
         if nxt is None:
             raise Ignore()  # a live duplicate of this delivery carries the chain on; store no result
         faults.point("before_ack", f"{run_id}:comp:{suffix}")
-        try:
-            return _continue(self, nxt)
-        finally:  # the report is out; a hook that timed out may still land: hold it to the hard limit
-            executor.hold_for_timed_out_hooks(self.request)
+        # A hook that timed out is waited for in after_return (_HoldsTimedOutHooks), once the
+        # report and this task's own outcome are stored: the hard limit can then cut only that wait.
+        return _continue(self, nxt)
 
 
 def finalize_unwind(self: Task[Any, Any], run_id: str, unwind_id: str) -> dict[str, Any]:
@@ -434,7 +444,8 @@ def register(app: Celery, **options: Any) -> dict[str, Task[Any, Any]]:
     registered: dict[str, Task[Any, Any]] = {}
     # A saga message whose body cannot be decoded is answered with a stored error (undecodable.py).
     app.steps["consumer"].add(UndecodableSagaMessages)
-    base = type("SagaTask", (_RedactedErrors, app.Task), {})  # the app's own Task class, kept
+    # The app's own Task class, kept.
+    base = type("SagaTask", (_RedactedErrors, _HoldsTimedOutHooks, app.Task), {})
     for name, (body, retries) in bodies.items():
         # Every saga task refuses, on receipt, a message it could never process (celery/request.py).
         opts = {"Request": REQUEST, **(RETRY if retries else {}), **options}
