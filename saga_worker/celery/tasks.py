@@ -261,13 +261,29 @@ def _continue(task: Task[Any, Any], nxt: executor.Next) -> Any:
     # The end (or a halt): assemble the report here, from the journal, rather than in a task of its
     # own: one message fewer per unwind. A redelivery assembles the same report again.
     report = _report(nxt.run_id, nxt.unwind_id)
-    if not plain or task.request.id == nxt.unwind_id:
+    if not plain:
         return report  # this task runs under the coordinator's id: its result is the report
-    # A step task: the report goes under the coordinator's id (one write, as its own result would
-    # be), and the step ends with its own outcome, stored nowhere: Flower reads it from the event.
-    task.backend.store_result(nxt.unwind_id, report, states.SUCCESS)
+    # The report goes under the coordinator's id where nothing final is stored yet: the first answer
+    # its caller could read stays (a redelivery's, or the sweeper's re-drive of an unwind whose
+    # messages were lost, comes after it). A step task ends with its own outcome, stored nowhere:
+    # Flower reads it from the event.
+    store_once(task.backend, nxt.unwind_id, report)
     task.request.ignore_result = True
+    if task.request.id == nxt.unwind_id:
+        return report
     return _shown(nxt.run_id, nxt.done)
+
+
+def store_once(backend: Any, task_id: str, result: Any) -> bool:
+    """Store ``result`` as the ``SUCCESS`` of ``task_id`` unless a final state (a report, an error,
+    a withdrawal) is stored there already; whether it was stored."""
+    try:
+        if backend.get_task_meta(task_id, cache=False).get("status") in states.READY_STATES:
+            return False
+    except NotImplementedError:  # no result backend: nobody can read an answer anyway
+        return False
+    backend.store_result(task_id, result, states.SUCCESS)
+    return True
 
 
 def _shown(run_id: str, done: CompensationEntry | None) -> dict[str, Any] | None:
@@ -427,9 +443,29 @@ def retry_uncertain(self: Task[Any, Any]) -> dict[str, list[str]]:
     ctx = executor.current()
     start = self.app.tasks[COMPENSATE_RUN]
     outcome = executor.sweep(
-        ctx.journal, enqueue=lambda run_id: start.delay(run_id, via="sweeper"), settings=ctx.settings
+        ctx.journal, enqueue=lambda run_id: redrive(start, ctx.journal, run_id), settings=ctx.settings
     )
     return outcome.as_dict()
+
+
+def redrive(start: Task[Any, Any], journal: executor.UnwindsAndTrail, run_id: str) -> list[str]:
+    """The sweeper's re-drive of ``run_id``: each of its unwinds that never ended, and under whose id
+    nothing final is stored, goes on under that id (the coordinator's message again: the steps it did
+    pass on, the report lands where its caller waits); with none, a new unwind. The task ids sent."""
+    waiting = [u for u in executor.unfinished_unwinds(journal, run_id) if not _answered(start, u)]
+    for unwind_id in waiting:
+        start.apply_async((run_id,), {"via": "sweeper"}, task_id=unwind_id)
+    if waiting:
+        return waiting
+    return [str(start.delay(run_id, via="sweeper").id)]
+
+
+def _answered(task: Task[Any, Any], task_id: str) -> bool:
+    """Is a final state (a report, an error, a withdrawal) stored under ``task_id``?"""
+    try:
+        return task.AsyncResult(task_id).state in states.READY_STATES
+    except NotImplementedError:  # no result backend: nothing can have been stored there
+        return False
 
 
 def register(app: Celery, **options: Any) -> dict[str, Task[Any, Any]]:

@@ -22,7 +22,7 @@ from .context import (
     tools_source,
 )
 from .limits import hold_for_timed_out_hooks, step_budget, time_limits
-from .sweeper import SweepOutcome, backoff_delay, sweep
+from .sweeper import SweepOutcome, UnwindsAndTrail, backoff_delay, sweep, unfinished_unwinds
 from .unwind import Finalize, Next, Step, finalize_unwind, run_step, start_unwind, step_owner
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "Step",
     "SweepOutcome",
     "ToolsSource",
+    "UnwindsAndTrail",
     "WorkerContext",
     "backoff_delay",
     "configure",
@@ -49,4 +50,5 @@ __all__ = [
     "sweep",
     "time_limits",
     "tools_source",
+    "unfinished_unwinds",
 ]
