@@ -6,9 +6,10 @@ message whose task kills every process that runs it (a hook that exits or segfau
 on an input too large) would then come back forever, taking a pool child down each time. So each
 redelivery is counted in the journal, durably, before the task runs anything of its own, keyed by
 task id (a Celery retry keeps the id and is a new message, not a redelivery). Past
-``SAGA_MAX_DELIVERIES`` deliveries the task is answered instead of run: a step reads ``failed``
-without any of its tool's code being called and its run is flagged for a person; any other saga
-task ends with :class:`DeliveriesExhausted`. Either way the message is acknowledged.
+``SAGA_MAX_DELIVERIES`` deliveries the task is answered instead of run: a step reads ``failed``,
+none of its tool's code called this time, with what its claim tells of the earlier deliveries (its
+hook's starts, an outcome never recorded), and its run is flagged for a person; any other saga task
+ends with :class:`DeliveriesExhausted`. Either way the message is acknowledged.
 
 The broker says which deliveries are redeliveries: kombu's Redis transport marks the messages it
 hands back, RabbitMQ marks them itself. A first delivery writes nothing.
@@ -48,8 +49,8 @@ class Delivery:
         lost = self.number - 1
         return (
             f"not run again: the worker process running task {self.task_id!r} was lost {lost} times "
-            f"(killed, crashed or restarted before the task ended; SAGA_MAX_DELIVERIES={self.limit}), "
-            "so none of the step's tool code was called this time; find what kills it, then re-drive the run"
+            f"(killed, crashed or restarted before the task ended; SAGA_MAX_DELIVERIES={self.limit}); "
+            "find what kills it, then re-drive the run"
         )
 
 

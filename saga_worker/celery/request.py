@@ -15,7 +15,8 @@ from contextlib import suppress
 from typing import Any
 
 from celery.exceptions import InvalidTaskError
-from celery.worker.request import Request
+
+from .timeouts import KeepsAStoredResult
 
 log = logging.getLogger(__name__)
 JSON = "application/json"
@@ -32,9 +33,10 @@ TASK_ID_MAX = {"saga.compensate_run": 200}
 OTHER_TASK_ID_MAX = 1024
 
 
-class JsonOnlyRequest(Request):
+class JsonOnlyRequest(KeepsAStoredResult):
     """Set on every saga task: a message the task could never process is refused here, acknowledged
-    (never handed back, so never redelivered forever) with the refusal stored as the task's result."""
+    (never handed back, so never redelivered forever) with the refusal stored as the task's result;
+    a hard time limit that ends the task after its result was stored keeps that result (timeouts.py)."""
 
     def __init__(self, message: Any, *args: Any, **kwargs: Any) -> None:
         super().__init__(message, *args, **kwargs)

@@ -193,6 +193,17 @@ class _RedactedErrors:
             raise redact_exception(exc)  # noqa: B904 - the same exception, its chain kept
 
 
+class _HoldsTimedOutHooks:
+    """Task mixin: after the task's result is stored and its callbacks sent (``after_return``), wait
+    for the hooks that timed out in this pool child, so that the step's hard time limit, not the
+    hook, decides when they stop. Waiting in the task's body instead, the limit could kill the child
+    before the report was stored under the coordinator's id (steps run under it with replace())."""
+
+    def after_return(self, *args: Any, **kwargs: Any) -> None:
+        super().after_return(*args, **kwargs)  # type: ignore[misc]
+        executor.hold_for_timed_out_hooks(cast(Task[Any, Any], self).request)
+
+
 # The request field by which a worker that sends task events tells its pool child so.
 EVENTS_FLAG = "saga_task_events"
 
@@ -262,13 +273,29 @@ def _continue(task: Task[Any, Any], nxt: executor.Next) -> Any:
     # The end (or a halt): assemble the report here, from the journal, rather than in a task of its
     # own: one message fewer per unwind. A redelivery assembles the same report again.
     report = _report(nxt.run_id, nxt.unwind_id)
-    if not plain or task.request.id == nxt.unwind_id:
+    if not plain:
         return report  # this task runs under the coordinator's id: its result is the report
-    # A step task: the report goes under the coordinator's id (one write, as its own result would
-    # be), and the step ends with its own outcome, stored nowhere: Flower reads it from the event.
-    task.backend.store_result(nxt.unwind_id, report, states.SUCCESS)
+    # The report goes under the coordinator's id where nothing final is stored yet: the first answer
+    # its caller could read stays (a redelivery's, or the sweeper's re-drive of an unwind whose
+    # messages were lost, comes after it). A step task ends with its own outcome, stored nowhere:
+    # Flower reads it from the event.
+    store_once(task.backend, nxt.unwind_id, report)
     task.request.ignore_result = True
+    if task.request.id == nxt.unwind_id:
+        return report
     return _shown(nxt.run_id, nxt.done)
+
+
+def store_once(backend: Any, task_id: str, result: Any) -> bool:
+    """Store ``result`` as the ``SUCCESS`` of ``task_id`` unless a final state (a report, an error,
+    a withdrawal) is stored there already; whether it was stored."""
+    try:
+        if backend.get_task_meta(task_id, cache=False).get("status") in states.READY_STATES:
+            return False
+    except NotImplementedError:  # no result backend: nobody can read an answer anyway
+        return False
+    backend.store_result(task_id, result, states.SUCCESS)
+    return True
 
 
 def _shown(run_id: str, done: CompensationEntry | None) -> dict[str, Any] | None:
@@ -409,10 +436,9 @@ def compensate_step(
         if nxt is None:
             raise Ignore()  # a live duplicate of this delivery carries the chain on; store no result
         faults.point("before_ack", f"{run_id}:comp:{suffix}")
-        try:
-            return _continue(self, nxt)
-        finally:  # the report is out; a hook that timed out may still land: hold it to the hard limit
-            executor.hold_for_timed_out_hooks(self.request)
+        # A hook that timed out is waited for in after_return (_HoldsTimedOutHooks), once the
+        # report and this task's own outcome are stored: the hard limit can then cut only that wait.
+        return _continue(self, nxt)
 
 
 def finalize_unwind(self: Task[Any, Any], run_id: str, unwind_id: str) -> dict[str, Any]:
@@ -429,9 +455,29 @@ def retry_uncertain(self: Task[Any, Any]) -> dict[str, list[str]]:
     ctx = executor.current()
     start = self.app.tasks[COMPENSATE_RUN]
     outcome = executor.sweep(
-        ctx.journal, enqueue=lambda run_id: start.delay(run_id, via="sweeper"), settings=ctx.settings
+        ctx.journal, enqueue=lambda run_id: redrive(start, ctx.journal, run_id), settings=ctx.settings
     )
     return outcome.as_dict()
+
+
+def redrive(start: Task[Any, Any], journal: executor.UnwindsAndTrail, run_id: str) -> list[str]:
+    """The sweeper's re-drive of ``run_id``: each of its unwinds that never ended, and under whose id
+    nothing final is stored, goes on under that id (the coordinator's message again: the steps it did
+    pass on, the report lands where its caller waits); with none, a new unwind. The task ids sent."""
+    waiting = [u for u in executor.unfinished_unwinds(journal, run_id) if not _answered(start, u)]
+    for unwind_id in waiting:
+        start.apply_async((run_id,), {"via": "sweeper"}, task_id=unwind_id)
+    if waiting:
+        return waiting
+    return [str(start.delay(run_id, via="sweeper").id)]
+
+
+def _answered(task: Task[Any, Any], task_id: str) -> bool:
+    """Is a final state (a report, an error, a withdrawal) stored under ``task_id``?"""
+    try:
+        return task.AsyncResult(task_id).state in states.READY_STATES
+    except NotImplementedError:  # no result backend: nothing can have been stored there
+        return False
 
 
 def register(app: Celery, **options: Any) -> dict[str, Task[Any, Any]]:
@@ -446,7 +492,8 @@ def register(app: Celery, **options: Any) -> dict[str, Task[Any, Any]]:
     registered: dict[str, Task[Any, Any]] = {}
     # A saga message whose body cannot be decoded is answered with a stored error (undecodable.py).
     app.steps["consumer"].add(UndecodableSagaMessages)
-    base = type("SagaTask", (_RedactedErrors, app.Task), {})  # the app's own Task class, kept
+    # The app's own Task class, kept.
+    base = type("SagaTask", (_RedactedErrors, _HoldsTimedOutHooks, app.Task), {})
     for name, (body, retries) in bodies.items():
         # Every saga task refuses, on receipt, a message it could never process (celery/request.py).
         opts = {"Request": REQUEST, **(RETRY if retries else {}), **options}

@@ -69,6 +69,24 @@ def _timed_out(timeout: float | None, call: HookCall, attempt: int, attempts: in
     )
 
 
+def _what_the_claim_tells(claim: CompensationClaim | None, key: str) -> str:
+    """What is known of a refused step's earlier deliveries, from its claim as this one found it: a
+    claim is taken just before each call of the hook, and its outcome written when the call ends."""
+    if claim is None or claim.attempts == 0:
+        started = "its compensate hook was never started"
+    else:
+        times = "once" if claim.attempts == 1 else f"{claim.attempts} times"
+        started = f"its compensate hook was started {times} (the step's claims, across unwinds)"
+        if claim.status is ClaimStatus.CLAIMED:
+            started += " and its outcome was never recorded: it may have taken effect"
+        elif claim.error:
+            started += f"; the last outcome recorded is a failure: {claim.error}"
+    return (
+        f"{started}; none of the tool's code was called this time, and a re-drive calls the hook "
+        f"again with the same key {key!r}"
+    )
+
+
 def new_owner(tag: str = "") -> str:
     """An owner token, unique per attempt, that also tells a person where the holder ran.
 
@@ -296,7 +314,7 @@ class StepAttempt:
         self.attempts = claim.attempts if claim is not None else 0
         # 1b. The processes running this step kept dying: call none of its tool's code again.
         if self.refusal is not None:
-            return self._refused(self.refusal)
+            return self._refused(f"{self.refusal}; {_what_the_claim_tells(claim, self.key)}")
         # 2. What happened: an interrupted or failed call may or may not have had its effect.
         tool = self.unwinding.tools.get(self.record.tool_name)
         happened = self._what_happened(tool)

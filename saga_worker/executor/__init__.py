@@ -23,7 +23,7 @@ from .context import (
     tools_source,
 )
 from .limits import hold_for_timed_out_hooks, step_budget, time_limits
-from .sweeper import SweepOutcome, backoff_delay, sweep
+from .sweeper import SweepOutcome, UnwindsAndTrail, backoff_delay, sweep, unfinished_unwinds
 from .unwind import Finalize, Next, Step, finalize_unwind, run_step, start_unwind, step_owner
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "Step",
     "SweepOutcome",
     "ToolsSource",
+    "UnwindsAndTrail",
     "WorkerContext",
     "backoff_delay",
     "check_tools_at_start",
@@ -51,4 +52,5 @@ __all__ = [
     "sweep",
     "time_limits",
     "tools_source",
+    "unfinished_unwinds",
 ]

@@ -3,10 +3,11 @@
 The hook's timeout is the library's own (``compensation.hookcall``), the same in-process and on
 workers. Celery's limits bound the step task around it: ``soft_time_limit`` is the step's whole
 budget (every attempt, every backoff, the journal work and a dead twin's lease), and the hard
-``time_limit`` a little more. A step whose hook timed out hands its report on, then waits in its task
-for the hook to end: in a prefork child the hard limit kills the child if it never does, and with
-it the hook, which can then no longer land; the claim's lease lapses and the sweeper re-drives the
-step with the same key.
+``time_limit`` a little more. A step whose hook timed out hands its report on, then, its outcome
+stored (the task's ``after_return``), waits for the hook to end: in a prefork child the hard limit
+kills the child if it never does, and with it the hook, which can then no longer land; the claim's
+lease lapses and the sweeper re-drives the step with the same key. A result stored before that kill
+stays (celery/timeouts.py).
 """
 
 from __future__ import annotations

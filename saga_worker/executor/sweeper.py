@@ -7,6 +7,10 @@ a live unwinder holds harmless (it reads busy and is retried later). After ``swe
 re-drives the run is flagged ``attention``: a person must look, it is not retried forever. So is a
 due run whose row cannot be read (a status this code does not know): it is logged and flagged,
 naming the bad value, and the sweep goes on with the others.
+
+A re-drive of a run whose unwind never ended (its messages lost with a broker restart, say) goes
+on with that very unwind (``unfinished_unwinds``), under its own id, rather than beside it: its
+caller waits on that id, and the steps it already did just pass on.
 """
 
 from __future__ import annotations
@@ -14,11 +18,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from .. import metrics
 from ..errors import MalformedRecordError
-from ..journal.parts import UnwindsPart
-from ..journal.records import UnwindState
+from ..journal.parts import AuditPart, UnwindsPart
+from ..journal.records import AuditAction, UnwindState
 from ..settings import SagaSettings, get_settings
 
 log = logging.getLogger(__name__)
@@ -31,6 +36,24 @@ class SweepOutcome:
 
     def as_dict(self) -> dict[str, list[str]]:
         return {"redriven": list(self.redriven), "flagged": list(self.flagged)}
+
+
+class UnwindsAndTrail(UnwindsPart, AuditPart, Protocol):
+    """What ``unfinished_unwinds`` reads: a run's unwinds, and its trail's ``unwound`` rows."""
+
+
+def unfinished_unwinds(journal: UnwindsAndTrail, run_id: str, *, limit: int = 20) -> list[str]:
+    """The ids of ``run_id``'s unwinds (dry runs aside) that never ended, newest first: every unwind
+    that ends writes an ``unwound`` row naming its id before its report is stored, so one without
+    that row has a caller that has had no report from it."""
+    ended = {
+        row.detail.get("unwind_id") for row in journal.read_audit(run_id) if row.action is AuditAction.UNWOUND
+    }
+    return [
+        u.unwind_id
+        for u in journal.list_unwinds(run_id, limit=limit)
+        if not u.dry_run and u.unwind_id not in ended
+    ]
 
 
 def backoff_delay(attempt: int, *, base: float, cap: float) -> float:

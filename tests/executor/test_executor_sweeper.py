@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from saga_worker import MemoryJournal, Tool, ToolCall, compensate_run, run_durable, scripted
+from saga_worker import Journal, MemoryJournal, Tool, ToolCall, compensate_run, run_durable, scripted
 from saga_worker import executor as ex
 from saga_worker.journal.records import UnwindState
 from saga_worker.settings import SagaSettings
@@ -103,3 +103,23 @@ def test_redrive_of_a_run_whose_sweep_booked_a_backoff_keeps_that_backoff(run_id
     ex.sweep(journal, enqueue=lambda rid: None, settings=settings, now=now)
     ex.start_unwind(journal, run_id, "redrive", dry_run=False, claim_ttl=1.0)
     assert run_of(journal, run_id).unwind_next_at == pytest.approx(now + 100.0)
+
+
+def test_an_unwind_whose_report_was_never_assembled_is_unfinished_and_a_dry_run_never_is(
+    journal: Journal, run_id: str
+) -> None:
+    tools = {"t": Tool(lambda i, o: {"ok": 1}, lambda i, out, o: None)}
+    run_durable(run_id, journal=journal, tools=tools, planner=scripted(ToolCall("t", {}), ToolCall("t", {})))
+    ex.start_unwind(journal, run_id, "plan", dry_run=True, claim_ttl=5.0)
+    first = ex.start_unwind(journal, run_id, "lost", dry_run=False, claim_ttl=5.0)
+    # Its step messages lost (a broker restarted without its data): its caller has no report.
+    assert ex.unfinished_unwinds(journal, run_id) == ["lost"]
+
+    nxt: ex.Next | None = first
+    while isinstance(nxt, ex.Step):  # the sweeper's re-drive goes on with it, under its own id
+        nxt = ex.run_step(journal, tools, run_id, "lost", nxt.suffix, claim_ttl=5.0)
+    assert isinstance(nxt, ex.Finalize)
+    report = ex.finalize_unwind(journal, run_id, "lost")
+
+    assert [e.status.value for e in report.entries] == ["compensated", "compensated"]
+    assert ex.unfinished_unwinds(journal, run_id) == []

@@ -23,6 +23,7 @@ from saga_worker import (
     run_durable,
 )
 from saga_worker import executor as ex
+from saga_worker.celery.redeliveries import Delivery
 from saga_worker.compensation import leases
 from saga_worker.compensation.attempt import LEASE_LOST
 from saga_worker.compensation.report import CompensationReport
@@ -55,7 +56,7 @@ class Provider:
         return {name: make(name) for name in ("charge", "reserve", "notify")}
 
 
-def order(journal: MemoryJournal, provider: Provider, run_id: str) -> None:
+def order(journal: Journal, provider: Provider, run_id: str) -> None:
     run_durable(
         run_id,
         journal=journal,
@@ -67,7 +68,7 @@ def order(journal: MemoryJournal, provider: Provider, run_id: str) -> None:
 
 
 def drive(
-    journal: MemoryJournal, tools: dict[str, Tool], run_id: str, unwind_id: str, *, dry_run: bool = False
+    journal: Journal, tools: dict[str, Tool], run_id: str, unwind_id: str, *, dry_run: bool = False
 ) -> CompensationReport:
     """What the Celery tasks do, one message at a time."""
     nxt = ex.start_unwind(journal, run_id, unwind_id, dry_run=dry_run, claim_ttl=TTL)
@@ -181,7 +182,12 @@ def test_a_step_whose_workers_kept_dying_fails_without_its_hooks_and_flags_the_r
     why = "not run again: the worker process running task 't' was lost 3 times"
     nxt = ex.run_step(journal, tools, run_id, "u", "call-2", claim_ttl=TTL, refusal=why)
     assert isinstance(nxt, Finalize) and nxt.done is not None
-    assert (nxt.done.status.value, nxt.done.error, nxt.done.worker_lost) == ("failed", why, True)
+    assert (nxt.done.status.value, nxt.done.worker_lost) == ("failed", True)
+    assert nxt.done.error == (
+        f"{why}; its compensate hook was started once (the step's claims, across unwinds) and its "
+        "outcome was never recorded: it may have taken effect; none of the tool's code was called "
+        f"this time, and a re-drive calls the hook again with the same key {key!r}"
+    )
     assert provider.calls == calls_before  # the hook was not called
     claim = journal.get_claim(run_id, "call-2")
     assert claim is not None and claim.status is ClaimStatus.FAILED and claim.owner != dead
@@ -198,6 +204,45 @@ def test_a_step_whose_workers_kept_dying_fails_without_its_hooks_and_flags_the_r
     again = drive(journal, tools, run_id, "u2")
     assert [e.status.value for e in again.entries] == ["already-compensated", "compensated", "compensated"]
     assert provider.calls[-2] == key
+
+
+def test_a_step_refused_after_its_workers_kept_dying_says_its_hook_started_each_time_and_a_redrive_keeps_the_key(
+    journal: Journal, run_id: str
+) -> None:
+    provider = Provider()
+    order(journal, provider, run_id)
+    tools = provider.tools()
+    ex.start_unwind(journal, run_id, "u", dry_run=False, claim_ttl=TTL)
+    assert isinstance(ex.run_step(journal, tools, run_id, "u", "call-3", claim_ttl=TTL), Step)
+    key = compensate_key(run_id, "call-2")
+    # Three deliveries each claimed the step, started its hook and died before its outcome was written.
+    for n in range(3):
+        journal.claim_compensation(
+            run_id,
+            "call-2",
+            via_run_id=run_id,
+            owner=f"{ex.step_owner('u', 'call-2')}:dead000{n}",
+            ttl=0.05,
+            idempotency_key=key,
+        )
+        time.sleep(0.06)  # its lease lapses: the next delivery takes the step over
+    calls_before = list(provider.calls)
+
+    refusal = Delivery("t", 4, 3).refusal
+    nxt = ex.run_step(journal, tools, run_id, "u", "call-2", claim_ttl=TTL, refusal=refusal)
+
+    assert isinstance(nxt, Finalize) and nxt.done is not None
+    assert (nxt.done.status.value, nxt.done.worker_lost) == ("failed", True)
+    error = nxt.done.error or ""
+    assert "none of the step's tool code was called" not in error, error
+    assert "was lost 3 times" in error and "SAGA_MAX_DELIVERIES=3" in error
+    assert "its compensate hook was started 3 times" in error, error
+    assert "its outcome was never recorded: it may have taken effect" in error, error
+    assert f"calls the hook again with the same key {key!r}" in error, error
+    assert provider.calls == calls_before  # not called this time
+    again = drive(journal, tools, run_id, "u2")
+    assert [e.status.value for e in again.entries] == ["already-compensated", "compensated", "compensated"]
+    assert provider.calls[-2] == key and again.entries[1].idempotency_key == key
 
 
 def test_two_deliveries_of_one_step_at_once_call_its_hook_once(

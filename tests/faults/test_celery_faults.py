@@ -158,3 +158,26 @@ def test_the_beat_outlives_a_redis_restart_and_redrives_a_run_whose_messages_wer
     pg_journal.condemn(run_id)  # condemned, its compensate_run message never sent (as if lost with Redis)
     wait_for(lambda: unwound(pg_journal, run_id), 60, "the sweeper to re-drive the run")
     assert_clean(judged(ledger, pg_journal, [run_id]))
+
+
+def test_after_a_redis_restart_without_its_data_the_caller_gets_the_report_under_its_own_task_id(
+    deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str
+) -> None:
+    assert start_run(pg_journal, run_id, 3) == "finished"
+    arm(deployment.fault_dir, f"before_hook=stop@{run_id}:comp:call-2")  # hold the step mid-chain
+    first = deployment.start_worker()
+    result = deployment.send(run_id)  # the coordinator accepts it: tombstone, worklist, first step
+    wait_for(lambda: fired(deployment.fault_dir), 60, "the fault to fire")
+    first.kill()
+    deployment.redis.restart(down_for=1.0)  # no persistence: the step's message and every result gone
+    deployment.start_worker(beat=True)  # the sweeper re-drives the run once its unwind is due
+
+    report = result.get(timeout=90)
+
+    ledger.add_report(run_id, report)
+    assert report["run_id"] == run_id and report["condemned"] is True
+    assert {e["status"] for e in report["entries"]} <= SETTLED, report
+    assert unwound(pg_journal, run_id)
+    assert_clean(
+        judged(ledger, pg_journal, [run_id], excused_pids=[f[1] for f in fired(deployment.fault_dir)])
+    )

@@ -218,6 +218,11 @@ def hook_that_kills_its_worker_every_time(
     assert step["worker_lost"] is True
     assert "was lost 3 times" in step["error"] and "SAGA_MAX_DELIVERIES=3" in step["error"]
     key = compensate_key(run_id, "call-2")
+    # What is known, said as such: the hook ran each time and may have landed; a re-drive keeps the key.
+    assert "none of the step's tool code was called" not in step["error"], step["error"]
+    assert "its compensate hook was started 3 times" in step["error"], step["error"]
+    assert "its outcome was never recorded: it may have taken effect" in step["error"], step["error"]
+    assert f"calls the hook again with the same key {key!r}" in step["error"], step["error"]
     assert ledger.call_counts("start:reserve")[key] == 3  # delivered 3 times, then answered, not run
     assert ledger.call_counts("compensate:")[key] == 0
     # Not left for the sweeper, which would run the killer again: flagged for a person, naming the step.

@@ -6,8 +6,10 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import redis
 from celery import Celery
 
 from saga_worker import Journal
@@ -18,7 +20,7 @@ from tests.reads import claim_of
 
 from .conftest import Setup, Workers, wait_for
 from .policy_tools import TIMEOUT_S
-from .scenarios import place_order, statuses, unwind
+from .scenarios import GET_TIMEOUT_S, place_order, statuses, unwind
 from .test_celery_redis_postgres import redis_setup
 
 pytestmark = [pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
@@ -141,3 +143,42 @@ def test_a_hook_that_never_returns_on_a_worker_is_ended_by_the_step_tasks_hard_t
         "start:reserve",  # the re-driven call, same key
     ]
     assert ledger.effect_counts("compensate")[key] == 1
+
+
+def test_an_unwind_sent_with_an_errback_gets_its_report_and_keeps_it_when_the_hard_limit_ends_the_hung_hook(
+    tmp_path: Path, pg_database_url: str, workers: Workers, run_id: str
+) -> None:
+    running = redis_setup(tmp_path, pg_database_url)
+    running.saga["tools"] = "tests.integration.policy_tools:tools"
+    # No redelivery while the step task waits for its hook (a duplicate would store the report too).
+    running.saga["visibility_timeout"] = 600.0
+    workers.start(running, concurrency=2)
+    client, journal, ledger = running.client(), running.journal(), running.ledger()
+    place_order(journal, ledger, run_id)
+    block = running.control_file(run_id, "block", "reserve")
+    # An errback makes the steps go on with replace(), under the coordinator's task id. It names a
+    # task no worker has, on a queue nobody reads: sent, it stays there for the test to see.
+    errbacks = f"{running.saga['queue']}-errbacks"
+    request = client.signature("saga.compensate_run", args=(run_id,))
+    request.link_error(client.signature("tests.unwind_failed", queue=errbacks))
+    result = request.apply_async()
+
+    report = dict(result.get(timeout=GET_TIMEOUT_S, interval=0.05))
+
+    assert statuses(report) == ["compensated", "failed", "not-attempted"]
+    assert report["entries"][1]["error"].startswith("compensate hook timed out")
+    key = compensate_key(run_id, "call-2")
+    [entered] = [c for c in ledger.calls() if c.what == "entered:reserve" and c.key == key]
+    block.unlink()
+    # The step task, its report stored, waits for the hung hook until the hard limit kills its child.
+    wait_for(lambda: not alive(entered.pid), 90, "the hard time limit to end the hook's pool child")
+    stored = client.backend.get_task_meta(result.id, cache=False)
+    assert (stored["status"], stored["result"]) == ("SUCCESS", report)
+    broker = redis.Redis.from_url(running.saga["broker_url"])
+    try:
+        assert broker.llen(errbacks) == 0, "the errback fired for an unwind that ended with its report"
+    finally:
+        broker.close()
+        ledger.close()
+        journal.close()
+        client.close()
