@@ -15,7 +15,7 @@ from saga_worker.cli import main
 from saga_worker.journal import Journal
 from saga_worker.journal.records import RecordStatus
 from saga_worker.settings import get_settings
-from tests.approval_tools import LEDGER, TOOLS, gated_order, refund_order
+from tests.cli.approval_tools import LEDGER, TOOLS, gated_order, refund_order
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for name in ("SAGA_JOURNAL_URL", "SAGA_BROKER_URL", "SAGA_RESULT_BACKEND", "SAGA_REDIS_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SAGA_HOME", str(tmp_path / ".saga"))
-    monkeypatch.setenv("SAGA_TOOLS", "tests.approval_tools:TOOLS")
+    monkeypatch.setenv("SAGA_TOOLS", "tests.cli.approval_tools:TOOLS")
     monkeypatch.setenv("SAGA_ACTOR", "dana")
     get_settings.cache_clear()
     yield tmp_path / ".saga"

@@ -16,8 +16,8 @@ import pytest
 from saga_worker.journal.base import Journal
 from saga_worker.journal.memory import MemoryJournal
 from saga_worker.journal.parts import AuditPart, ClaimsPart, RecordsPart, RunsPart, SharedPart, UnwindsPart
-from tests.executor import test_unwind_journal as steps
-from tests.test_journal_contract import (
+from tests.journal import test_unwind_bookkeeping as steps
+from tests.journal.test_journal_contract import (
     test_list_runs_lists_most_recently_updated_first,
     test_recording_an_unwind_with_a_hold_keeps_the_sweeper_off_the_run_unless_it_is_a_dry_run,
 )
