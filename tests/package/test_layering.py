@@ -1,6 +1,7 @@
 """The package's imports run one way: no module imports, directly or through others, a module that
 imports it back (DEVELOPING.md, "Layers"). Every import counts, a function's own and those under
-``if TYPE_CHECKING:`` too, as read from the source with ``ast``."""
+``if TYPE_CHECKING:`` too, as read from the source with ``ast``. And no test module imports another:
+what tests share lives in a conftest or a helper module, so each test runs where it is defined."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "saga_worker"
 NAME = PACKAGE.name
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def _modules(package: Path) -> dict[str, Path]:
@@ -113,3 +115,42 @@ def test_the_checker_sees_a_cycle_through_a_lazy_import(tmp_path: Path) -> None:
     (package / "low.py").write_text("def f():\n    from .high import g\n    return g\n")
     (package / "high.py").write_text("from . import low\n\ndef g():\n    return low\n")
     assert cycles(import_graph(package)) == [[f"{NAME}.high", f"{NAME}.low"]]
+
+
+def imports_of_test_modules(tests: Path) -> list[str]:
+    """Each ``path:line -> tests.x.test_y`` where a module under ``tests`` imports a test module."""
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        here = list(path.relative_to(tests.parent).with_suffix("").parts)[:-1]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                wanted = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = here[: len(here) - node.level + 1] if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                # ``from tests.x import test_y`` names a module; ``from tests.x.test_y import f`` its module
+                wanted = [module] + [f"{module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            named = [
+                n for n in wanted if n.split(".")[0] == tests.name and n.split(".")[-1].startswith("test_")
+            ]
+            if named:
+                found.append(f"{path.relative_to(tests.parent)}:{node.lineno} -> {named[0]}")
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    assert imports_of_test_modules(TESTS) == []
+
+
+def test_the_checker_sees_a_test_module_imported_by_its_name_or_from(tmp_path: Path) -> None:
+    tests = tmp_path / "tests"
+    (tests / "area").mkdir(parents=True)
+    (tests / "area" / "test_a.py").write_text("def test_a():\n    pass\n")
+    (tests / "area" / "test_b.py").write_text("from .test_a import test_a\n")
+    (tests / "test_c.py").write_text("from tests.area import test_a\nimport tests.area.helpers\n")
+    assert imports_of_test_modules(tests) == [
+        "tests/area/test_b.py:1 -> tests.area.test_a",
+        "tests/test_c.py:1 -> tests.area.test_a",
+    ]
