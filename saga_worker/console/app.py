@@ -3,7 +3,7 @@
 ``create_app`` refuses to build without tokens (nothing is served without configuration). Errors
 answer as the caller speaks: JSON under ``/api``, a page elsewhere; a bad id or filter is a 400
 that names it, an unknown run a 404, an action on a run in the wrong state a 409. In front of it
-all, outermost first: the security headers, the trusted proxies' forwarded headers (uvicorn's
+all, outermost first: the security headers (secure's ``SecureASGIMiddleware``), the trusted proxies' forwarded headers (uvicorn's
 ``ProxyHeadersMiddleware``), the allowed hosts (Starlette's ``TrustedHostMiddleware``), same-origin
 POSTs (``security``), ``bodies.BodyLimit`` (a stranger's body holds a login, no more) and
 ``csrf.CsrfCheck`` (a POST a session cookie authenticates carries its CSRF token).
@@ -19,6 +19,7 @@ from pathlib import Path
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from secure.middleware import SecureASGIMiddleware
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -48,11 +49,11 @@ from .auth import Tokens
 from .bodies import BodyLimit
 from .csrf import CsrfCheck
 from .security import (
+    HEADERS,
     ForwardedHost,
     LoginLimiter,
     Network,
     SameOrigin,
-    SecurityHeaders,
     Sessions,
     Signer,
     console_secret,
@@ -234,7 +235,7 @@ def create_app(
         },
         lifespan=_lifespan(console),
         middleware=[
-            Middleware(SecurityHeaders),
+            Middleware(SecureASGIMiddleware, secure=HEADERS),
             Middleware(ForwardedHost, network=network),
             Middleware(ProxyHeadersMiddleware, trusted_hosts=network.proxies_spec),
             Middleware(TrustedHostMiddleware, allowed_hosts=list(network.allowed_hosts), www_redirect=False),

@@ -7,9 +7,9 @@
 - ``LoginLimiter``: failed logins (a wrong token in the form or in ``Authorization``) per client
   address and per credential; past the limit a wrong token waits out the window (429), a valid one
   is never refused.
-- In front of everything (``app.create_app`` stacks them): ``SecurityHeaders`` (a CSP without inline
-  script, ``frame-ancestors 'none'``, ``nosniff``, ``Referrer-Policy``, ``Cache-Control: no-store``
-  on all but the static files); ``ForwardedHost`` and uvicorn's ``ProxyHeadersMiddleware`` (only the
+- In front of everything (``app.create_app`` stacks them): secure's ``SecureASGIMiddleware`` with
+  ``HEADERS`` (a CSP without inline script, ``frame-ancestors 'none'``, ``nosniff``,
+  ``Referrer-Policy``, ``Cache-Control: no-store``); ``ForwardedHost`` and uvicorn's ``ProxyHeadersMiddleware`` (only the
   configured proxies' ``X-Forwarded-Host``/``-Proto``/``-For`` are believed); Starlette's
   ``TrustedHostMiddleware`` (a ``Host`` the console is not configured for is refused: DNS
   rebinding); ``SameOrigin`` (a POST from another origin is refused, login and logout included).
@@ -29,7 +29,16 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from itsdangerous import BadData, URLSafeSerializer
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from secure import (
+    CacheControl,
+    ContentSecurityPolicy,
+    CrossOriginOpenerPolicy,
+    ReferrerPolicy,
+    Secure,
+    XContentTypeOptions,
+    XFrameOptions,
+)
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .auth import Principal
 
@@ -37,17 +46,25 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 LOGIN_WINDOW_S = 300.0
 MAX_SESSIONS = 10_000
+# The headers on every answer, refusals and static files included (secure's ASGI middleware sets them).
 # Same-origin (not no-referrer): with no-referrer a browser sends ``Origin: null`` on a form's POST.
-HEADERS = {
-    "content-security-policy": (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
-    ),
-    "x-content-type-options": "nosniff",
-    "x-frame-options": "DENY",
-    "referrer-policy": "same-origin",
-    "cross-origin-opener-policy": "same-origin",
-}
+HEADERS = Secure(
+    csp=ContentSecurityPolicy()
+    .default_src("'self'")
+    .script_src("'self'")
+    .style_src("'self'")
+    .img_src("'self'", "data:")
+    .connect_src("'self'")
+    .form_action("'self'")
+    .frame_ancestors("'none'")
+    .base_uri("'none'")
+    .object_src("'none'"),
+    xcto=XContentTypeOptions(),
+    xfo=XFrameOptions().deny(),
+    referrer=ReferrerPolicy().set("same-origin"),
+    coop=CrossOriginOpenerPolicy().set("same-origin"),
+    cache=CacheControl().no_store(),
+)
 
 
 # -- sessions -----------------------------------------------------------------------------------------
@@ -348,34 +365,6 @@ class SameOrigin:
             await answer(scope, receive, send)
             return
         await self.app(scope, receive, send)
-
-
-class SecurityHeaders:
-    """The security headers on every answer, refusals included, and ``Cache-Control: no-store`` on
-    all but the static files.
-    Hand-written: five constant headers and the static files' exception, which
-    test_every_answer_carries_the_security_headers_and_pages_hold_no_inline_script pins; a library
-    for them would be a dependency for a dozen lines."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        static = str(scope.get("path", "")).startswith("/static/")
-
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = [(k, v) for k, v in message.get("headers", []) if k != b"cache-control" or static]
-                headers += [(k.encode(), v.encode()) for k, v in HEADERS.items()]
-                if not static:
-                    headers.append((b"cache-control", b"no-store"))
-                message = {**message, "headers": headers}
-            await send(message)
-
-        await self.app(scope, receive, with_headers)
 
 
 # -- what the console says about itself ----------------------------------------------------------------

@@ -295,6 +295,10 @@ def test_every_answer_carries_the_security_headers_and_pages_hold_no_inline_scri
             assert not re.search(r"\son[a-z]+\s*=", answer.text), name  # no inline handlers
     static = app.get("/static/console.js")
     assert static.status_code == 200 and static.headers.get("x-content-type-options") == "nosniff"
+    policy = answers["login"].headers["content-security-policy"]
+    for answer in (*answers.values(), static):  # each header once, the same policy everywhere
+        assert answer.headers.get_list("content-security-policy") == [policy]
+        assert answer.headers.get_list("cache-control") == ["no-store"]
 
 
 def test_cookies_are_secure_behind_a_trusted_tls_proxy_and_only_then(
