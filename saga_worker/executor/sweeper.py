@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from tenacity import RetryCallState, Retrying, wait_exponential
+
 from .. import metrics
 from ..errors import MalformedRecordError
 from ..journal.parts import AuditPart, UnwindsPart
@@ -57,8 +59,11 @@ def unfinished_unwinds(journal: UnwindsAndTrail, run_id: str, *, limit: int = 20
 
 
 def backoff_delay(attempt: int, *, base: float, cap: float) -> float:
-    """Seconds before re-drive ``attempt + 1``: ``base``, doubling per attempt, at most ``cap``."""
-    return float(min(cap, base * 2.0 ** min(attempt, 62)))
+    """Seconds before re-drive ``attempt + 1``: ``base``, doubling per attempt, at most ``cap``
+    (tenacity's ``wait_exponential``; the journal stores the time it gives as the run's next look)."""
+    state = RetryCallState(Retrying(), fn=None, args=(), kwargs={})
+    state.attempt_number = attempt + 1
+    return float(wait_exponential(multiplier=base, max=cap)(state))
 
 
 def sweep(
