@@ -1,7 +1,7 @@
 """A run's row as a value, and the tombstone gate every call and decision passes on that row.
 
 The gate is one statement on the run's row (``tombstone_gate``, ``call_gate``: see
-``RunStatements._build_tombstone_and_its_gate``); ``condemn`` updates the same row, so whichever
+``RunStatements._build_gate``); ``condemn`` updates the same row, so whichever
 commits second sees the other. ``refusal`` says why the gate refused.
 """
 
@@ -14,9 +14,10 @@ from ...errors import CompensatedRunError, RunEndedError, UnknownRunError
 from .. import driver
 from ..driver import Prepared
 from ..records import RunInfo, RunStatus, UnwindState, parse_status
+from .common import PlumbingStatements
 
 
-class GateStatements(Protocol):
+class GateStatements(PlumbingStatements, Protocol):
     """The statements the gate runs (``RunStatements`` builds them)."""
 
     run_get: Prepared
