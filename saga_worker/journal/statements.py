@@ -16,6 +16,7 @@ from .sql_parts.audit import AuditReads, AuditStatements
 from .sql_parts.claims import ClaimReads, ClaimStatements
 from .sql_parts.common import StatementsBase
 from .sql_parts.common import server_clock as server_clock  # tests/faults/breaks.py
+from .sql_parts.gate import GateStatements
 from .sql_parts.records import RecordReads, RecordStatements
 from .sql_parts.runs import RunReads, RunStatements
 from .sql_parts.shared import SharedReads, SharedStatements
@@ -27,6 +28,7 @@ from .sql_parts.unwinds import UnwindReads, UnwindStatements
 class Statements(
     RunStatements,
     TombstoneStatements,
+    GateStatements,
     RecordStatements,
     AuditStatements,
     SharedStatements,
@@ -42,6 +44,7 @@ class Statements(
         self._build_runs()
         self._build_tombstone()
         self._build_gate()
+        self._build_wake()
         self._build_sweeps()
         self._build_listings()
         self._build_forks()

@@ -27,7 +27,7 @@ from ..tombstone import check_not_condemned_row
 from .common import AUDIT_VALUES, RUN, Conflict, SqlPlumbing, StatementsBase, b
 from .common import dump_json as _dump
 from .common import load_json as _load
-from .gate import GateStatements, call_gate
+from .gate import GateReads, call_gate
 from .records import record_row
 
 
@@ -142,7 +142,7 @@ def audit_insert_from(policy: DialectPolicy, run_ids: sa.Select[Any]) -> Any:
     )
 
 
-class AuditReads(GateStatements, Protocol):
+class AuditReads(GateReads, Protocol):
     """The statements ``SqlAudit`` reads (its own and other areas')."""
 
     audit_insert: Prepared

@@ -16,7 +16,7 @@ from ..schema import records, runs
 from .common import MAX_ROWS, NOW, WAITING, Conflict, SqlPlumbing, StatementsBase, b
 from .common import dump_json as _dump
 from .common import load_json as _load
-from .gate import GateStatements, tombstone_gate
+from .gate import GateReads, tombstone_gate
 
 
 class RecordStatements(StatementsBase):
@@ -164,7 +164,7 @@ def records_of(rows: list[driver.Row], statuses: Sequence[RecordStatus] | None) 
     return [r for r in parsed if r.status in statuses]
 
 
-class RecordReads(GateStatements, Protocol):
+class RecordReads(GateReads, Protocol):
     """The statements ``SqlRecords`` reads (its own and other areas')."""
 
     exec_renew: Prepared

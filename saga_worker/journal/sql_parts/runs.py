@@ -1,5 +1,5 @@
-"""Runs (their forks and planner decisions) in SQL, and the statements of the tombstone gate every call
-passes (``gate.py``). The tombstone itself is ``tombstone.py``'s."""
+"""Runs (their forks and planner decisions) in SQL. The tombstone is ``tombstone.py``'s, the tombstone
+gate every call passes on the run's row ``gate.py``'s."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from ..dialects import policy_for
 from ..driver import Prepared
 from ..records import RunInfo, RunQuery, RunStatus, UnwindState, like_pattern
 from ..schema import decisions, records, runs
-from .common import ENDED, NEW_RUN, NOT_ENDED, NOW, RUN, SqlPlumbing, StatementsBase, b
+from .common import ENDED, NEW_RUN, NOW, RUN, SqlPlumbing, StatementsBase, b
 from .common import dump_json as _dump
 from .common import load_json as _load
-from .gate import GateStatements, refusal, run_row
+from .gate import GateReads, refusal, run_row
 
 
 class RunStatements(StatementsBase):
@@ -40,35 +40,14 @@ class RunStatements(StatementsBase):
             .returning(*runs.c)
         )
 
-    def _build_gate(self) -> None:
-        """The tombstone gate every tool call passes (``gate.py``), and a gate decision's wake-up."""
-        clock = self.policy.clock()
-        p = self._prepare
-        # The tombstone gate: lock the run's row and take the next sequence number (gate.tombstone_gate).
-        # A run that has ended takes no new call, gated or not: checked on the same row, in the same statement.
-        bump_seq = {"next_seq": runs.c.next_seq + 1}
-        self.tombstone_gate = p(
-            sa.update(runs)
-            .where(RUN, runs.c.condemned_at.is_(None), NOT_ENDED)
-            .values(**bump_seq)
-            .returning(runs.c.next_seq)
-        )
-        self.next_seq_ungated = p(
-            sa.update(runs).where(RUN, NOT_ENDED).values(**bump_seq).returning(runs.c.next_seq)
-        )
-        # The same gate without a sequence number, for a claim that is no record (a shared execution) and a
-        # person's decision on a suspended call: ordered against the tombstone and the run's end the same way.
-        self.call_gate_lock = p(
-            sa.update(runs)
-            .where(RUN, runs.c.condemned_at.is_(None), NOT_ENDED)
-            .values(next_seq=runs.c.next_seq)
-            .returning(runs.c.next_seq)
-        )
-        # A decision on a compensation gate makes a run halted at it due for the sweeper at once.
-        self.wake_awaiting = p(
+    def _build_wake(self) -> None:
+        """A decision on a compensation gate makes a run halted at it due for the sweeper at once."""
+        self.wake_awaiting = self._prepare(
             sa.update(runs)
             .where(RUN, runs.c.unwind_state == UnwindState.AWAITING.value)
-            .values(unwind_state=UnwindState.PENDING.value, unwind_next_at=clock, updated_at=NOW)
+            .values(
+                unwind_state=UnwindState.PENDING.value, unwind_next_at=self.policy.clock(), updated_at=NOW
+            )
         )
 
     def _build_listings(self) -> None:
@@ -202,7 +181,7 @@ def prefix_count(dialect: sa.Dialect) -> Prepared:
     return Prepared(sa.select(sa.func.count()).select_from(inner), dialect)
 
 
-class RunReads(GateStatements, Protocol):
+class RunReads(GateReads, Protocol):
     """The statements ``SqlRuns`` reads (its own and other areas')."""
 
     condemned_at: Prepared

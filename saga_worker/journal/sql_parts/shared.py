@@ -16,7 +16,7 @@ from ..schema import shared
 from .common import NOW, SqlPlumbing, StatementsBase, b
 from .common import dump_json as _dump
 from .common import load_json as _load
-from .gate import GateStatements, call_gate
+from .gate import GateReads, call_gate
 
 
 class SharedStatements(StatementsBase):
@@ -85,7 +85,7 @@ def shared_row(m: Mapping[Any, Any]) -> SharedAction:
     )
 
 
-class SharedReads(GateStatements, Protocol):
+class SharedReads(GateReads, Protocol):
     """The statements ``SqlShared`` reads (its own and other areas')."""
 
     shared_get: Prepared
