@@ -17,35 +17,19 @@ exists (:func:`saga_worker.celery.install`), and importing this module creates n
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable
 from typing import Any, cast
 
 from celery import Celery, Task, states
 from celery.exceptions import Ignore, Reject, Retry
-from celery.signals import (
-    after_setup_logger,
-    after_setup_task_logger,
-    celeryd_after_setup,
-    task_received,
-    worker_init,
-    worker_process_init,
-    worker_process_shutdown,
-    worker_ready,
-)
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from .. import executor, faults, metrics
+from .. import executor, faults
 from ..compensation.report import CompensationEntry, CompensationStatus
-from ..errors import InvalidInputError, JournalUnavailableError, ToolsNotConfiguredError
-from ..logjson import json_if_asked
-from ..redact import redact_exception, redact_text, redact_url
-from ..settings import get_settings
-from .logs import redact_saga_logs
+from ..errors import JournalUnavailableError
+from ..redact import redact_exception
 from .redeliveries import DeliveriesExhausted, counted
-from .result_text import speed_up_result_text
-from .transport import reuse_redis_clients
 from .undecodable import UndecodableSagaMessages
 
 COMPENSATE_RUN = "saga.compensate_run"
@@ -66,118 +50,6 @@ RETRY: dict[str, Any] = {
     "retry_jitter": True,
     "max_retries": 8,
 }
-
-
-def _fresh_connections(**_: Any) -> None:
-    # A pool child must not share the parent's database connections: each opens its own.
-    executor.reset(after_fork=True)
-
-
-worker_process_init.connect(_fresh_connections)
-
-
-def _serve_metrics(**_: Any) -> None:
-    # The main process serves the sum of its pool children's counts (SAGA_METRICS_PORT).
-    settings = get_settings()
-    if settings.metrics_port is not None:
-        metrics.serve_worker_metrics(settings.metrics_port, settings.metrics_host)
-
-
-def _child_exited(pid: int | None = None, **_: Any) -> None:
-    metrics.process_exited(pid if pid is not None else os.getpid())
-
-
-def _reuse_broker_clients(**_: Any) -> None:
-    # Before the consumer connects: kombu's Redis channel would build a client per command.
-    reuse_redis_clients()
-
-
-def _speed_up_result_text(**_: Any) -> None:
-    # Celery writes each task's result as text (its log line, Flower's event): the same text, faster.
-    speed_up_result_text()
-
-
-def _log_tools(**_: Any) -> None:
-    executor.log_tools()  # which tools this worker unwinds with, once at its start
-
-
-worker_ready.connect(_log_tools)
-
-
-def _serves_saga_tasks(worker: Any) -> bool:
-    app = getattr(worker, "app", None)
-    return app is not None and COMPENSATE_STEP in app.tasks
-
-
-def _refuse_without_tools(sender: Any = None, **_: Any) -> None:
-    """A worker of an app with the saga tasks whose tools are not configured, or cannot be imported
-    (a module that fails to import, an attribute that is missing or is not a mapping of tools), does
-    not start: it would say ``ready`` and answer every step with that error (there is no fallback to
-    sample tools). Checked here, at ``worker_init``: before the pool forks and before the consumer
-    takes any message, and after Celery's Django fixup has run ``django.setup()`` (tools that import
-    models import). SystemExit, because Celery logs and swallows an Exception raised by a signal
-    handler."""
-    if not _serves_saga_tasks(sender):
-        return
-    try:
-        executor.check_tools_at_start("celery worker")
-    except ToolsNotConfiguredError as exc:
-        raise SystemExit(f"error: {exc}") from exc
-    except InvalidInputError as exc:
-        raise SystemExit(f"error: saga-worker cannot load its tools: {redact_text(str(exc))}") from exc
-
-
-def banner_lines(app: Any) -> list[str]:
-    """What the worker's banner says about saga-worker: the journal (redacted), the broker, the tools
-    and the queue, so a worker pointed at another journal or broker than its clients shows it."""
-    settings = executor.configured_settings()
-    return [
-        "[saga-worker]",
-        f"  . journal: {redact_url(settings.resolved_journal_url())}",
-        f"  . broker:  {redact_url(str(app.conf.broker_url))}",
-        f"  . tools:   {executor.tools_source() or '(none)'}",
-        f"  . queue:   {settings.queue}",
-    ]
-
-
-def _announce(sender: Any = None, instance: Any = None, **_: Any) -> None:
-    # Appended to the banner's task list (``extra_info``), which Celery prints right after this signal.
-    if instance is None or not _serves_saga_tasks(instance):
-        return
-    lines = "\n".join(banner_lines(instance.app)) + "\n"
-    shown = instance.extra_info
-
-    def extra_info() -> str:
-        return (shown() or "") + "\n" + lines
-
-    instance.extra_info = extra_info
-
-
-def _prepare_journal(sender: Any = None, **_: Any) -> None:
-    """Before the pool forks its children: the journal's driver imported and its statements compiled
-    here, once, rather than in each pool child on its first task (executor.prepare_journal)."""
-    if _serves_saga_tasks(sender):
-        executor.prepare_journal()
-
-
-worker_init.connect(_refuse_without_tools)
-worker_init.connect(_prepare_journal)
-celeryd_after_setup.connect(_announce)
-worker_init.connect(_serve_metrics)
-worker_init.connect(_reuse_broker_clients)
-worker_init.connect(_speed_up_result_text)
-worker_process_shutdown.connect(_child_exited)
-
-
-def _redact_logs(logger: Any = None, **_: Any) -> None:
-    # Every handler Celery sets up (worker and task loggers) hides URL passwords in what it writes
-    # about saga-worker (the host app's own records are left alone: celery/logs.py).
-    redact_saga_logs(logger)
-    json_if_asked(logger)  # SAGA_LOG_FORMAT=json: records as JSON lines with trace and span ids
-
-
-after_setup_logger.connect(_redact_logs)
-after_setup_task_logger.connect(_redact_logs)
 
 
 class _RedactedErrors:
@@ -204,26 +76,9 @@ class _HoldsTimedOutHooks:
         executor.hold_for_timed_out_hooks(cast(Task[Any, Any], self).request)
 
 
-# The request field by which a worker that sends task events tells its pool child so.
+# The request field by which a worker that sends task events tells its pool child so
+# (worker_signals._mark_events sets it).
 EVENTS_FLAG = "saga_task_events"
-
-
-def _mark_events(sender: Any = None, request: Any = None, **_: Any) -> None:
-    """A pool child cannot see whether its worker sends task events (``--events``, or turned on
-    later by ``celery control enable_events``): the consumer, in the main process, says so in the
-    step's request, so the step's own event is sent exactly when Celery's task events are."""
-    if request is None or request.name != COMPENSATE_STEP:
-        return
-    dispatcher = getattr(sender, "event_dispatcher", None)
-    if (
-        dispatcher is not None
-        and dispatcher.enabled
-        and (not dispatcher.groups or "task" in dispatcher.groups)
-    ):
-        request.request_dict[EVENTS_FLAG] = True
-
-
-task_received.connect(_mark_events)
 
 
 class CompensationStepFailed(Exception):
