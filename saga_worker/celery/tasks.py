@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any, cast
 
 from celery import Celery, Task, states
 from celery.exceptions import Ignore, Reject, Retry
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from .. import executor, faults
+from .. import actions, executor, faults
 from ..compensation.report import CompensationEntry, CompensationStatus
 from ..errors import JournalUnavailableError
 from ..redact import redact_exception
@@ -306,25 +307,17 @@ def finalize_unwind(self: Task[Any, Any], run_id: str, unwind_id: str) -> dict[s
 
 
 def retry_uncertain(self: Task[Any, Any]) -> dict[str, list[str]]:
-    """Beat: re-drive interrupted unwinds with backoff; flag a run for a person after the budget."""
+    """Beat: re-drive interrupted unwinds with backoff; flag a run for a person after the budget.
+    Each re-drive is sent as every unwind request is (``actions.sweeper_redrive``), through this app."""
     ctx = executor.current()
     start = self.app.tasks[COMPENSATE_RUN]
-    outcome = executor.sweep(
-        ctx.journal, enqueue=lambda run_id: redrive(start, ctx.journal, run_id), settings=ctx.settings
-    )
-    return outcome.as_dict()
+    enqueue = actions.celery_enqueue(start)
 
+    def redrive(run_id: str) -> list[str]:
+        answered = partial(_answered, start)
+        return actions.sweeper_redrive(run_id, journal=ctx.journal, enqueue=enqueue, answered=answered)
 
-def redrive(start: Task[Any, Any], journal: executor.UnwindsAndTrail, run_id: str) -> list[str]:
-    """The sweeper's re-drive of ``run_id``: each of its unwinds that never ended, and under whose id
-    nothing final is stored, goes on under that id (the coordinator's message again: the steps it did
-    pass on, the report lands where its caller waits); with none, a new unwind. The task ids sent."""
-    waiting = [u for u in executor.unfinished_unwinds(journal, run_id) if not _answered(start, u)]
-    for unwind_id in waiting:
-        start.apply_async((run_id,), {"via": "sweeper"}, task_id=unwind_id)
-    if waiting:
-        return waiting
-    return [str(start.delay(run_id, via="sweeper").id)]
+    return executor.sweep(ctx.journal, enqueue=redrive, settings=ctx.settings).as_dict()
 
 
 def _answered(task: Task[Any, Any], task_id: str) -> bool:
