@@ -5,7 +5,13 @@ Each action goes through the library or the Celery task, never around them: a pl
 dry run, an unwind is ``saga.compensate_run`` on the workers, a re-drive hands a run the sweeper
 gave up on back to the workers once, a decision is ``saga_worker.approve`` and its siblings. ``actor``
 is who asked (a console token's name, or the shell's user); it goes to the run's audit trail with
-``reason`` and ``via`` (through what: ``cli``, ``console``).
+``reason`` and ``via`` (through what: ``cli``, ``console``, ``sweeper``).
+
+Every unwind request starts here: :func:`enqueue_unwind` sends one to the workers (the CLI's
+``compensate``, the console's Compensate, ``saga-worker demo``, a re-drive, and the beat sweeper's
+re-drives, :func:`sweeper_redrive`, which the Celery layer hands the sweeper), :func:`unwind_here`
+runs one in this process (``saga-worker compensate --local``). Both check the request
+(``UnwindRequest.checked``: run id, actor, reason, ``via``) before anything is enqueued or written.
 """
 
 from __future__ import annotations
@@ -19,10 +25,11 @@ from typing import Any, Protocol
 from . import approvals
 from .audit import check_via
 from .checks import check_actor, check_reason, check_run_id
-from .compensation.engine import compensate_run
+from .compensation.engine import UnwindRequest, compensate_run
 from .compensation.report import CompensationReport
 from .errors import InvalidInputError, SagaError, UnknownRunError
 from .executor.context import WorkerContext
+from .executor.sweeper import UnwindsAndTrail, unfinished_unwinds
 from .executor.unwind import SWEEP_GRACE_TTLS
 from .journal.base import Journal
 from .journal.records import AuditAction, AuditRecord, NewAudit, UnwindState
@@ -56,15 +63,17 @@ class ActionRefusedError(SagaError):
         self._rebuilds_from(run_id, action, why)
 
 
-def celery_enqueue() -> Enqueue:
-    """Enqueue on the workers with ``saga.compensate_run``, as ``saga-worker compensate`` does."""
-    tasks: Any = importlib.import_module("saga_worker.celery")
+def celery_enqueue(task: Any = None) -> Enqueue:
+    """Enqueue on the workers with ``saga.compensate_run``, as ``saga-worker compensate`` does:
+    through ``task`` (the sweeper's: the task of the app it runs on), else through the app
+    ``saga_worker.celery.compensate_run`` sends with."""
+    start: Any = task if task is not None else importlib.import_module("saga_worker.celery").compensate_run
 
     def enqueue(
         run_id: str, dry_run: bool, *, actor: str, reason: str, via: str, task_id: str | None = None
     ) -> str:
         kwargs = {"dry_run": dry_run, "actor": actor, "reason": reason, "via": via}
-        result = tasks.compensate_run.apply_async((run_id,), kwargs, task_id=task_id)
+        result = start.apply_async((run_id,), kwargs, task_id=task_id)
         return str(result.id)
 
     return enqueue
@@ -118,20 +127,63 @@ def enqueue_unwind(
     run_id: str,
     *,
     enqueue: Enqueue,
-    actor: str,
+    actor: str | None,
     reason: str | None,
     via: str,
     dry_run: bool = False,
     task_id: str | None = None,
 ) -> str:
     """The one way an unwind is sent to the workers (the console's Compensate, ``saga-worker
-    compensate``, a re-drive); the task id. The run id, the actor and the reason are refused here,
+    compensate``, ``saga-worker demo``, a re-drive, the sweeper's re-drives); the task id. The run
+    id, the actor (None: ``SAGA_ACTOR`` or the OS user), the reason and ``via`` are refused here,
     before anything is enqueued (the worker would refuse them too, later and unseen)."""
-    check_run_id(run_id)
-    actor, reason = check_actor(actor), check_reason(reason)
+    request = UnwindRequest.checked(run_id, actor=actor, reason=reason, via=via)
+    who, why, through = request.actor, request.reason, request.via.value
     if task_id is None:
-        return enqueue(run_id, dry_run, actor=actor, reason=reason, via=via)
-    return enqueue(run_id, dry_run, actor=actor, reason=reason, via=via, task_id=task_id)
+        return enqueue(run_id, dry_run, actor=who, reason=why, via=through)
+    return enqueue(run_id, dry_run, actor=who, reason=why, via=through, task_id=task_id)
+
+
+def unwind_here(
+    run_id: str,
+    *,
+    context: WorkerContext,
+    actor: str | None,
+    reason: str | None,
+    via: str,
+    dry_run: bool = False,
+    what: str = "the unwind",
+) -> CompensationReport:
+    """An unwind in this process rather than on a worker (``saga-worker compensate --local``): the
+    same checks as :func:`enqueue_unwind`, before the tools are loaded or anything is written; then
+    the tools (``what`` names the caller in the error without them), then the engine's unwind."""
+    request = UnwindRequest.checked(run_id, actor=actor, reason=reason, via=via)
+    tools = context.require_tools(what)  # without tools nothing is opened, condemned or planned
+    return compensate_run(
+        request.run_id,
+        journal=context.journal,
+        tools=tools,
+        dry_run=dry_run,
+        lock=context.lock,
+        actor=request.actor,
+        reason=request.reason,
+        via=request.via,
+    )
+
+
+def sweeper_redrive(
+    run_id: str, *, journal: UnwindsAndTrail, enqueue: Enqueue, answered: Callable[[str], bool]
+) -> list[str]:
+    """The sweeper's re-drive of ``run_id`` (``executor.sweep`` is handed it by the Celery layer):
+    each of its unwinds that never ended, and under whose id nothing final is stored
+    (``answered``), goes on under that id (the coordinator's message again: the steps it did pass
+    on, the report lands where its caller waits); with none, a new unwind. The task ids sent."""
+    waiting = [u for u in unfinished_unwinds(journal, run_id) if not answered(u)]
+    for unwind_id in waiting:
+        enqueue_unwind(run_id, enqueue=enqueue, actor=None, reason=None, via="sweeper", task_id=unwind_id)
+    if waiting:
+        return waiting
+    return [enqueue_unwind(run_id, enqueue=enqueue, actor=None, reason=None, via="sweeper")]
 
 
 class UnwindQueuedError(SagaError):

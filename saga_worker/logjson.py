@@ -26,7 +26,12 @@ class JsonFormatter(logging.Formatter):
 
     Never raises (a handler that lets a formatting error out would raise it into the run or unwind
     that logged): a message whose arguments do not fit its format is written as its format, a
-    traceback that cannot be shown is left out, and ``format_error`` says what went wrong."""
+    traceback that cannot be shown is left out, and ``format_error`` says what went wrong.
+
+    Hand-written: python-json-logger's formatter raises on such a message
+    (test_a_log_line_json_cannot_format_is_still_written_and_the_unwind_goes_on) and writes every
+    ``extra=`` (Celery's ``data``: a task's arguments), which
+    test_a_json_line_holds_exactly_the_fields_log_pipelines_parse_and_nothing_passed_as_extra refuses."""
 
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {

@@ -3,8 +3,10 @@
 ``from saga_worker.celery import compensate_run`` is what apps import: ``compensate_run.delay(run_id)``
 sends ``saga.compensate_run`` through the app the tasks were installed on (:func:`install`), or else
 through saga-worker's own app, built from the ``SAGA_*`` settings on first use (``app``, which
-``celery -A saga_worker.celery:app worker`` runs). Importing this package creates no app and opens
-nothing. Forward steps recorded by an app's own tasks: :func:`record_call`.
+``celery -A saga_worker.celery:app worker`` runs). Importing this package creates no app, opens
+nothing and connects no Celery signal: making our app or installing the tasks on one connects what
+its workers do at their start (``worker_signals``). Forward steps recorded by an app's own tasks:
+:func:`record_call`.
 """
 
 from __future__ import annotations

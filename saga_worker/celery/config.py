@@ -127,7 +127,9 @@ def _prepare(s: SagaSettings) -> None:
 
 
 def make_app(settings: SagaSettings | None = None, *, main: str = "saga_worker") -> Celery:
-    """saga-worker's own Celery app, configured from the settings, with the ``saga.*`` tasks on it."""
+    """saga-worker's own Celery app, configured from the settings, with the ``saga.*`` tasks on it,
+    and what its workers do at their start connected (``worker_signals``)."""
+    from . import worker_signals
     from .tasks import register
 
     s = settings if settings is not None else get_settings()
@@ -139,6 +141,7 @@ def make_app(settings: SagaSettings | None = None, *, main: str = "saga_worker")
 
         remember_redis_url(app, s.redis_url)
     register(app)
+    worker_signals.connect()
     return app
 
 

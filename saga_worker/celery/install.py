@@ -21,6 +21,7 @@ from .. import executor
 from ..errors import InvalidInputError
 from ..executor import ToolsSource
 from ..settings import SagaSettings, get_settings
+from . import worker_signals
 from .config import SWEEP_ENTRY, sweep_entry
 from .tasks import register
 
@@ -84,7 +85,9 @@ def install(
     ``settings`` default to the ``SAGA_*`` environment; ``tools`` (a mapping of name to Tool, a
     ``"package.module:attribute"`` string or a callable returning the mapping; the last two are
     loaded on first use, so tools that import Django models can be named before ``django.setup()``)
-    default to ``SAGA_TOOLS``. With neither, a worker of ``app`` refuses to start. From now on
+    default to ``SAGA_TOOLS``. With neither, a worker of ``app`` refuses to start (the check, and the
+    rest of what a worker of ``app`` does at its start, are connected here: importing saga-worker
+    connects no Celery signal). From now on
     ``saga_worker.celery.compensate_run`` (and its siblings) send through ``app``. Returns the four
     tasks by name."""
     if not isinstance(app, Celery):
@@ -96,6 +99,7 @@ def install(
     if s.result_backend is not None:
         app.conf.update(result_backend=s.result_backend)
     registered = register(app, **task_options(s))
+    worker_signals.connect()  # what a worker of ``app`` does at its start (celery/worker_signals.py)
     _route(app, s.queue)
     if beat:
         _beat(app, s)

@@ -2,7 +2,7 @@
 
 Thin on purpose: each task parses ids, calls saga_worker.executor, and passes the continuation on.
 Each step task runs under a task id of its own, derived from the run, the step and the unwind
-(:func:`step_task_id`), so Flower shows every step as a task; none stores a result of its own. The
+(``task_ids.step_task_id``), so Flower shows every step as a task; none stores a result of its own. The
 last step task, or the one that halts, assembles the report from the journal and stores it under the
 coordinator's task id (the unwind id), so ``compensate_run.delay(run_id).get()`` returns the report:
 for the caller a halt is a normal end, never an exception. A step whose hook failed then ends
@@ -17,35 +17,21 @@ exists (:func:`saga_worker.celery.install`), and importing this module creates n
 
 from __future__ import annotations
 
-import os
-import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any, cast
 
-from celery import Celery, Task, states
-from celery.exceptions import Ignore, Reject, Retry
-from celery.signals import (
-    after_setup_logger,
-    after_setup_task_logger,
-    celeryd_after_setup,
-    task_received,
-    worker_init,
-    worker_process_init,
-    worker_process_shutdown,
-    worker_ready,
-)
+from celery import Celery, Task
+from celery.exceptions import Ignore
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from .. import executor, faults, metrics
+from .. import actions, executor, faults
 from ..compensation.report import CompensationEntry, CompensationStatus
-from ..errors import InvalidInputError, JournalUnavailableError, ToolsNotConfiguredError
-from ..logjson import json_if_asked
-from ..redact import redact_exception, redact_text, redact_url
-from ..settings import get_settings
-from .logs import redact_saga_logs
+from ..errors import JournalUnavailableError
+from . import result_store
 from .redeliveries import DeliveriesExhausted, counted
-from .result_text import speed_up_result_text
-from .transport import reuse_redis_clients
+from .task_base import saga_task_base
+from .task_ids import step_task_id
 from .undecodable import UndecodableSagaMessages
 
 COMPENSATE_RUN = "saga.compensate_run"
@@ -68,186 +54,15 @@ RETRY: dict[str, Any] = {
 }
 
 
-def _fresh_connections(**_: Any) -> None:
-    # A pool child must not share the parent's database connections: each opens its own.
-    executor.reset(after_fork=True)
-
-
-worker_process_init.connect(_fresh_connections)
-
-
-def _serve_metrics(**_: Any) -> None:
-    # The main process serves the sum of its pool children's counts (SAGA_METRICS_PORT).
-    settings = get_settings()
-    if settings.metrics_port is not None:
-        metrics.serve_worker_metrics(settings.metrics_port, settings.metrics_host)
-
-
-def _child_exited(pid: int | None = None, **_: Any) -> None:
-    metrics.process_exited(pid if pid is not None else os.getpid())
-
-
-def _reuse_broker_clients(**_: Any) -> None:
-    # Before the consumer connects: kombu's Redis channel would build a client per command.
-    reuse_redis_clients()
-
-
-def _speed_up_result_text(**_: Any) -> None:
-    # Celery writes each task's result as text (its log line, Flower's event): the same text, faster.
-    speed_up_result_text()
-
-
-def _log_tools(**_: Any) -> None:
-    executor.log_tools()  # which tools this worker unwinds with, once at its start
-
-
-worker_ready.connect(_log_tools)
-
-
-def _serves_saga_tasks(worker: Any) -> bool:
-    app = getattr(worker, "app", None)
-    return app is not None and COMPENSATE_STEP in app.tasks
-
-
-def _refuse_without_tools(sender: Any = None, **_: Any) -> None:
-    """A worker of an app with the saga tasks whose tools are not configured, or cannot be imported
-    (a module that fails to import, an attribute that is missing or is not a mapping of tools), does
-    not start: it would say ``ready`` and answer every step with that error (there is no fallback to
-    sample tools). Checked here, at ``worker_init``: before the pool forks and before the consumer
-    takes any message, and after Celery's Django fixup has run ``django.setup()`` (tools that import
-    models import). SystemExit, because Celery logs and swallows an Exception raised by a signal
-    handler."""
-    if not _serves_saga_tasks(sender):
-        return
-    try:
-        executor.check_tools_at_start("celery worker")
-    except ToolsNotConfiguredError as exc:
-        raise SystemExit(f"error: {exc}") from exc
-    except InvalidInputError as exc:
-        raise SystemExit(f"error: saga-worker cannot load its tools: {redact_text(str(exc))}") from exc
-
-
-def banner_lines(app: Any) -> list[str]:
-    """What the worker's banner says about saga-worker: the journal (redacted), the broker, the tools
-    and the queue, so a worker pointed at another journal or broker than its clients shows it."""
-    settings = executor.configured_settings()
-    return [
-        "[saga-worker]",
-        f"  . journal: {redact_url(settings.resolved_journal_url())}",
-        f"  . broker:  {redact_url(str(app.conf.broker_url))}",
-        f"  . tools:   {executor.tools_source() or '(none)'}",
-        f"  . queue:   {settings.queue}",
-    ]
-
-
-def _announce(sender: Any = None, instance: Any = None, **_: Any) -> None:
-    # Appended to the banner's task list (``extra_info``), which Celery prints right after this signal.
-    if instance is None or not _serves_saga_tasks(instance):
-        return
-    lines = "\n".join(banner_lines(instance.app)) + "\n"
-    shown = instance.extra_info
-
-    def extra_info() -> str:
-        return (shown() or "") + "\n" + lines
-
-    instance.extra_info = extra_info
-
-
-def _prepare_journal(sender: Any = None, **_: Any) -> None:
-    """Before the pool forks its children: the journal's driver imported and its statements compiled
-    here, once, rather than in each pool child on its first task (executor.prepare_journal)."""
-    if _serves_saga_tasks(sender):
-        executor.prepare_journal()
-
-
-worker_init.connect(_refuse_without_tools)
-worker_init.connect(_prepare_journal)
-celeryd_after_setup.connect(_announce)
-worker_init.connect(_serve_metrics)
-worker_init.connect(_reuse_broker_clients)
-worker_init.connect(_speed_up_result_text)
-worker_process_shutdown.connect(_child_exited)
-
-
-def _redact_logs(logger: Any = None, **_: Any) -> None:
-    # Every handler Celery sets up (worker and task loggers) hides URL passwords in what it writes
-    # about saga-worker (the host app's own records are left alone: celery/logs.py).
-    redact_saga_logs(logger)
-    json_if_asked(logger)  # SAGA_LOG_FORMAT=json: records as JSON lines with trace and span ids
-
-
-after_setup_logger.connect(_redact_logs)
-after_setup_task_logger.connect(_redact_logs)
-
-
-class _RedactedErrors:
-    """Task mixin: an exception leaving a saga task is redacted (its message, its chain) before Celery
-    logs it and stores it in the result backend, where a client's ``.get()`` would show it."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().__call__(*args, **kwargs)  # type: ignore[misc]
-        except (Ignore, Reject, Retry):  # Celery's control flow (replace, retry), not errors
-            raise
-        except Exception as exc:
-            raise redact_exception(exc)  # noqa: B904 - the same exception, its chain kept
-
-
-class _HoldsTimedOutHooks:
-    """Task mixin: after the task's result is stored and its callbacks sent (``after_return``), wait
-    for the hooks that timed out in this pool child, so that the step's hard time limit, not the
-    hook, decides when they stop. Waiting in the task's body instead, the limit could kill the child
-    before the report was stored under the coordinator's id (steps run under it with replace())."""
-
-    def after_return(self, *args: Any, **kwargs: Any) -> None:
-        super().after_return(*args, **kwargs)  # type: ignore[misc]
-        executor.hold_for_timed_out_hooks(cast(Task[Any, Any], self).request)
-
-
-# The request field by which a worker that sends task events tells its pool child so.
+# The request field by which a worker that sends task events tells its pool child so
+# (worker_signals._mark_events sets it).
 EVENTS_FLAG = "saga_task_events"
-
-
-def _mark_events(sender: Any = None, request: Any = None, **_: Any) -> None:
-    """A pool child cannot see whether its worker sends task events (``--events``, or turned on
-    later by ``celery control enable_events``): the consumer, in the main process, says so in the
-    step's request, so the step's own event is sent exactly when Celery's task events are."""
-    if request is None or request.name != COMPENSATE_STEP:
-        return
-    dispatcher = getattr(sender, "event_dispatcher", None)
-    if (
-        dispatcher is not None
-        and dispatcher.enabled
-        and (not dispatcher.groups or "task" in dispatcher.groups)
-    ):
-        request.request_dict[EVENTS_FLAG] = True
-
-
-task_received.connect(_mark_events)
 
 
 class CompensationStepFailed(Exception):
     """A step task whose compensate hook failed, halting the unwind, ends with this error: Flower shows
     the step ``FAILURE`` with it. The unwind's report, under the coordinator's task id, says the same;
     the error is expected (a failed hook), so the worker logs it without a traceback."""
-
-
-# Bytes a task id may take on every broker (AMQP's correlation id is a short string).
-TASK_ID_MAX = 255
-_STEP_IDS = uuid.UUID("0d4c2a9e-5b1f-4f6e-9a57-3c1e8f2b7d40")
-
-
-def step_task_id(run_id: str, suffix: str, unwind_id: str) -> str:
-    """The task id of step ``suffix`` of unwind ``unwind_id`` of run ``run_id``: its own, so Flower
-    shows one row per step, and the same for every message of that step (a redelivery, or the
-    continuation sent again by a redelivered step before it), so Flower keeps one row for them.
-
-    ``<run id>:<step>:<unwind id>`` (run ids and steps hold no ``:``), which Flower's tasks page shows
-    as the task's id; a UUID derived from it when that is longer than a broker takes."""
-    readable = f"{run_id}:{suffix}:{unwind_id}"
-    if len(readable.encode()) <= TASK_ID_MAX:
-        return readable
-    return str(uuid.uuid5(_STEP_IDS, readable))
 
 
 def _continue(task: Task[Any, Any], nxt: executor.Next) -> Any:
@@ -279,23 +94,11 @@ def _continue(task: Task[Any, Any], nxt: executor.Next) -> Any:
     # its caller could read stays (a redelivery's, or the sweeper's re-drive of an unwind whose
     # messages were lost, comes after it). A step task ends with its own outcome, stored nowhere:
     # Flower reads it from the event.
-    store_once(task.backend, nxt.unwind_id, report)
+    result_store.store_once(task.backend, nxt.unwind_id, report)
     task.request.ignore_result = True
     if task.request.id == nxt.unwind_id:
         return report
     return _shown(nxt.run_id, nxt.done)
-
-
-def store_once(backend: Any, task_id: str, result: Any) -> bool:
-    """Store ``result`` as the ``SUCCESS`` of ``task_id`` unless a final state (a report, an error,
-    a withdrawal) is stored there already; whether it was stored."""
-    try:
-        if backend.get_task_meta(task_id, cache=False).get("status") in states.READY_STATES:
-            return False
-    except NotImplementedError:  # no result backend: nobody can read an answer anyway
-        return False
-    backend.store_result(task_id, result, states.SUCCESS)
-    return True
 
 
 def _shown(run_id: str, done: CompensationEntry | None) -> dict[str, Any] | None:
@@ -317,20 +120,8 @@ def _continue_here(nxt: executor.Next) -> Any:
     ``.get()`` on it inside this task, which Celery refuses ("Never call result.get() within a task"),
     so the caller got FAILURE for an unwind that had completed."""
     ctx = executor.current()
-    while isinstance(nxt, executor.Step):
-        step = executor.run_step(
-            ctx.journal,
-            ctx.tools,
-            nxt.run_id,
-            nxt.unwind_id,
-            nxt.suffix,
-            claim_ttl=ctx.settings.claim_ttl,
-            lock=ctx.lock,
-        )
-        if step is None:  # another delivery of this step holds it: report what the journal says now
-            break
-        nxt = step
-    return _report(nxt.run_id, nxt.unwind_id)
+    end = executor.run_rest(ctx.journal, ctx.tools, nxt, claim_ttl=ctx.settings.claim_ttl, lock=ctx.lock)
+    return _report(end.run_id, end.unwind_id)
 
 
 def _plain_request(task: Task[Any, Any]) -> bool:
@@ -355,21 +146,6 @@ def _report(run_id: str, unwind_id: str) -> dict[str, Any]:
     return report.model_dump(mode="json")
 
 
-WITHDRAWN = "REVOKED"
-
-
-def withdrawn(task: Task[Any, Any]) -> bool:
-    """Was this unwind request withdrawn (``saga-worker revoke``) while it waited in the queue? Read
-    from the result backend, where the withdrawal is stored: a revoke broadcast reaches only the
-    workers running at the time, and a request queued while none ran must stay withdrawn."""
-    if task.request.is_eager:
-        return False
-    try:
-        return bool(task.AsyncResult(cast(str, task.request.id)).state == WITHDRAWN)
-    except NotImplementedError:  # no result backend: nothing can have been stored there
-        return False
-
-
 def compensate_run(
     self: Task[Any, Any],
     run_id: str,
@@ -382,7 +158,7 @@ def compensate_run(
 
     ``actor``, ``reason`` and ``via`` (``worker``, or ``cli``/``sweeper`` when they send it) go to the
     run's audit trail; without an actor the worker's ``SAGA_ACTOR`` or OS user is named."""
-    if withdrawn(self):
+    if result_store.withdrawn(self):
         raise Ignore()  # `saga-worker revoke` withdrew it before any worker started it: nothing condemned
     ctx = executor.current()
     with counted(self.request, ctx.journal, ctx.settings.max_deliveries) as delivery:
@@ -436,7 +212,7 @@ def compensate_step(
         if nxt is None:
             raise Ignore()  # a live duplicate of this delivery carries the chain on; store no result
         faults.point("before_ack", f"{run_id}:comp:{suffix}")
-        # A hook that timed out is waited for in after_return (_HoldsTimedOutHooks), once the
+        # A hook that timed out is waited for in after_return (task_base.py), once the
         # report and this task's own outcome are stored: the hard limit can then cut only that wait.
         return _continue(self, nxt)
 
@@ -451,33 +227,17 @@ def finalize_unwind(self: Task[Any, Any], run_id: str, unwind_id: str) -> dict[s
 
 
 def retry_uncertain(self: Task[Any, Any]) -> dict[str, list[str]]:
-    """Beat: re-drive interrupted unwinds with backoff; flag a run for a person after the budget."""
+    """Beat: re-drive interrupted unwinds with backoff; flag a run for a person after the budget.
+    Each re-drive is sent as every unwind request is (``actions.sweeper_redrive``), through this app."""
     ctx = executor.current()
     start = self.app.tasks[COMPENSATE_RUN]
-    outcome = executor.sweep(
-        ctx.journal, enqueue=lambda run_id: redrive(start, ctx.journal, run_id), settings=ctx.settings
-    )
-    return outcome.as_dict()
+    enqueue = actions.celery_enqueue(start)
 
+    def redrive(run_id: str) -> list[str]:
+        answered = partial(result_store.answered, start)
+        return actions.sweeper_redrive(run_id, journal=ctx.journal, enqueue=enqueue, answered=answered)
 
-def redrive(start: Task[Any, Any], journal: executor.UnwindsAndTrail, run_id: str) -> list[str]:
-    """The sweeper's re-drive of ``run_id``: each of its unwinds that never ended, and under whose id
-    nothing final is stored, goes on under that id (the coordinator's message again: the steps it did
-    pass on, the report lands where its caller waits); with none, a new unwind. The task ids sent."""
-    waiting = [u for u in executor.unfinished_unwinds(journal, run_id) if not _answered(start, u)]
-    for unwind_id in waiting:
-        start.apply_async((run_id,), {"via": "sweeper"}, task_id=unwind_id)
-    if waiting:
-        return waiting
-    return [str(start.delay(run_id, via="sweeper").id)]
-
-
-def _answered(task: Task[Any, Any], task_id: str) -> bool:
-    """Is a final state (a report, an error, a withdrawal) stored under ``task_id``?"""
-    try:
-        return task.AsyncResult(task_id).state in states.READY_STATES
-    except NotImplementedError:  # no result backend: nothing can have been stored there
-        return False
+    return executor.sweep(ctx.journal, enqueue=redrive, settings=ctx.settings).as_dict()
 
 
 def register(app: Celery, **options: Any) -> dict[str, Task[Any, Any]]:
@@ -492,8 +252,7 @@ def register(app: Celery, **options: Any) -> dict[str, Task[Any, Any]]:
     registered: dict[str, Task[Any, Any]] = {}
     # A saga message whose body cannot be decoded is answered with a stored error (undecodable.py).
     app.steps["consumer"].add(UndecodableSagaMessages)
-    # The app's own Task class, kept.
-    base = type("SagaTask", (_RedactedErrors, _HoldsTimedOutHooks, app.Task), {})
+    base = saga_task_base(app)
     for name, (body, retries) in bodies.items():
         # Every saga task refuses, on receipt, a message it could never process (celery/request.py).
         opts = {"Request": REQUEST, **(RETRY if retries else {}), **options}
@@ -516,5 +275,4 @@ __all__ = [
     "NAMES",
     "RETRY_UNCERTAIN",
     "register",
-    "step_task_id",
 ]

@@ -18,6 +18,7 @@ from .progress import wait_with_progress
 from .render import dump, out, report_table, steps_table
 
 DEMO_TOOLS = "saga_worker.demo:TOOLS"
+DEMO_REASON = "saga-worker demo: the sample order reversed"
 
 
 @click.command()
@@ -33,13 +34,22 @@ def demo(run_id: str | None, as_json: bool) -> None:
     _place_order(settings, run_id)
 
     out.rule("[bold]2. unwinding it on an embedded Celery worker[/]")
+    from .. import actions
+
     app = celery()
     app.prepare_stores(app.current_app())
+    # Sent as every unwind request is (checked first: a bad SAGA_ACTOR is refused before any worker
+    # starts); the message waits in the embedded broker for the worker started next.
+    task_id = actions.enqueue_unwind(
+        run_id, enqueue=actions.celery_enqueue(), actor=None, reason=DEMO_REASON, via="cli"
+    )
+    async_result = app.compensate_run.AsyncResult(task_id)
     log_path = str(settings.home.resolve() / "demo-worker.log")
     # The one place sample tools are used: the demo names them for its own worker.
     with embedded_worker(settings, tools=DEMO_TOOLS, log_path=log_path) as proc:
-        out.print(f"worker started (pid {proc.pid}, log {log_path}); compensate_run.delay({run_id!r}).get()")
-        async_result = app.compensate_run.delay(run_id)
+        out.print(
+            f"saga.compensate_run sent as task {task_id}; worker started (pid {proc.pid}, log {log_path})"
+        )
         data = wait_with_progress(
             async_result, run_id, settings, 60.0, quiet=False, worker=proc, worker_log=log_path
         )

@@ -8,7 +8,6 @@ from typing import Any
 import click
 
 from ..audit import default_actor
-from ..checks import check_reason, check_run_id
 from ..compensation.report import CompensationStatus, halted_at
 from ..settings import get_settings
 from .common import configured_journal, fail
@@ -35,37 +34,32 @@ def compensate(
     Exit 0 when the unwind went through, 2 when a step failed or was busy (the report says which),
     3 when it stopped at a compensation awaiting a person's approval (saga-worker
     approve-compensation), 1 for an error. The audit trail names SAGA_ACTOR, else the OS user."""
-    check_run_id(run_id)  # before anything is enqueued or written
-    check_reason(reason)
-    actor = default_actor()
+    from .. import actions
+
     settings = get_settings()
+    # Both ways go through actions, which checks the run id, the actor (SAGA_ACTOR, else the OS
+    # user), the reason and via before anything is enqueued, opened or written.
     if local:
         from .. import executor
-        from ..compensation.engine import compensate_run as unwind_here
 
         ctx = executor.WorkerContext(settings, create_journal=False)
         try:
-            # Tools first: without them nothing is opened, condemned or planned.
-            tools = ctx.require_tools("saga-worker compensate --local" + (" --dry-run" if dry_run else ""))
-            result = unwind_here(
+            result = actions.unwind_here(
                 run_id,
-                journal=ctx.journal,
-                tools=tools,
-                dry_run=dry_run,
-                lock=ctx.lock,
-                actor=actor,
+                context=ctx,
+                actor=None,
                 reason=reason,
                 via="cli",
+                dry_run=dry_run,
+                what="saga-worker compensate --local" + (" --dry-run" if dry_run else ""),
             )
         finally:
             ctx.close()
         _show_report(result.model_dump(mode="json"), as_json)
         _exit_for(result.model_dump(mode="json"))
         return
-    from .. import actions
-
     task_id = actions.enqueue_unwind(
-        run_id, enqueue=actions.celery_enqueue(), actor=actor, reason=reason, via="cli", dry_run=dry_run
+        run_id, enqueue=actions.celery_enqueue(), actor=None, reason=reason, via="cli", dry_run=dry_run
     )
     async_result = celery().compensate_run.AsyncResult(task_id)
     if not wait:

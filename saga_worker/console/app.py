@@ -3,9 +3,10 @@
 ``create_app`` refuses to build without tokens (nothing is served without configuration). Errors
 answer as the caller speaks: JSON under ``/api``, a page elsewhere; a bad id or filter is a 400
 that names it, an unknown run a 404, an action on a run in the wrong state a 409. In front of it
-all, ``security.Guard`` (allowed hosts, same-origin POSTs, security headers), then
-``bodies.BodyLimit`` (a stranger's body holds a login, no more) and ``csrf.CsrfCheck`` (a POST a
-session cookie authenticates carries its CSRF token).
+all, outermost first: the security headers (secure's ``SecureASGIMiddleware``), the trusted proxies' forwarded headers (uvicorn's
+``ProxyHeadersMiddleware``), the allowed hosts (Starlette's ``TrustedHostMiddleware``), same-origin
+POSTs (``security``), ``bodies.BodyLimit`` (a stranger's body holds a login, no more) and
+``csrf.CsrfCheck`` (a POST a session cookie authenticates carries its CSRF token).
 """
 
 from __future__ import annotations
@@ -18,13 +19,16 @@ from pathlib import Path
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from secure.middleware import SecureASGIMiddleware
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Scope
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from .. import metrics, views
 from ..actions import ActionRefusedError, Enqueue, Workers, celery_enqueue, celery_workers
@@ -44,7 +48,16 @@ from . import api, pages
 from .auth import Tokens
 from .bodies import BodyLimit
 from .csrf import CsrfCheck
-from .security import Guard, LoginLimiter, Network, Sessions, Signer, console_secret
+from .security import (
+    HEADERS,
+    ForwardedHost,
+    LoginLimiter,
+    Network,
+    SameOrigin,
+    Sessions,
+    Signer,
+    console_secret,
+)
 from .service import (
     Console,
     Forbidden,
@@ -78,11 +91,9 @@ async def _too_many(request: Request, exc: Exception) -> Response:
 
 
 async def _refuse(scope: Scope, status: int, message: str) -> ASGIApp:
-    """The middlewares' refusal: a bad Host gets plain text (nothing of the console shows to a page
-    that rebound a name to us); a cross-site POST, a missing CSRF token or a body too large the usual
-    error answer."""
-    if status == 400:
-        return PlainTextResponse(message, status_code=400)
+    """The middlewares' refusal of a cross-site POST, a missing CSRF token or a body too large: the
+    usual error answer. (A bad Host gets TrustedHostMiddleware's plain text: nothing of the console
+    shows to a page that rebound a name to us.)"""
     return _answer(Request(scope), status, message, "Too large" if status == 413 else "Not allowed")
 
 
@@ -224,7 +235,11 @@ def create_app(
         },
         lifespan=_lifespan(console),
         middleware=[
-            Middleware(Guard, network=network, refuse=_refuse),
+            Middleware(SecureASGIMiddleware, secure=HEADERS),
+            Middleware(ForwardedHost, network=network),
+            Middleware(ProxyHeadersMiddleware, trusted_hosts=network.proxies_spec),
+            Middleware(TrustedHostMiddleware, allowed_hosts=list(network.allowed_hosts), www_redirect=False),
+            Middleware(SameOrigin, refuse=_refuse),
             Middleware(BodyLimit, known=lambda request: known_caller(request) is not None, refuse=_refuse),
             Middleware(CsrfCheck, session_of=cookie_session, refuse=_refuse),
         ],

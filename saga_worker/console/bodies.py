@@ -4,6 +4,10 @@
 API): a caller not yet known (no valid ``Authorization: Bearer``, no live session) may send what a
 login form holds; a known one what an action holds. A body declared larger is refused (413) before a
 byte of it is read; one that runs past the limit as it arrives (chunked) is refused when it does.
+
+Hand-written: Starlette's ``RequestBodyLimitMiddleware`` takes one limit for every caller and answers
+plain text, where test_a_body_larger_than_a_login_needs_is_refused_before_the_caller_is_known needs
+the limit to depend on who asks and the API's 413 to be its JSON error.
 """
 
 from __future__ import annotations

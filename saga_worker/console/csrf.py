@@ -6,6 +6,13 @@ A check in front of the routes, not in each handler, so a route added later cann
 ``Authorization: Bearer`` is authenticated by that header, which no other site can make a browser
 send, and needs none; one without a live session has nothing to forge (it is refused, or logs in,
 on its own merits). The body it reads is already capped (``bodies.BodyLimit``, in front of it).
+
+Hand-written: starlette-csrf reads the token from a header only (the console's forms work without
+script: test_every_post_route_refuses_a_cookie_session_without_its_csrf_token posts it as a form
+field), and asgi-csrf's double-submit cookie outlives the login session, so a token seen before a
+logout still passes after the next login
+(test_a_new_login_gets_a_new_csrf_token_and_the_old_one_is_refused); here the token is the
+session's own secret, signed inside its cookie.
 """
 
 from __future__ import annotations

@@ -7,12 +7,12 @@
 - ``LoginLimiter``: failed logins (a wrong token in the form or in ``Authorization``) per client
   address and per credential; past the limit a wrong token waits out the window (429), a valid one
   is never refused.
-- ``Guard``: the ASGI middleware in front of everything: a ``Host`` the console is not configured
-  for is refused (DNS rebinding), a POST from another origin is refused (login and logout
-  included), and every answer carries the security headers (a CSP without inline script,
-  ``frame-ancestors 'none'``, ``nosniff``, ``Referrer-Policy``, ``Cache-Control: no-store`` on all
-  but the static files).
-- Behind a TLS proxy, only the configured proxies' ``X-Forwarded-Proto``/``-For`` are believed.
+- In front of everything (``app.create_app`` stacks them): secure's ``SecureASGIMiddleware`` with
+  ``HEADERS`` (a CSP without inline script, ``frame-ancestors 'none'``, ``nosniff``,
+  ``Referrer-Policy``, ``Cache-Control: no-store``); ``ForwardedHost`` and uvicorn's ``ProxyHeadersMiddleware`` (only the
+  configured proxies' ``X-Forwarded-Host``/``-Proto``/``-For`` are believed); Starlette's
+  ``TrustedHostMiddleware`` (a ``Host`` the console is not configured for is refused: DNS
+  rebinding); ``SameOrigin`` (a POST from another origin is refused, login and logout included).
 """
 
 from __future__ import annotations
@@ -29,7 +29,16 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from itsdangerous import BadData, URLSafeSerializer
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from secure import (
+    CacheControl,
+    ContentSecurityPolicy,
+    CrossOriginOpenerPolicy,
+    ReferrerPolicy,
+    Secure,
+    XContentTypeOptions,
+    XFrameOptions,
+)
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .auth import Principal
 
@@ -37,17 +46,25 @@ LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 LOGIN_WINDOW_S = 300.0
 MAX_SESSIONS = 10_000
+# The headers on every answer, refusals and static files included (secure's ASGI middleware sets them).
 # Same-origin (not no-referrer): with no-referrer a browser sends ``Origin: null`` on a form's POST.
-HEADERS = {
-    "content-security-policy": (
-        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'; object-src 'none'"
-    ),
-    "x-content-type-options": "nosniff",
-    "x-frame-options": "DENY",
-    "referrer-policy": "same-origin",
-    "cross-origin-opener-policy": "same-origin",
-}
+HEADERS = Secure(
+    csp=ContentSecurityPolicy()
+    .default_src("'self'")
+    .script_src("'self'")
+    .style_src("'self'")
+    .img_src("'self'", "data:")
+    .connect_src("'self'")
+    .form_action("'self'")
+    .frame_ancestors("'none'")
+    .base_uri("'none'")
+    .object_src("'none'"),
+    xcto=XContentTypeOptions(),
+    xfo=XFrameOptions().deny(),
+    referrer=ReferrerPolicy().set("same-origin"),
+    coop=CrossOriginOpenerPolicy().set("same-origin"),
+    cache=CacheControl().no_store(),
+)
 
 
 # -- sessions -----------------------------------------------------------------------------------------
@@ -229,7 +246,8 @@ def _credential_key(credential: str) -> str:
 
 
 def parse_networks(spec: str) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
-    """``10.0.0.0/8, 192.0.2.1`` as networks; a malformed entry is a configuration error."""
+    """``10.0.0.0/8, 192.0.2.1`` as networks; a malformed entry is a configuration error (uvicorn's
+    ``ProxyHeadersMiddleware`` would take it silently as a literal that matches nothing)."""
     from .auth import ConsoleConfigError
 
     found = []
@@ -252,21 +270,35 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def _host_pattern(host: str) -> str:
+    """A host as Starlette's ``TrustedHostMiddleware`` compares it: an IPv6 address in brackets."""
+    try:
+        return f"[{host.strip('[]')}]" if ipaddress.ip_address(host.strip("[]")).version == 6 else host
+    except ValueError:
+        return host
+
+
 @dataclass(frozen=True)
 class Network:
-    """Who may say what about a request: the trusted proxies, the allowed hosts."""
+    """Who may say what about a request: the trusted proxies, the allowed hosts. The scheme and the
+    client's address are read from the scope, which uvicorn's ``ProxyHeadersMiddleware`` has set from
+    a trusted proxy's ``X-Forwarded-Proto``/``-For``."""
 
     trusted_proxies: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
-    allowed_hosts: tuple[str, ...]  # lower case; "*.example.com" allows its subdomains
+    allowed_hosts: tuple[str, ...]  # lower case, IPv6 in brackets; "*.example.com" allows its subdomains
 
     @classmethod
     def configure(cls, *, allowed_hosts: str, bind_host: str, trusted_proxies: str) -> Network:
         hosts = [*LOOPBACK_HOSTS, *(h.strip().lower() for h in allowed_hosts.split(",") if h.strip())]
         if bind_host and bind_host not in ("0.0.0.0", "::"):
             hosts.append(bind_host.lower())
-        return cls(parse_networks(trusted_proxies), tuple(dict.fromkeys(hosts)))
+        return cls(parse_networks(trusted_proxies), tuple(dict.fromkeys(map(_host_pattern, hosts))))
 
-    def _peer_trusted(self, scope: Scope) -> bool:
+    @property
+    def proxies_spec(self) -> list[str]:
+        return [str(network) for network in self.trusted_proxies]
+
+    def peer_trusted(self, scope: Scope) -> bool:
         peer = (scope.get("client") or ("", 0))[0]
         try:
             address = ipaddress.ip_address(peer)
@@ -275,100 +307,64 @@ class Network:
         return any(address in network for network in self.trusted_proxies)
 
     def is_https(self, scope: Scope) -> bool:
-        if scope.get("scheme") == "https":
-            return True
-        forwarded = _header(scope, b"x-forwarded-proto") or ""
-        return forwarded.split(",")[0].strip() == "https" and self._peer_trusted(scope)
-
-    def host(self, scope: Scope) -> str | None:
-        """The host the browser asked for: the ``Host`` header, or what a trusted proxy says it was
-        (``X-Forwarded-Host``: a proxy that rewrites ``Host`` to the console's own address)."""
-        forwarded = _header(scope, b"x-forwarded-host")
-        if forwarded and self._peer_trusted(scope):
-            return forwarded.split(",")[0].strip()
-        return _header(scope, b"host")
+        return scope.get("scheme") == "https"
 
     def client(self, scope: Scope) -> str:
-        """The client's address: the peer, or what a trusted proxy says it forwarded for."""
-        peer = str((scope.get("client") or ("unknown", 0))[0])
-        forwarded = _header(scope, b"x-forwarded-for")
-        if forwarded and self._peer_trusted(scope):
-            hops = [h.strip() for h in forwarded.split(",") if h.strip()]
-            if hops:
-                return hops[-1][:64]
-        return peer
-
-    def host_allowed(self, host_header: str | None) -> bool:
-        host = host_name(host_header)
-        if host is None:
-            return False
-        for allowed in self.allowed_hosts:
-            if allowed.startswith("*."):
-                if host.endswith(allowed[1:]) and host != allowed[2:]:
-                    return True
-            elif host == allowed.strip("[]"):
-                return True
-        return False
+        return str((scope.get("client") or ("unknown", 0))[0])
 
 
-def host_name(host_header: str | None) -> str | None:
-    """The host of a ``Host`` header without its port (``[::1]:8350`` -> ``::1``), lower case."""
-    if not host_header or len(host_header) > 255:
-        return None
-    host = host_header.strip().lower()
-    if host.startswith("["):
-        end = host.find("]")
-        return host[1:end] if end > 0 else None
-    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+class ForwardedHost:
+    """A trusted proxy that rewrites ``Host`` to the console's own address says in ``X-Forwarded-Host``
+    what the browser asked for: that becomes the ``Host`` the host check and the Origin check read.
+    Hand-written: uvicorn's ``ProxyHeadersMiddleware`` reads only ``X-Forwarded-Proto``/``-For``, and
+    test_cookies_are_secure_behind_a_trusted_tls_proxy_and_only_then needs ``X-Forwarded-Host``. It
+    runs before that middleware, which replaces the peer's address with the forwarded client's."""
+
+    def __init__(self, app: ASGIApp, *, network: Network) -> None:
+        self.app = app
+        self.network = network
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        forwarded = _header(scope, b"x-forwarded-host") if scope["type"] == "http" else None
+        if forwarded and self.network.peer_trusted(scope):
+            headers = [(k, v) for k, v in scope["headers"] if k != b"host"]
+            headers.append((b"host", forwarded.split(",")[0].strip().encode("latin-1")))
+            scope = {**scope, "headers": headers}
+        await self.app(scope, receive, send)
 
 
-def cross_origin(scope: Scope, host: str | None) -> bool:
-    """An unsafe request another site sent: its Origin is not ``host`` (or is ``null``), or, without
-    one, the browser says it is cross-site. A program that sends neither (curl, a script) is not."""
+def cross_origin(scope: Scope) -> bool:
+    """An unsafe request another site sent: its Origin is not the ``Host`` (or is ``null``), or,
+    without one, the browser says it is cross-site. A program that sends neither (curl, a script) is
+    not."""
     origin = _header(scope, b"origin")
     if origin is not None:
         if origin.strip().lower() == "null":
             return True
         netloc = urlsplit(origin.strip()).netloc.lower()
-        return not netloc or netloc != (host or "").strip().lower()
+        return not netloc or netloc != (_header(scope, b"host") or "").strip().lower()
     return (_header(scope, b"sec-fetch-site") or "").lower() in ("cross-site", "same-site")
 
 
 Refusal = Callable[[Scope, int, str], Awaitable[Any]]  # (scope, status, message) -> an ASGI app
 
 
-class Guard:
-    """Host allow-list, Origin check and security headers, in front of the whole application."""
+class SameOrigin:
+    """Refuses (403) a POST from another origin, login and logout included.
+    Hand-written: Starlette has no Origin check, and a CSRF token cannot cover the login form (a
+    stranger has no session yet), which test_every_post_from_another_origin_is_refused_login_and_logout_included
+    needs refused."""
 
-    def __init__(self, app: ASGIApp, *, network: Network, refuse: Refusal) -> None:
+    def __init__(self, app: ASGIApp, *, refuse: Refusal) -> None:
         self.app = app
-        self.network = network
         self.refuse = refuse
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        static = str(scope.get("path", "")).startswith("/static/")
-
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = [(k, v) for k, v in message.get("headers", []) if k != b"cache-control" or static]
-                headers += [(k.encode(), v.encode()) for k, v in HEADERS.items()]
-                if not static:
-                    headers.append((b"cache-control", b"no-store"))
-                message = {**message, "headers": headers}
-            await send(message)
-
-        host = self.network.host(scope)
-        if not self.network.host_allowed(host):
-            answer = await self.refuse(scope, 400, "this console does not answer to that host name")
-        elif scope.get("method") in UNSAFE_METHODS and cross_origin(scope, host):
+        if scope["type"] == "http" and scope.get("method") in UNSAFE_METHODS and cross_origin(scope):
             answer = await self.refuse(scope, 403, "a request from another site is refused")
-        else:
-            await self.app(scope, receive, with_headers)
+            await answer(scope, receive, send)
             return
-        await answer(scope, receive, with_headers)
+        await self.app(scope, receive, send)
 
 
 # -- what the console says about itself ----------------------------------------------------------------

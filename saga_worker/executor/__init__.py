@@ -24,7 +24,7 @@ from .context import (
 )
 from .limits import hold_for_timed_out_hooks, step_budget, time_limits
 from .sweeper import SweepOutcome, UnwindsAndTrail, backoff_delay, sweep, unfinished_unwinds
-from .unwind import Finalize, Next, Step, finalize_unwind, run_step, start_unwind, step_owner
+from .unwind import Finalize, Next, Step, finalize_unwind, run_rest, run_step, start_unwind, step_owner
 
 __all__ = [
     "Finalize",
@@ -45,6 +45,7 @@ __all__ = [
     "log_tools",
     "prepare_journal",
     "reset",
+    "run_rest",
     "run_step",
     "start_unwind",
     "step_budget",

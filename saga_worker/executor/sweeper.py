@@ -2,15 +2,17 @@
 
 A run is due when it is condemned and its unwind is ``pending`` (begun, never finished: a worker
 died, a message was lost) or ``incomplete`` (halted on a failed or busy step, or left an uncertain
-one). Each re-drive is a fresh ``compensate_run``; the engine's claims make a re-drive of a run that
-a live unwinder holds harmless (it reads busy and is retried later). After ``sweep_max_attempts``
+one). Each re-drive is sent by the ``enqueue`` the caller hands :func:`sweep` (the Celery layer
+hands it ``actions.sweeper_redrive``: the sweeper's requests are checked and sent as every unwind
+request is); the engine's claims make a re-drive of a run that a live unwinder holds harmless (it
+reads busy and is retried later). After ``sweep_max_attempts``
 re-drives the run is flagged ``attention``: a person must look, it is not retried forever. So is a
 due run whose row cannot be read (a status this code does not know): it is logged and flagged,
 naming the bad value, and the sweep goes on with the others.
 
 A re-drive of a run whose unwind never ended (its messages lost with a broker restart, say) goes
-on with that very unwind (``unfinished_unwinds``), under its own id, rather than beside it: its
-caller waits on that id, and the steps it already did just pass on.
+on with that very unwind (``unfinished_unwinds``, read by ``actions.sweeper_redrive``), under its own
+id, rather than beside it: its caller waits on that id, and the steps it already did just pass on.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from tenacity import RetryCallState, Retrying, wait_exponential
 
 from .. import metrics
 from ..errors import MalformedRecordError
@@ -57,8 +61,11 @@ def unfinished_unwinds(journal: UnwindsAndTrail, run_id: str, *, limit: int = 20
 
 
 def backoff_delay(attempt: int, *, base: float, cap: float) -> float:
-    """Seconds before re-drive ``attempt + 1``: ``base``, doubling per attempt, at most ``cap``."""
-    return float(min(cap, base * 2.0 ** min(attempt, 62)))
+    """Seconds before re-drive ``attempt + 1``: ``base``, doubling per attempt, at most ``cap``
+    (tenacity's ``wait_exponential``; the journal stores the time it gives as the run's next look)."""
+    state = RetryCallState(Retrying(), fn=None, args=(), kwargs={})
+    state.attempt_number = attempt + 1
+    return float(wait_exponential(multiplier=base, max=cap)(state))
 
 
 def sweep(

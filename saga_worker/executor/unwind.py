@@ -174,6 +174,20 @@ def run_step(
     return _next(info, position + 1, done)
 
 
+def run_rest(
+    journal: Journal, tools: Mapping[str, Tool], nxt: Next, *, claim_ttl: float, lock: StepLock | None = None
+) -> Next:
+    """The rest of an unwind in this process, step after step (an eager Celery task: no worker to
+    hand each step to); where it stopped: the end or a halt, or a step another delivery holds (the
+    report then says what the journal says now)."""
+    while isinstance(nxt, Step):
+        step = run_step(journal, tools, nxt.run_id, nxt.unwind_id, nxt.suffix, claim_ttl=claim_ttl, lock=lock)
+        if step is None:
+            break
+        nxt = step
+    return nxt
+
+
 def stored_entry(info: UnwindInfo, position: int, data: dict[str, Any]) -> CompensationEntry:
     """An entry as the journal holds it, parsed: one it cannot read (an unknown status, a missing
     field) fails closed, naming the run, the unwind, the step and the bad value, rather than being

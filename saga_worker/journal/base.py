@@ -15,10 +15,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import InvalidInputError
 from .parts import AuditPart, ClaimsPart, RecordsPart, RunsPart, SharedPart, UnwindsPart
 from .records import (
-    AuditAction,
     ClaimStatus,
     NewAudit,
     RecordStatus,
@@ -31,21 +29,9 @@ from .records import (
     WorklistView,
     condemned_by,
 )
+from .tombstone import condemn_then_read
 
 _GUARDS_LOCK = threading.Lock()
-
-
-def check_not_condemned_row(entry: NewAudit | None) -> None:
-    """Refuse a ``condemned`` audit row anywhere but in ``Journal.condemn``.
-
-    The trail's first ``condemned`` row is who condemned the run (``condemned_by``, the report's
-    ``condemned_by``): written apart from the tombstone, before it, it would name whoever wrote it."""
-    if entry is not None and entry.action is AuditAction.CONDEMNED:
-        raise InvalidInputError(
-            f"run {entry.run_id!r}: a 'condemned' audit row is written only with the tombstone itself "
-            "(Journal.condemn); nothing was written",
-            run_id=entry.run_id,
-        )
 
 
 class Journal(RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsPart, abc.ABC):
@@ -76,9 +62,8 @@ class Journal(RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsP
         """``condemn`` (durable before this returns), then ``read_worklist``: what an unwind does first.
         A backend where a transaction costs no round trip reads in the tombstone's transaction (SQLite:
         one commit, not two); the rows are parsed after the commit either way, so a malformed row fails
-        with the tombstone standing."""
-        self.condemn(run_id, audit=audit)
-        return self.read_worklist(run_id, statuses)
+        with the tombstone standing (the rule: ``tombstone.py``)."""
+        return condemn_then_read(self, run_id, statuses, audit=audit)
 
     def hold_sweep(self, run_id: str, grace: float, note: str) -> None:
         """Mark the unwind pending and not due for ``grace`` seconds (journal clock), keeping a later

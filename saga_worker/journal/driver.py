@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
 import sqlalchemy as sa
+from sqlalchemy.engine.interfaces import DBAPIModule
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from .. import process_id
@@ -350,8 +351,8 @@ def transaction(
 
     ``work`` may run twice: once more, on a fresh connection, if the first attempt's connection
     turned out dead before any statement of it completed."""
-    dialect, policy = connections.engine.dialect, connections.policy
-    dbapi_error = dialect.loaded_dbapi.Error
+    policy = connections.policy
+    dbapi_error = connections.engine.dialect.loaded_dbapi.Error
     autocommit = connections.autocommits[atomic] and not durable  # a durable commit is a transaction's
     for attempt in (1, 2):
         raw, driver, cursor = connections.take()
@@ -373,23 +374,44 @@ def transaction(
                 connections.give_back(raw, driver, cursor)
             return result
         except dbapi_error as exc:
-            gone = bool(dialect.is_disconnect(exc, driver, None))
-            if gone:
-                connections.discard(raw, exc)
-            else:
-                _abandon(connections, raw, driver, cursor, autocommit=autocommit, durable=durable)
-            if gone and attempt == 1 and (tx is None or tx.statements_run == 0):
+            nothing_ran = attempt == 1 and (tx is None or tx.statements_run == 0)
+            error = _driver_error(connections, exc, (raw, driver, cursor), autocommit, durable, nothing_ran)
+            if error is None:
                 continue  # nothing reached the database: the same work on a fresh connection
-            refused = storage_refusal(exc, connections.shown_url)
-            if refused is not None:
-                raise refused from exc
-            raise sa.exc.DBAPIError.instance(
-                None, None, exc, dbapi_error, connection_invalidated=gone
-            ) from exc
+            raise error from exc
         except BaseException:
             _abandon(connections, raw, driver, cursor, autocommit=autocommit, durable=durable)
             raise
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _driver_error(
+    connections: Connections,
+    exc: DBAPIModule.Error,
+    kept: tuple[Any, Any, Any],
+    autocommit: bool,
+    durable: bool,
+    nothing_ran: bool,
+) -> Exception | None:
+    """After the driver raised ``exc``: the connection discarded if it is dead, else rolled back and
+    given back; then None if the work may run again on a fresh connection (the connection was dead
+    and ``nothing_ran`` on it), else the error to raise: a storage refusal said as such, or the
+    driver's error as SQLAlchemy's (``connection_invalidated`` when the connection was dead)."""
+    raw, driver, cursor = kept
+    dialect = connections.engine.dialect
+    gone = bool(dialect.is_disconnect(exc, driver, None))
+    if gone:
+        connections.discard(raw, exc)
+    else:
+        _abandon(connections, raw, driver, cursor, autocommit=autocommit, durable=durable)
+    if gone and nothing_ran:
+        return None
+    refused = storage_refusal(exc, connections.shown_url)
+    if refused is not None:
+        return refused
+    return sa.exc.DBAPIError.instance(
+        None, None, exc, dialect.loaded_dbapi.Error, connection_invalidated=gone
+    )
 
 
 def _abandon(

@@ -79,7 +79,8 @@ class RunsPart(Clock, Protocol):
         The tombstone is on stable storage when this returns: hooks run only after it, and a
         tombstone lost to a power cut would let the run be resumed and its undone effects redone.
         ``audit`` is appended in the same transaction, and only by the call that wrote the tombstone:
-        the trail's ``condemned`` row names who condemned the run, never a later unwinder."""
+        the trail's ``condemned`` row names who condemned the run, never a later unwinder (the rule:
+        ``tombstone.py``)."""
 
     @abc.abstractmethod
     def fork(self, source_run_id: str, step: int, new_run_id: str) -> None:
@@ -238,7 +239,7 @@ class AuditPart(Clock, Protocol):
         """Append a row (insert-if-absent on ``event_key`` when set); False if that event was there.
 
         Raises InvalidInputError, writing nothing, for a ``condemned`` row: that row is written only
-        by ``condemn``, in the tombstone's own transaction (``check_not_condemned_row``)."""
+        by ``condemn``, in the tombstone's own transaction (``tombstone.check_not_condemned_row``)."""
 
     @abc.abstractmethod
     def read_audit(self, run_id: str) -> list[AuditRecord]:

@@ -11,9 +11,9 @@ time, with a busy timeout).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import sqlalchemy as sa
 import tenacity
@@ -25,30 +25,22 @@ from ..redact import redact_url
 from . import driver, migrate
 from .base import Journal
 from .dialects import POLICIES, policy_for
-from .records import (
-    NewAudit,
-    RecordStatus,
-    ReportView,
-    UnwindInfo,
-    WorklistView,
-    every_step_has_an_entry,
-)
 from .sql_parts.audit import SqlAudit
-from .sql_parts.claims import SqlClaims, claim_row
-from .sql_parts.gate import run_row
+from .sql_parts.claims import SqlClaims
 from .sql_parts.records import SqlRecords
-from .sql_parts.runs import SqlRuns, stamped_or_raise
+from .sql_parts.runs import SqlRuns
 from .sql_parts.shared import SqlShared
 from .sql_parts.sweeps import SqlSweeps
-from .sql_parts.unwinds import SqlUnwinds, entries_by_position, unwind_row
+from .sql_parts.tombstone import SqlTombstone
+from .sql_parts.unwinds import SqlUnwinds
 from .statements import Statements, shared_statements
 
 T = TypeVar("T")
-# A worklist as read: the run row (with who condemned it), its record rows, their claims' rows.
-WorklistRows = tuple[driver.Row | None, list[driver.Row], list[driver.Row]]
 
 
-class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared, SqlClaims, Journal):
+class SqlJournal(
+    SqlTombstone, SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared, SqlClaims, Journal
+):
     """A journal in a SQL database. Every process that opens the same URL sees the same journal."""
 
     def __init__(
@@ -122,131 +114,6 @@ class SqlJournal(SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared
             self.policy.release_guard(token)
         else:
             super()._release_guard(token)
-
-    # -- rows to values ---------------------------------------------------------------------------
-    def read_worklist(self, run_id: str, statuses: Sequence[RecordStatus]) -> WorklistView:
-        return self._worklist_view(self._fetch(self._worklist_reads(run_id)), statuses)
-
-    def read_report(self, unwind_id: str, run_id: str, statuses: Sequence[RecordStatus]) -> ReportView:
-        q, by_unwind = self._q, {"unwind": unwind_id}
-        first = [(q.unwind_get, by_unwind), (q.entries_of_unwind, by_unwind)]
-
-        def work(tx: driver.Tx) -> tuple[UnwindInfo | None, dict[int, dict[str, Any]], WorklistRows]:
-            found, rows, run = self._reads(tx, [*first, (q.run_with_condemner, {"run": run_id})])
-            unwind = unwind_row(found[0]) if found else None
-            entries = entries_by_position(rows, unwind_id)
-            read: WorklistRows = (run[0] if run else None, [], [])
-            # The run's records and claims only when some step has no entry (one read more after a halt).
-            if unwind is None or not every_step_has_an_entry(unwind, entries):
-                read = self._read_with_worklist(tx, run_id, [])[1]
-            return unwind, entries, read
-
-        unwind, entries, read = self._fetch(work)
-        return ReportView(unwind, entries, self._worklist_view(read, statuses))
-
-    def condemn_and_read(
-        self, run_id: str, statuses: Sequence[RecordStatus], *, audit: NewAudit | None = None
-    ) -> WorklistView:
-        condemn, atomic, (stamp, params) = self._condemn_work(run_id, audit)
-        reads = self._worklist_reads(run_id)
-        if self.policy.transactions_cost_round_trips:
-            if atomic:  # an audit row that must commit with the stamp in a transaction of its own
-                return super().condemn_and_read(run_id, statuses, audit=audit)
-            return self._condemn_and_read_pipelined(run_id, statuses, condemn, reads, (stamp, params))
-        # SQLite: a transaction costs no round trip, so the reads ride in the tombstone's (one BEGIN and
-        # one COMMIT fewer per unwind). The commit is synced before this returns, as condemn's; the rows
-        # are parsed after it, so a malformed one fails the unwind with its tombstone standing.
-
-        def work(tx: driver.Tx) -> tuple[float | None, WorklistRows | None]:
-            stamped = condemn(tx)
-            return stamped, None if stamped is None else reads(tx)
-
-        stamped, rows = self._write(work, atomic=True, durable=True)
-        stamped_or_raise(run_id, stamped)
-        assert rows is not None
-        return self._worklist_view(rows, statuses)
-
-    def _condemn_and_read_pipelined(
-        self,
-        run_id: str,
-        statuses: Sequence[RecordStatus],
-        condemn: Callable[[driver.Tx], float | None],
-        reads: Callable[[driver.Tx], WorklistRows],
-        first: tuple[driver.Prepared, dict[str, Any]],
-    ) -> WorklistView:
-        """PostgreSQL: a durable transaction's BEGIN, the stamp, the three reads and the COMMIT in one
-        pipeline: one round trip instead of four.
-
-        The COMMIT waits for the WAL flush (the policy's ``durable_frame``) and the pipeline's results
-        only come back after it, so the tombstone is durable before this returns, as ``condemn``'s; the
-        reads, in its transaction, see it and everything committed before it. A stamp that wrote
-        nothing (a run already condemned, or never started) falls back to ``condemn``'s own statements
-        in a durable transaction of their own, and reads the worklist afresh after them."""
-        frame = self.policy.durable_frame
-
-        def work(tx: driver.Tx) -> tuple[float | None, WorklistRows | None]:
-            (stamped,), read = self._read_with_worklist(tx, run_id, [first], framed=frame)
-            if not stamped or stamped[0]["condemned_at"] is None:
-                return None, None
-            return float(stamped[0]["condemned_at"]), read
-
-        def fallback(tx: driver.Tx) -> tuple[float | None, WorklistRows | None]:
-            at = condemn(tx)
-            return at, None if at is None else reads(tx)
-
-        at, rows = self._write(work) if frame is not None else (None, None)
-        if at is None:
-            at, rows = self._write(fallback, durable=True)
-        stamped_or_raise(run_id, at)
-        assert rows is not None
-        return self._worklist_view(rows, statuses)
-
-    def _worklist_reads(self, run_id: str) -> Callable[[driver.Tx], WorklistRows]:
-        return lambda tx: self._read_with_worklist(tx, run_id, [])[1]
-
-    def _read_with_worklist(
-        self,
-        tx: driver.Tx,
-        run_id: str,
-        first: list[tuple[driver.Prepared, dict[str, Any]]],
-        *,
-        framed: driver.Frame | None = None,
-    ) -> tuple[list[list[driver.Row]], WorklistRows]:
-        """The rows of each of ``first``'s reads, then the run's worklist rows (the run with who
-        condemned it, its records, their claims): in one pipeline where a round trip costs
-        (PostgreSQL: the run's own claims read with them, a fork's copied steps' after; ``framed``
-        as ``driver.Tx.batch``), else one statement after the other."""
-        q, by_run = self._q, {"run": run_id}
-        reads = [*first, (q.run_with_condemner, by_run), (q.records_of_run, by_run)]
-        if self.policy.transactions_cost_round_trips:
-            *before, run, rows, claims = tx.batch(
-                [*reads, (q.claims_of_origin, {"origin": run_id})], framed=framed
-            )
-            origins = sorted({r["origin_run_id"] for r in rows} - {run_id})
-        else:
-            *before, run, rows = self._reads(tx, reads)
-            claims, origins = [], sorted({r["origin_run_id"] for r in rows})
-        claims += [c for o in origins for c in tx.all(q.claims_of_origin, {"origin": o})]
-        return before, (run[0] if run else None, rows, claims)
-
-    def _reads(
-        self, tx: driver.Tx, reads: list[tuple[driver.Prepared, dict[str, Any]]]
-    ) -> list[list[driver.Row]]:
-        """Each read's rows: in one pipeline where a round trip costs, else one after the other."""
-        if self.policy.transactions_cost_round_trips:
-            return tx.batch(reads)
-        return [tx.all(stmt, params) for stmt, params in reads]
-
-    def _worklist_view(self, read: WorklistRows, statuses: Sequence[RecordStatus]) -> WorklistView:
-        run, rows, claim_rows = read
-        found = self._records(rows, statuses)
-        wanted = {(r.origin_run_id, r.suffix) for r in found}
-        owned = [c for c in map(claim_row, claim_rows) if (c.origin_run_id, c.suffix) in wanted]
-        claims = {(c.origin_run_id, c.suffix): c for c in owned}
-        if run is None:
-            return WorklistView(None, found, claims)
-        who = (run["condemner_actor"], run["condemner_reason"] or None)
-        return WorklistView(run_row(run), found, claims, who)
 
 
 def normalize_url(url: str) -> str:

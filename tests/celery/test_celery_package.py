@@ -119,3 +119,67 @@ def test_the_worker_banner_names_its_journal_redacted_its_broker_and_its_tools(t
     assert f". broker:  sqla+sqlite:///{(tmp_path / 'home' / 'broker.db').resolve()}" in banner
     assert ". tools:   saga_worker.demo:TOOLS" in banner
     assert f". queue:   saga-pkg-{tmp_path.name}" in banner
+
+
+SIGNALS_PROBE = """
+import json, weakref
+from celery import Celery, signals
+from celery.utils.dispatch import Signal
+
+def ours():
+    found = {}
+    for name in sorted(dir(signals)):
+        signal = getattr(signals, name)
+        if not isinstance(signal, Signal):
+            continue
+        for _, ref in signal.receivers:
+            fn = ref() if isinstance(ref, weakref.ReferenceType) else ref
+            if fn is not None and getattr(fn, "__module__", "").startswith("saga_worker"):
+                found.setdefault(name, []).append(fn.__qualname__)
+    return {k: sorted(v) for k, v in found.items()}
+
+import saga_worker, saga_worker.celery, saga_worker.celery.tasks
+imported = ours()
+from saga_worker.celery import install, make_app
+make_app()
+made = ours()
+make_app()
+for _ in range(2):
+    install(Celery("host", set_as_current=False), beat=False)
+print(json.dumps({"imported": imported, "made": made, "again": ours()}))
+"""
+
+
+def test_importing_the_tasks_connects_no_signal_handler_and_the_app_factory_and_install_connect_each_once(
+    tmp_path: Path,
+) -> None:
+    """Celery's signals are global: a handler connected at import would act in every process that
+    imports saga_worker.celery. The app factory and install(app) connect them, each once however
+    often they are called."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SAGA_")}
+    env["SAGA_HOME"] = str(tmp_path / "home")
+    out = subprocess.run(
+        [sys.executable, "-c", SIGNALS_PROBE],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["imported"] == {}
+    made = got["made"]
+    assert sorted(made) == [
+        "after_setup_logger",
+        "after_setup_task_logger",
+        "celeryd_after_setup",
+        "task_received",
+        "worker_init",
+        "worker_process_init",
+        "worker_process_shutdown",
+        "worker_ready",
+    ]
+    assert sum(len(handlers) for handlers in made.values()) == 12
+    assert all(len(set(handlers)) == len(handlers) for handlers in made.values())
+    assert got["again"] == made

@@ -14,7 +14,8 @@ import saga_worker.celery as saga_celery
 from saga_worker import executor, open_journal
 from saga_worker.celery import install
 from saga_worker.celery.install import _set_installed
-from saga_worker.settings import SagaSettings
+from saga_worker.journal.records import UnwindState
+from saga_worker.settings import SagaSettings, get_settings
 from tests.integration.scenarios import place_order
 from tests.ledger import Ledger, open_ledger, order_tools
 
@@ -97,3 +98,39 @@ def test_eager_unwind_that_halts_returns_the_report_with_the_halt_and_the_rest_n
         ]
     finally:
         journal.close()
+
+
+def test_the_sweepers_redrive_is_checked_as_every_unwind_request_and_a_bad_actor_sends_nothing(
+    eager: Eager, url: str, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweeper sends its re-drives through actions (issue 44): a SAGA_ACTOR the audit trail
+    cannot hold is refused by the sweep itself, with the words `saga-worker compensate` uses, and
+    no unwind is sent (each would be refused by the worker, later and unseen)."""
+    journal = open_journal(url)
+    try:
+        place_order(journal, eager.ledger, run_id)
+        eager.failing.add("reserve")
+        saga_celery.compensate_run.delay(run_id).get()  # halted: incomplete, left to the sweeper
+        eager.failing.clear()
+        run = journal.get_run(run_id)
+        assert run is not None and run.unwind_state is UnwindState.INCOMPLETE
+        # The sweeper's time has come (the unwind held the run off it for a grace period).
+        journal.set_unwind_state(run_id, run.unwind_state, note=run.unwind_note, next_at=journal.now() - 1)
+        before = [u.unwind_id for u in journal.list_unwinds(run_id)]
+        monkeypatch.setenv("SAGA_ACTOR", "ops\nforged line")
+        get_settings.cache_clear()
+        swept = eager.app.tasks["saga.retry_uncertain"].apply()
+        assert swept.failed(), swept.result
+        assert str(swept.result).startswith("SAGA_ACTOR: actor 'ops\\nforged line' holds the control")
+        assert [u.unwind_id for u in journal.list_unwinds(run_id)] == before  # nothing sent
+        monkeypatch.delenv("SAGA_ACTOR")
+        get_settings.cache_clear()
+        # The sweep booked its next look before sending (a lost message makes the run due again
+        # later): that time has come too.
+        journal.set_unwind_state(run_id, run.unwind_state, note=run.unwind_note, next_at=journal.now() - 1)
+        assert eager.app.tasks["saga.retry_uncertain"].apply().get() == {"redriven": [run_id], "flagged": []}
+        info = journal.get_run(run_id)
+        assert info is not None and info.unwind_state.value == "complete"
+    finally:
+        journal.close()
+        get_settings.cache_clear()

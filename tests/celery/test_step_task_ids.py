@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 
-from saga_worker.celery.tasks import TASK_ID_MAX, step_task_id
+from saga_worker.celery.task_ids import TASK_ID_MAX, step_task_id
 
 
 def test_a_step_task_id_names_the_run_the_step_and_the_unwind_and_is_the_same_each_time() -> None:

@@ -313,3 +313,28 @@ def test_a_read_command_on_an_empty_sqlite_file_says_it_holds_no_journal_and_add
 
     with sqlite3.connect(empty) as db:
         assert db.execute("select name from sqlite_master").fetchall() == []
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["compensate", "order-44"], ["compensate", "order-44", "--local"], ["demo", "--run-id", "order-44"]],
+    ids=["compensate", "compensate-local", "demo"],
+)
+def test_every_unwind_request_of_the_cli_refuses_a_bad_actor_the_same_way_before_anything_is_sent(
+    demo_tools: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    """Each goes through actions (issue 44), which checks the request before anything is enqueued,
+    opened or written: the same one line, no worker started, the run not condemned."""
+    if command[0] == "compensate":
+        place("order-44")
+    monkeypatch.setenv("SAGA_ACTOR", "ops\nforged line")
+    get_settings.cache_clear()
+    result = CliRunner().invoke(main, command, env={"COLUMNS": "200"})
+    assert result.exit_code == 1, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last.startswith("error: SAGA_ACTOR: actor 'ops\\nforged line' holds the control character"), last
+    assert not (demo_tools / "demo-worker.log").exists()  # the demo started no worker
+    with open_journal(get_settings().resolved_journal_url()) as journal:
+        run = journal.get_run("order-44")
+        assert run is not None and not run.condemned
+        assert journal.list_unwinds("order-44") == []

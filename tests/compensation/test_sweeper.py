@@ -30,6 +30,15 @@ def uncertain_run(journal: MemoryJournal, run_id: str) -> None:
 def test_backoff_doubles_per_attempt_up_to_the_cap() -> None:
     assert [ex.backoff_delay(n, base=2.0, cap=30.0) for n in range(6)] == [2.0, 4.0, 8.0, 16.0, 30.0, 30.0]
     assert ex.backoff_delay(10_000, base=2.0, cap=300.0) == 300.0
+    # The schedule the journal stores, pinned: the defaults (2 s to 300 s), a fractional base, a cap
+    # below the base, and a cap far beyond any attempt.
+    assert [ex.backoff_delay(n, base=2.0, cap=300.0) for n in range(10)] == [
+        2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 300.0, 300.0,
+    ]  # fmt: skip
+    assert [ex.backoff_delay(n, base=0.75, cap=5.0) for n in range(5)] == [0.75, 1.5, 3.0, 5.0, 5.0]
+    assert [ex.backoff_delay(n, base=10.0, cap=4.0) for n in range(3)] == [4.0, 4.0, 4.0]
+    assert ex.backoff_delay(40, base=1.0, cap=1e300) == 2.0**40
+    assert ex.backoff_delay(5000, base=1.0, cap=1e300) == 1e300
 
 
 def test_sweep_redrives_a_due_incomplete_run_once_and_books_the_next_look_with_backoff(run_id: str) -> None:

@@ -101,8 +101,15 @@ def test_a_host_header_not_configured_is_refused_before_anything_else(
             == 200
         )
         assert (
-            client.get("/api/runs", headers={"Host": "rebound.example", **bearer(tokens.viewer)}).status_code
-            == 400
+            client.get("/api/runs", headers={"Host": "[::1]:8350", **bearer(tokens.viewer)}).status_code
+            == 200
+        )
+        refused = client.get("/api/runs", headers={"Host": "rebound.example", **bearer(tokens.viewer)})
+        # Plain text, nothing of the console: not its JSON, not its pages, not its security headers' absence.
+        assert refused.status_code == 400 and refused.headers["content-type"].startswith("text/plain")
+        assert (
+            "run" not in refused.text.lower()
+            and "frame-ancestors 'none'" in refused.headers["content-security-policy"]
         )
 
 
@@ -174,6 +181,23 @@ def test_a_login_is_a_server_side_session_with_its_own_csrf_secret_revoked_at_lo
         assert client.get("/").status_code == 200
         time.sleep(1.2)
         assert client.get("/").status_code == 401
+
+
+def test_a_new_login_gets_a_new_csrf_token_and_the_old_one_is_refused(
+    app: TestClient, ledger: MemoryLedger, tokens: Tokens
+) -> None:
+    """The CSRF secret belongs to the login session, not to the browser: a token seen before a logout
+    (in a page, a cache, a log) forges nothing for the next login."""
+    log_in(app, tokens.operator)
+    run_id = place(app, ledger)
+    before = csrf_of(app.get(f"/runs/{run_id}").text)
+    assert app.post("/logout", data={"csrf": before}, follow_redirects=False).status_code == 303
+    log_in(app, tokens.operator)
+    after = csrf_of(app.get(f"/runs/{run_id}").text)
+    assert after != before
+    answer = app.post(f"/runs/{run_id}/compensate", data={"csrf": before, "reason": "stale token"})
+    assert answer.status_code == 403 and "CSRF" in answer.text
+    assert not console_journal(app).get_run(run_id).condemned  # type: ignore[union-attr]
 
 
 def unsafe_routes(routes: list[Any], prefix: str = "") -> Iterator[tuple[str, str]]:
@@ -252,6 +276,10 @@ def test_every_answer_carries_the_security_headers_and_pages_hold_no_inline_scri
             assert not re.search(r"\son[a-z]+\s*=", answer.text), name  # no inline handlers
     static = app.get("/static/console.js")
     assert static.status_code == 200 and static.headers.get("x-content-type-options") == "nosniff"
+    policy = answers["login"].headers["content-security-policy"]
+    for answer in (*answers.values(), static):  # each header once, the same policy everywhere
+        assert answer.headers.get_list("content-security-policy") == [policy]
+        assert answer.headers.get_list("cache-control") == ["no-store"]
 
 
 def test_cookies_are_secure_behind_a_trusted_tls_proxy_and_only_then(
@@ -272,6 +300,14 @@ def test_cookies_are_secure_behind_a_trusted_tls_proxy_and_only_then(
         assert answer.status_code == 303
         forged = {**via_tls, "X-Forwarded-Host": "console.example.com", "Origin": "https://evil.example"}
         assert proxy.post("/login", data={"token": tokens.viewer}, headers=forged).status_code == 403
+    # Behind a chain of trusted proxies, the client is the nearest address none of them owns.
+    limited = trusted.model_copy(update={"console_login_attempts": 1})
+    with client_for(limited, order_tools(ledger), Sent(), client=("10.1.2.3", 40000)) as proxy:
+        chain = {"X-Forwarded-For": "198.51.100.8, 10.9.9.9"}
+        assert proxy.post("/login", data={"token": "guess"}, headers=chain).status_code == 401
+        assert proxy.post("/login", data={"token": "guess-2"}, headers=chain).status_code == 429
+        other = {"X-Forwarded-For": "198.51.100.9, 10.9.9.9"}
+        assert proxy.post("/login", data={"token": "guess-3"}, headers=other).status_code == 401
     with client_for(named, order_tools(ledger), Sent(), client=("192.0.2.9", 40000)) as direct:
         # Not from the proxy: its X-Forwarded-Host is not believed, its Host is checked.
         spoofed = {"X-Forwarded-Host": "console.example.com", "Host": "evil.example"}
@@ -382,7 +418,9 @@ def test_a_body_larger_than_a_login_needs_is_refused_before_the_caller_is_known(
     bigger = app.post(
         f"/api/runs/{run_id}/decide", json={"reason": "x" * 100_000}, headers=bearer(tokens.operator)
     )
-    assert bigger.status_code == 413
+    assert (
+        bigger.status_code == 413 and "bytes this console reads" in bigger.json()["error"]
+    )  # as /api speaks
 
 
 # -- guessing tokens --------------------------------------------------------------------------------

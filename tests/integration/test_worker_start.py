@@ -75,19 +75,25 @@ BROKEN_TOOLS = "import shop_models_not_installed  # the app's models, missing fr
     [
         ["celery", "-A", "saga_worker.celery:app", "worker"],
         ["saga_worker.cli", "worker", "--no-beat"],  # `saga-worker worker`, which runs the same
+        ["celery", "-A", "tasks", "worker"],  # the checkout's shim
+        ["celery", "-A", "tests.integration.host_app", "worker"],  # install(app) on a host's app
     ],
-    ids=["celery-worker", "saga-worker-worker"],
+    ids=["celery-worker", "saga-worker-worker", "checkout-shim", "host-app"],
 )
 def test_a_worker_whose_tools_cannot_be_imported_refuses_to_start_shows_why_and_consumes_nothing(
     tmp_path: Path, pg_database_url: str, command: list[str]
 ) -> None:
     """Issue 43: a SAGA_TOOLS whose module fails to import stops the worker before it consumes:
-    a worker that said ``ready`` would answer every unwind with the import error."""
+    a worker that said ``ready`` would answer every unwind with the import error. The refusal is a
+    ``worker_init`` handler, connected by the app factory and by install(app), never by an import
+    (issue 44): each way of starting a worker has it."""
     (tmp_path / "shop_tools.py").write_text(BROKEN_TOOLS)
     setup = redis_setup(tmp_path, pg_database_url)
     setup.saga["tools"] = "shop_tools:TOOLS"
     env = setup.env()
     env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    env.update(HOST_BROKER_URL=setup.saga["broker_url"], HOST_RESULT_BACKEND=setup.saga["result_backend"])
+    env["C_FORCE_ROOT"] = "1"  # the host app accepts pickle, and test machines may run as root
     client = setup.client()
     waiting = client.send_task("saga.compensate_run", args=["order-7"], queue=setup.saga["queue"])
     broker = redis.Redis.from_url(setup.saga["broker_url"])

@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -65,3 +66,36 @@ def test_the_cli_writes_its_records_as_json_lines_with_log_format_json(tmp_path:
         f"refunding {run_id}:comp:call-{n}" for n in (1, 2, 3)
     ]
     assert all(line["level"] == "WARNING" and line["logger"] == "shop.refunds" for line in lines)
+
+
+def test_a_json_line_holds_exactly_the_fields_log_pipelines_parse_and_nothing_passed_as_extra() -> None:
+    """Users' pipelines parse these names; a writer's ``extra=`` (Celery's ``data`` holds a task's
+    arguments) is not written, so nothing a tool was given leaks into the logs through it."""
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(JsonFormatter())
+    log = logging.getLogger("shop.pinned")
+    log.addHandler(handler)
+    log.propagate = False
+    try:
+        log.warning("plain %s", "line", extra={"data": {"args": ["card-4242"]}, "secret": "hunter2"})
+        try:
+            raise ValueError("boom")
+        except ValueError:
+            log.error("failed", exc_info=True, extra={"task_id": "t-1", "task_name": "saga.compensate_run"})
+        log.warning("celery's placeholder", extra={"task_id": "???", "task_name": "???"})
+    finally:
+        log.removeHandler(handler)
+        log.propagate = True
+    text = out.getvalue()
+    plain, failed, placeholder = (json.loads(line) for line in text.splitlines())
+    assert list(plain) == ["time", "level", "logger", "message"]
+    assert (
+        plain["message"] == "plain line" and plain["level"] == "WARNING" and plain["logger"] == "shop.pinned"
+    )
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", plain["time"])
+    assert list(failed) == ["time", "level", "logger", "message", "exception", "task_id", "task_name"]
+    assert failed["exception"].startswith("Traceback") and "ValueError: boom" in failed["exception"]
+    assert (failed["task_id"], failed["task_name"]) == ("t-1", "saga.compensate_run")
+    assert list(placeholder) == ["time", "level", "logger", "message"]
+    assert "card-4242" not in text and "hunter2" not in text

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ..base import check_not_condemned_row
 from ..records import AuditRecord, CompensationGate, NewAudit, RecordStatus, ToolRecord, UnwindState
+from ..tombstone import check_not_condemned_row
 from .common import MemoryState
 from .common import copy_json as _copy
 

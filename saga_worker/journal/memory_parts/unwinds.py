@@ -8,8 +8,8 @@ from typing import Any
 
 from ...errors import MalformedRecordError
 from ...storable import storable_or_none
-from ..base import check_not_condemned_row
 from ..records import NewAudit, RunInfo, UnwindInfo, UnwindState
+from ..tombstone import check_not_condemned_row
 from .common import MemoryState, run_out
 from .common import copy_json as _copy
 

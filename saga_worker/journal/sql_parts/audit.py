@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 
 from .. import driver
-from ..base import check_not_condemned_row
 from ..dialects import DialectPolicy
+from ..driver import Prepared
 from ..records import (
     AuditAction,
     AuditRecord,
@@ -23,10 +23,11 @@ from ..records import (
     parse_status,
 )
 from ..schema import audit, gates, runs
+from ..tombstone import check_not_condemned_row
 from .common import AUDIT_VALUES, RUN, Conflict, SqlPlumbing, StatementsBase, b
 from .common import dump_json as _dump
 from .common import load_json as _load
-from .gate import call_gate
+from .gate import GateReads, call_gate
 from .records import record_row
 
 
@@ -141,8 +142,22 @@ def audit_insert_from(policy: DialectPolicy, run_ids: sa.Select[Any]) -> Any:
     )
 
 
+class AuditReads(GateReads, Protocol):
+    """The statements ``SqlAudit`` reads (its own and other areas')."""
+
+    audit_insert: Prepared
+    audit_of_run: Prepared
+    gate_get: Prepared
+    gate_insert: Prepared
+    gates_of_origin: Prepared
+    record_settle: Prepared
+    wake_awaiting: Prepared
+
+
 class SqlAudit(SqlPlumbing):
     """``AuditPart`` (``journal/parts.py``) on the statements above."""
+
+    _q: AuditReads
 
     def decide_call(
         self, run_id: str, suffix: str, decision: RecordStatus, *, error: str | None, audit: NewAudit

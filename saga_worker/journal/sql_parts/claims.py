@@ -4,43 +4,66 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 
 from ...storable import storable_or_none
 from .. import driver
 from ..dialects import LeaseColumns
+from ..driver import Prepared
 from ..records import ClaimAttempt, ClaimStatus, CompensationClaim, parse_status
 from ..schema import claims
-from .common import SqlPlumbing, StatementsBase, b
+from .common import PlumbingStatements, SqlPlumbing, StatementsBase, b
+
+# A claim by its key; one its owner still holds; the columns of its lease (``dialects.LeaseColumns``).
+KEY = (claims.c.origin_run_id == b("origin"), claims.c.suffix == b("step_suffix"))
+MINE = (*KEY, claims.c.owner == b("holder"), claims.c.status == ClaimStatus.CLAIMED.value)
+LEASE = LeaseColumns(
+    claims.c.lease_expires_at,
+    claims.c.attempts,
+    claims.c.lease_boot_id,
+    claims.c.lease_boot_expires_at,
+    claims.c.lease_boot_attempt,
+)
 
 
 class ClaimStatements(StatementsBase):
     def _build_claims(self) -> None:
         """Compensation claims: the journal's truth about who undoes a step."""
-        insert = self.policy.insert
+        self._build_claim_taking()
+        p = self._prepare
+        clock = self.policy.clock()
+        self.claim_get = p(sa.select(claims).where(*KEY))
+        self.claims_of_origin = p(sa.select(claims).where(claims.c.origin_run_id == b("origin")))
+        self.claim_renew = p(
+            sa.update(claims)
+            .where(*MINE)
+            .values(**self.policy.lease_values(LEASE, claims.c.attempts))
+            .returning(claims.c.owner)
+        )
+        self.claim_finish = p(
+            sa.update(claims)
+            .where(*MINE)
+            .values(status=b("new_status"), error=b("new_error"), finished_at=clock)
+            .returning(claims.c.owner)
+        )
+
+    def _build_claim_taking(self) -> None:
+        """A claim's first attempt (insert-if-absent), and a later one (take a failed claim, or one
+        whose lease ran out)."""
         clock = self.policy.clock()
         p = self._prepare
-        pk = (claims.c.origin_run_id == b("origin"), claims.c.suffix == b("step_suffix"))
-        mine = (*pk, claims.c.owner == b("holder"), claims.c.status == ClaimStatus.CLAIMED.value)
-        lease = LeaseColumns(
-            claims.c.lease_expires_at,
-            claims.c.attempts,
-            claims.c.lease_boot_id,
-            claims.c.lease_boot_expires_at,
-            claims.c.lease_boot_attempt,
-        )
         # The same owner may take its own claim back: a redelivered task re-drives its dead attempt.
         takeable = sa.or_(
             claims.c.status == ClaimStatus.FAILED.value,
             sa.and_(
                 claims.c.status == ClaimStatus.CLAIMED.value,
-                sa.or_(self.policy.lease_expired(lease), claims.c.owner == b("holder")),
+                sa.or_(self.policy.lease_expired(LEASE), claims.c.owner == b("holder")),
             ),
         )
         self.claim_insert = p(
-            insert(claims)
+            self.policy.insert(claims)
             .values(
                 origin_run_id=b("origin"),
                 suffix=b("step_suffix"),
@@ -50,14 +73,14 @@ class ClaimStatements(StatementsBase):
                 idempotency_key=b("key"),
                 via_run_id=b("via"),
                 started_at=clock,
-                **self.policy.lease_values(lease, 1),
+                **self.policy.lease_values(LEASE, 1),
             )
             .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
             .returning(*claims.c)
         )
         self.claim_take = p(
             sa.update(claims)
-            .where(*pk, takeable)
+            .where(*KEY, takeable)
             .values(
                 status=ClaimStatus.CLAIMED.value,
                 owner=b("holder"),
@@ -66,23 +89,9 @@ class ClaimStatements(StatementsBase):
                 error=None,
                 started_at=clock,
                 finished_at=None,
-                **self.policy.lease_values(lease, claims.c.attempts + 1),
+                **self.policy.lease_values(LEASE, claims.c.attempts + 1),
             )
             .returning(*claims.c)
-        )
-        self.claim_get = p(sa.select(claims).where(*pk))
-        self.claims_of_origin = p(sa.select(claims).where(claims.c.origin_run_id == b("origin")))
-        self.claim_renew = p(
-            sa.update(claims)
-            .where(*mine)
-            .values(**self.policy.lease_values(lease, claims.c.attempts))
-            .returning(claims.c.owner)
-        )
-        self.claim_finish = p(
-            sa.update(claims)
-            .where(*mine)
-            .values(status=b("new_status"), error=b("new_error"), finished_at=clock)
-            .returning(claims.c.owner)
         )
 
 
@@ -105,8 +114,21 @@ def claim_row(m: Mapping[Any, Any]) -> CompensationClaim:
     )
 
 
+class ClaimReads(PlumbingStatements, Protocol):
+    """The statements ``SqlClaims`` reads (its own and other areas')."""
+
+    claim_finish: Prepared
+    claim_get: Prepared
+    claim_insert: Prepared
+    claim_renew: Prepared
+    claim_take: Prepared
+    claims_of_origin: Prepared
+
+
 class SqlClaims(SqlPlumbing):
     """``ClaimsPart`` (``journal/parts.py``) on the statements above."""
+
+    _q: ClaimReads
 
     def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None:
         row = self._fetch(

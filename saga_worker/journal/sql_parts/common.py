@@ -13,7 +13,7 @@ import json
 import json.scanner
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 
@@ -99,14 +99,22 @@ def load_json(text: str | None, run_id: str, what: str) -> Any:
 
 
 class StatementsBase:
-    """One dialect's prepared statements: each part adds its own with a ``_build_<area>`` method."""
+    """One dialect's prepared statements: each part adds its own with a ``_build_<area>`` method.
+    The clock every part may read is built here."""
 
     def __init__(self, dialect: sa.Dialect) -> None:
         self.dialect = dialect
         self.policy = policy_for(dialect.name)
+        self.clock = self._prepare(sa.select(self.policy.clock()))
 
     def _prepare(self, statement: sa.ClauseElement) -> Prepared:
         return Prepared(statement, self.dialect)
+
+
+class PlumbingStatements(Protocol):
+    """The statements every part may read (``StatementsBase``'s)."""
+
+    clock: Prepared
 
 
 class SqlPlumbing:
@@ -116,8 +124,9 @@ class SqlPlumbing:
     policy: DialectPolicy
     _connections: driver.Connections
     # The composed statements of every part (``statements.Statements``), set by the journal that
-    # composes the parts: a part reaches another area's statements through it.
-    _q: Any
+    # composes the parts. Each part narrows it to a protocol of the statements it reads (its own
+    # and other areas'), so mypy checks every read against what ``Statements`` builds.
+    _q: PlumbingStatements
 
     def _write(self, work: Callable[[driver.Tx], T], *, atomic: bool = False, durable: bool = False) -> T:
         """Run ``work``, which writes, on the driver (the hot path: see ``driver.transaction``).

@@ -1,7 +1,7 @@
 """A run's row as a value, and the tombstone gate every call and decision passes on that row.
 
 The gate is one statement on the run's row (``tombstone_gate``, ``call_gate``: see
-``RunStatements._build_tombstone_and_its_gate``); ``condemn`` updates the same row, so whichever
+``GateStatements._build_gate``); ``condemn`` updates the same row, so whichever
 commits second sees the other. ``refusal`` says why the gate refused.
 """
 
@@ -10,14 +10,44 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+import sqlalchemy as sa
+
 from ...errors import CompensatedRunError, RunEndedError, UnknownRunError
 from .. import driver
 from ..driver import Prepared
 from ..records import RunInfo, RunStatus, UnwindState, parse_status
+from ..schema import runs
+from .common import NOT_ENDED, RUN, PlumbingStatements, StatementsBase
 
 
-class GateStatements(Protocol):
-    """The statements the gate runs (``RunStatements`` builds them)."""
+class GateStatements(StatementsBase):
+    def _build_gate(self) -> None:
+        """The tombstone gate every tool call passes, on the run's row."""
+        p = self._prepare
+        # The tombstone gate: lock the run's row and take the next sequence number (``tombstone_gate``).
+        # A run that has ended takes no new call, gated or not: checked on the same row, in the same statement.
+        bump_seq = {"next_seq": runs.c.next_seq + 1}
+        self.tombstone_gate = p(
+            sa.update(runs)
+            .where(RUN, runs.c.condemned_at.is_(None), NOT_ENDED)
+            .values(**bump_seq)
+            .returning(runs.c.next_seq)
+        )
+        self.next_seq_ungated = p(
+            sa.update(runs).where(RUN, NOT_ENDED).values(**bump_seq).returning(runs.c.next_seq)
+        )
+        # The same gate without a sequence number, for a claim that is no record (a shared execution) and a
+        # person's decision on a suspended call: ordered against the tombstone and the run's end the same way.
+        self.call_gate_lock = p(
+            sa.update(runs)
+            .where(RUN, runs.c.condemned_at.is_(None), NOT_ENDED)
+            .values(next_seq=runs.c.next_seq)
+            .returning(runs.c.next_seq)
+        )
+
+
+class GateReads(PlumbingStatements, Protocol):
+    """The statements the gate runs (``GateStatements``'s, and ``RunStatements``'s ``run_get``)."""
 
     run_get: Prepared
     tombstone_gate: Prepared
@@ -45,7 +75,7 @@ def run_row(m: Mapping[Any, Any]) -> RunInfo:
     )
 
 
-def tombstone_gate(tx: driver.Tx, q: GateStatements, run_id: str, gated: bool) -> int:
+def tombstone_gate(tx: driver.Tx, q: GateReads, run_id: str, gated: bool) -> int:
     """Lock the run's row and take the next sequence number, refusing a condemned run if ``gated``.
 
     This row lock is what orders a claim against the tombstone: ``condemn`` updates the same row,
@@ -57,13 +87,13 @@ def tombstone_gate(tx: driver.Tx, q: GateStatements, run_id: str, gated: bool) -
     raise refusal(tx, q, run_id, gated=gated)
 
 
-def call_gate(tx: driver.Tx, q: GateStatements, run_id: str) -> None:
+def call_gate(tx: driver.Tx, q: GateReads, run_id: str) -> None:
     """The gated tombstone gate without a sequence number (a shared execution's claim)."""
     if tx.one(q.call_gate_lock, {"run": run_id}) is None:
         raise refusal(tx, q, run_id, gated=True)
 
 
-def refusal(tx: driver.Tx, q: GateStatements, run_id: str, *, gated: bool) -> Exception:
+def refusal(tx: driver.Tx, q: GateReads, run_id: str, *, gated: bool) -> Exception:
     """Why the gate refused: an unknown run, a condemned one (``gated``), or one that has ended."""
     row = tx.one(q.run_get, {"run": run_id})
     if row is None:

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 
 from ...storable import storable_or_none
 from .. import driver
+from ..driver import Prepared
 from ..records import NewRecord, RecordStatus, ToolRecord, UnwindState, parse_status
 from ..schema import records, runs
 from .common import MAX_ROWS, NOW, WAITING, Conflict, SqlPlumbing, StatementsBase, b
 from .common import dump_json as _dump
 from .common import load_json as _load
-from .gate import tombstone_gate
+from .gate import GateReads, tombstone_gate
 
 
 class RecordStatements(StatementsBase):
@@ -152,8 +153,36 @@ def record_row(m: Mapping[Any, Any]) -> ToolRecord:
     )
 
 
+def records_of(rows: list[driver.Row], statuses: Sequence[RecordStatus] | None) -> list[ToolRecord]:
+    """The records of ``rows`` whose status is one of ``statuses`` (all with None)."""
+    # Every row is parsed before any is left out: a status this code does not know (another case, a
+    # newer writer's value) fails closed, naming the run and the step, instead of silently dropping
+    # the step from an unwind. So the filter is on parsed values, never on the column in SQL.
+    parsed = [record_row(r) for r in rows]
+    if statuses is None:
+        return parsed
+    return [r for r in parsed if r.status in statuses]
+
+
+class RecordReads(GateReads, Protocol):
+    """The statements ``SqlRecords`` reads (its own and other areas')."""
+
+    exec_renew: Prepared
+    record_get: Prepared
+    record_insert: Prepared
+    record_reclaim: Prepared
+    record_reclaim_seen: Prepared
+    record_settle: Prepared
+    record_settle_owned: Prepared
+    records_of_run: Prepared
+    records_waiting: Prepared
+    reopen_unwind: Prepared
+
+
 class SqlRecords(SqlPlumbing):
     """``RecordsPart`` (``journal/parts.py``) on the statements above."""
+
+    _q: RecordReads
 
     def get_record(self, run_id: str, suffix: str) -> ToolRecord | None:
         row = self._fetch(lambda tx: tx.one(self._q.record_get, {"run": run_id, "step_suffix": suffix}))
@@ -161,23 +190,14 @@ class SqlRecords(SqlPlumbing):
 
     def list_records(self, run_id: str, statuses: Sequence[RecordStatus] | None = None) -> list[ToolRecord]:
         rows = self._fetch(lambda tx: tx.all(self._q.records_of_run, {"run": run_id}))
-        return self._records(rows, statuses)
+        return records_of(rows, statuses)
 
     def waiting_records(self, *, limit: int = 500) -> list[ToolRecord]:
-        # Filtered on the column (unlike _records): a row of a status this code does not know is
+        # Filtered on the column (unlike records_of): a row of a status this code does not know is
         # not one a person is asked about; it still fails closed wherever a run's records are read.
         params = {"max_rows": int(limit), "now": time.time()}
         rows = self._fetch(lambda tx: tx.all(self._q.records_waiting, params))
         return [record_row(r) for r in rows]
-
-    def _records(self, rows: list[driver.Row], statuses: Sequence[RecordStatus] | None) -> list[ToolRecord]:
-        # Every row is parsed before any is left out: a status this code does not know (another case, a
-        # newer writer's value) fails closed, naming the run and the step, instead of silently dropping
-        # the step from an unwind. So the filter is on parsed values, never on the column in SQL.
-        parsed = [record_row(r) for r in rows]
-        if statuses is None:
-            return parsed
-        return [r for r in parsed if r.status in statuses]
 
     def claim_record(
         self,

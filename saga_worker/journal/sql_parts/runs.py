@@ -1,37 +1,31 @@
-"""Runs (their tombstones, forks and planner decisions) in SQL, and the tombstone gate every call passes."""
+"""Runs (their forks and planner decisions) in SQL. The tombstone is ``tombstone.py``'s, the tombstone
+gate every call passes on the run's row ``gate.py``'s."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 
-from ...errors import CompensatedRunError, JournalError, RunExistsError, UnknownRunError
+from ...errors import CompensatedRunError, RunExistsError, UnknownRunError
 from ...storable import storable_or_none
 from .. import driver
 from ..dialects import policy_for
 from ..driver import Prepared
-from ..records import NewAudit, RunInfo, RunQuery, RunStatus, UnwindState, like_pattern
+from ..records import RunInfo, RunQuery, RunStatus, UnwindState, like_pattern
 from ..schema import decisions, records, runs
-from .audit import audit_insert_from, audit_params
-from .common import ENDED, NEW_RUN, NOT_ENDED, NOW, RUN, SqlPlumbing, StatementsBase, b
+from .common import ENDED, NEW_RUN, NOW, RUN, SqlPlumbing, StatementsBase, b
 from .common import dump_json as _dump
 from .common import load_json as _load
-from .gate import refusal, run_row
-
-if TYPE_CHECKING:
-    pass
+from .gate import GateReads, refusal, run_row
 
 
 class RunStatements(StatementsBase):
     def _build_runs(self) -> None:
         """A run: start, read, end."""
         insert = self.policy.insert
-        clock = self.policy.clock()
         p = self._prepare
-        self.clock = p(sa.select(clock))
         self.run_get = p(sa.select(runs).where(RUN))
         self.run_insert = p(
             insert(runs)
@@ -46,61 +40,15 @@ class RunStatements(StatementsBase):
             .returning(*runs.c)
         )
 
-    def _build_tombstone_and_its_gate(self) -> None:
-        """The tombstone, and the tombstone gate every tool call passes (see SqlJournal._tombstone_gate)."""
-        clock = self.policy.clock()
-        p = self._prepare
-        self.condemn_stamp = p(self._condemn_stamp().returning(runs.c.condemned_at))
-        self.condemn_insert = p(self._condemn_insert().returning(runs.c.condemned_at))
-        self.condemned_at = p(sa.select(runs.c.condemned_at).where(RUN))
-        # The tombstone gate: lock the run's row and take the next sequence number (SqlJournal._tombstone_gate).
-        # A run that has ended takes no new call, gated or not: checked on the same row, in the same statement.
-        bump_seq = {"next_seq": runs.c.next_seq + 1}
-        self.tombstone_gate = p(
-            sa.update(runs)
-            .where(RUN, runs.c.condemned_at.is_(None), NOT_ENDED)
-            .values(**bump_seq)
-            .returning(runs.c.next_seq)
-        )
-        self.next_seq_ungated = p(
-            sa.update(runs).where(RUN, NOT_ENDED).values(**bump_seq).returning(runs.c.next_seq)
-        )
-        # The same gate without a sequence number, for a claim that is no record (a shared execution) and a
-        # person's decision on a suspended call: ordered against the tombstone and the run's end the same way.
-        self.call_gate_lock = p(
-            sa.update(runs)
-            .where(RUN, runs.c.condemned_at.is_(None), NOT_ENDED)
-            .values(next_seq=runs.c.next_seq)
-            .returning(runs.c.next_seq)
-        )
-        # A decision on a compensation gate makes a run halted at it due for the sweeper at once.
-        self.wake_awaiting = p(
+    def _build_wake(self) -> None:
+        """A decision on a compensation gate makes a run halted at it due for the sweeper at once."""
+        self.wake_awaiting = self._prepare(
             sa.update(runs)
             .where(RUN, runs.c.unwind_state == UnwindState.AWAITING.value)
-            .values(unwind_state=UnwindState.PENDING.value, unwind_next_at=clock, updated_at=NOW)
+            .values(
+                unwind_state=UnwindState.PENDING.value, unwind_next_at=self.policy.clock(), updated_at=NOW
+            )
         )
-
-    def _condemn_stamp(self) -> sa.Update:
-        """The tombstone on a known run, if it has none yet (RETURNING is the caller's)."""
-        return sa.update(runs).where(RUN, runs.c.condemned_at.is_(None)).values(**self._tombstone())
-
-    def _condemn_insert(self) -> Any:
-        """The tombstone as a new row, for a run never seen (insert-if-absent; RETURNING is the caller's)."""
-        new_run = {"run_id": b("run"), "status": RunStatus.UNKNOWN.value, "prompt": "", "text": ""}
-        return (
-            self.policy.insert(runs)
-            .values(**new_run, created_at=self.policy.clock(), **self._tombstone())
-            .on_conflict_do_nothing(index_elements=["run_id"])
-        )
-
-    def _tombstone(self) -> dict[str, Any]:
-        clock = self.policy.clock()
-        return {
-            "condemned_at": clock,
-            "updated_at": clock,
-            "unwind_state": UnwindState.PENDING.value,
-            "unwind_next_at": clock,
-        }
 
     def _build_listings(self) -> None:
         """Counts of runs for the console (its pages are ``run_page``)."""
@@ -171,21 +119,6 @@ class RunStatements(StatementsBase):
             .order_by(decisions.c.step)
         )
 
-    def _build_condemn_audited(self) -> None:
-        """The tombstone and its audit row as one statement where the dialect allows
-        (``writes_in_with_clause``): the row rides in the tombstone's WITH clause, inserted from its
-        RETURNING, so only by the statement that wrote the tombstone. None elsewhere: the two are
-        written in one transaction instead."""
-        self.condemn_stamp_audited: Prepared | None = None
-        self.condemn_insert_audited: Prepared | None = None
-        if not self.policy.writes_in_with_clause:
-            return
-        for name, tombstone in (("stamp", self._condemn_stamp()), ("insert", self._condemn_insert())):
-            written = tombstone.returning(runs.c.run_id, runs.c.condemned_at).cte(f"tombstone_{name}")
-            logged = audit_insert_from(self.policy, sa.select(written.c.run_id)).cte("logged")
-            stmt = self._prepare(sa.select(written.c.condemned_at).add_cte(logged))
-            setattr(self, f"condemn_{name}_audited", stmt)
-
 
 def run_page(
     dialect: sa.Dialect,
@@ -248,8 +181,26 @@ def prefix_count(dialect: sa.Dialect) -> Prepared:
     return Prepared(sa.select(sa.func.count()).select_from(inner), dialect)
 
 
+class RunReads(GateReads, Protocol):
+    """The statements ``SqlRuns`` reads (its own and other areas')."""
+
+    condemned_at: Prepared
+    decision_get: Prepared
+    decision_insert: Prepared
+    decisions_of_run: Prepared
+    fork_decisions: Prepared
+    fork_insert: Prepared
+    fork_lock_source: Prepared
+    fork_records: Prepared
+    run_end: Prepared
+    run_insert: Prepared
+    runs_in_unwind_state: Prepared
+
+
 class SqlRuns(SqlPlumbing):
     """``RunsPart`` (``journal/parts.py``) on the statements above."""
+
+    _q: RunReads
 
     def start_run(self, run_id: str, prompt: str, *, traceparent: str | None = None) -> tuple[RunInfo, bool]:
         q = self._q
@@ -344,48 +295,6 @@ class SqlRuns(SqlPlumbing):
             raise UnknownRunError(run_id)
         return run_row(row)
 
-    def condemn(self, run_id: str, *, audit: NewAudit | None = None) -> float:
-        work, atomic, _first = self._condemn_work(run_id, audit)
-        # durable before any hook runs (Journal.condemn); atomic when the audit row commits with it
-        return stamped_or_raise(run_id, self._write(work, atomic=atomic, durable=True))
-
-    def _condemn_work(
-        self, run_id: str, audit: NewAudit | None
-    ) -> tuple[Callable[[driver.Tx], float | None], bool, tuple[Prepared, dict[str, Any]]]:
-        """The tombstone's statements (the time it was stamped, None if the row kept changing), whether
-        they must commit together (an audit row that does not ride in the stamp's statement), and the
-        first of them with its parameters: the stamp, which alone writes the tombstone of a live run."""
-        q = self._q
-        params = {"run": run_id, "now": time.time()}
-        if audit is not None:
-            params.update(audit_params(audit))
-        # The audit row rides in the tombstone's own statement where the dialect allows (written by
-        # the statement that wrote the tombstone, from its RETURNING); else it follows in one transaction.
-        one_statement = audit is not None and q.condemn_stamp_audited is not None
-        stamp, insert = (
-            (q.condemn_stamp_audited, q.condemn_insert_audited)
-            if one_statement
-            else (q.condemn_stamp, q.condemn_insert)
-        )
-
-        def work(tx: driver.Tx) -> float | None:
-            # Three tries: on PostgreSQL a run started concurrently is invisible to the UPDATE, then makes
-            # the INSERT a no-op once it commits; the next UPDATE (a fresh snapshot) sees it and stamps it.
-            # Each statement is atomic alone (the UPDATE waits out a claim's row lock, then re-checks),
-            # so they need no transaction around them, unless an audit row must commit with the stamp.
-            for _ in range(3):
-                for stmt in (stamp, insert, q.condemned_at):
-                    assert stmt is not None
-                    row = tx.one(stmt, params)
-                    if row is not None and row["condemned_at"] is not None:
-                        if audit is not None and not one_statement and stmt is not q.condemned_at:
-                            tx.one(q.audit_insert, params)  # this call wrote it
-                        return float(row["condemned_at"])
-            return None
-
-        assert stamp is not None
-        return work, audit is not None and not one_statement, (stamp, params)
-
     def record_decision(self, run_id: str, step: int, payload: Any) -> Any:
         q = self._q
         params = {"run": run_id, "at_step": step, "new_payload": _dump(payload), "now": time.time()}
@@ -425,11 +334,3 @@ class SqlRuns(SqlPlumbing):
             tx.execute(q.fork_records, params)
 
         self._write(work, atomic=True)
-
-
-def stamped_or_raise(run_id: str, stamped: float | None) -> float:
-    if stamped is None:
-        raise JournalError(
-            f"run {run_id!r}: could not write its tombstone (its row kept changing)", run_id=run_id
-        )
-    return stamped

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 
 from ...storable import storable_or_none
 from .. import driver
+from ..driver import Prepared
 from ..records import SharedAction, SharedStatus, parse_status
 from ..schema import shared
 from .common import NOW, SqlPlumbing, StatementsBase, b
 from .common import dump_json as _dump
 from .common import load_json as _load
-from .gate import call_gate
+from .gate import GateReads, call_gate
 
 
 class SharedStatements(StatementsBase):
@@ -84,8 +85,20 @@ def shared_row(m: Mapping[Any, Any]) -> SharedAction:
     )
 
 
+class SharedReads(GateReads, Protocol):
+    """The statements ``SqlShared`` reads (its own and other areas')."""
+
+    shared_get: Prepared
+    shared_insert: Prepared
+    shared_latest: Prepared
+    shared_reclaim: Prepared
+    shared_settle: Prepared
+
+
 class SqlShared(SqlPlumbing):
     """``SharedPart`` (``journal/parts.py``) on the statements above."""
+
+    _q: SharedReads
 
     def latest_shared(self, key: str) -> SharedAction | None:
         row = self._fetch(lambda tx: tx.one(self._q.shared_latest, {"k": key, "max_rows": 1}))

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import time
+from typing import Protocol
 
 import sqlalchemy as sa
 
 from ...errors import MalformedRecordError
 from ...storable import storable_or_none
 from .. import driver
-from ..base import check_not_condemned_row
 from ..driver import Prepared
 from ..records import NewAudit, RunInfo, UnwindState
 from ..schema import runs, unwinds
+from ..tombstone import check_not_condemned_row
 from .audit import audit_insert_from, audit_params
-from .common import MAX_ROWS, NOW, RUN, UNSWEPT, SqlPlumbing, StatementsBase, b
+from .common import MAX_ROWS, NOW, RUN, UNSWEPT, PlumbingStatements, SqlPlumbing, StatementsBase, b
 from .gate import run_row
 
 
@@ -102,8 +103,22 @@ class SweepStatements(StatementsBase):
             setattr(self, name, self._prepare(self._unwind_state(at_epoch=at_epoch).add_cte(logged)))
 
 
+class SweepReads(PlumbingStatements, Protocol):
+    """The statements ``SqlSweeps`` reads (its own and other areas')."""
+
+    audit_insert: Prepared
+    hold_sweep: Prepared
+    runs_due: Prepared
+    unwind_state: Prepared
+    unwind_state_at_epoch: Prepared
+    unwind_state_at_epoch_audited: Prepared | None
+    unwind_state_audited: Prepared | None
+
+
 class SqlSweeps(SqlPlumbing):
     """``UnwindsPart`` (``journal/parts.py``): the sweeper's state, on the statements above."""
+
+    _q: SweepReads
 
     def set_unwind_state(
         self,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import operator
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import sqlalchemy as sa
 
@@ -16,7 +16,16 @@ from ..driver import Prepared
 from ..records import ClaimStatus, StepFinish, StepView, UnwindInfo
 from ..schema import claims, records, redeliveries, unwind_entries, unwinds
 from .claims import claim_row
-from .common import CLAIM_PREFIX, MAX_ROWS, NOW, RECORD_PREFIX, SqlPlumbing, StatementsBase, b
+from .common import (
+    CLAIM_PREFIX,
+    MAX_ROWS,
+    NOW,
+    RECORD_PREFIX,
+    PlumbingStatements,
+    SqlPlumbing,
+    StatementsBase,
+    b,
+)
 from .common import dump_json as _dump
 from .common import load_json as _load
 from .records import record_row
@@ -173,8 +182,28 @@ def unwind_row(m: Mapping[Any, Any]) -> UnwindInfo:
     )
 
 
+class UnwindReads(PlumbingStatements, Protocol):
+    """The statements ``SqlUnwinds`` reads (its own and other areas')."""
+
+    claim_finish: Prepared
+    entries_of_unwind: Prepared
+    entry_get: Prepared
+    entry_insert: Prepared
+    hold_sweep: Prepared
+    hold_sweep_of_unwind: Prepared
+    redeliveries_forget: Prepared
+    redelivery_count: Prepared
+    step_finish: Prepared | None
+    step_view: Prepared
+    unwind_get: Prepared
+    unwind_insert: Prepared
+    unwinds_of_run: Prepared
+
+
 class SqlUnwinds(SqlPlumbing):
     """``UnwindsPart`` (``journal/parts.py``): distributed unwinds, on the statements above."""
+
+    _q: UnwindReads
 
     def _unwind_params(
         self,
@@ -400,7 +429,7 @@ def entries_by_position(rows: list[driver.Row], unwind_id: str) -> dict[int, dic
 
 
 def _step_entries(
-    tx: driver.Tx, q: UnwindStatements, unwind_id: str, at: int | None, rows: list[driver.Row]
+    tx: driver.Tx, q: UnwindReads, unwind_id: str, at: int | None, rows: list[driver.Row]
 ) -> tuple[str | None, str | None]:
     """The stored entry texts at ``at`` and ``at - 1``, from the unwind's two latest entries when they
     tell (every entry above the lower of the two is known to be absent), else read one by one (a stale

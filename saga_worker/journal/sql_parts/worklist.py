@@ -1,0 +1,104 @@
+"""A run's worklist in SQL: the run (with who condemned it), its records and their claims, read
+together in one round trip where a round trip costs, and the report of a distributed unwind
+assembled from them (``Journal.read_worklist``, ``Journal.read_report``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from .. import driver
+from ..driver import Prepared
+from ..records import RecordStatus, ReportView, UnwindInfo, WorklistView, every_step_has_an_entry
+from .claims import claim_row
+from .common import PlumbingStatements, SqlPlumbing
+from .gate import run_row
+from .records import records_of
+from .unwinds import entries_by_position, unwind_row
+
+# A worklist as read: the run row (with who condemned it), its record rows, their claims' rows.
+WorklistRows = tuple[driver.Row | None, list[driver.Row], list[driver.Row]]
+
+
+class WorklistReads(PlumbingStatements, Protocol):
+    """The statements a worklist and a report read (built by the runs', records', claims' and
+    unwinds' parts)."""
+
+    run_with_condemner: Prepared
+    records_of_run: Prepared
+    claims_of_origin: Prepared
+    unwind_get: Prepared
+    entries_of_unwind: Prepared
+
+
+class SqlWorklist(SqlPlumbing):
+    """``read_worklist`` and ``read_report`` in as few round trips as the dialect allows."""
+
+    _q: WorklistReads
+
+    def read_worklist(self, run_id: str, statuses: Sequence[RecordStatus]) -> WorklistView:
+        return self._worklist_view(self._fetch(self._worklist_reads(run_id)), statuses)
+
+    def read_report(self, unwind_id: str, run_id: str, statuses: Sequence[RecordStatus]) -> ReportView:
+        q, by_unwind = self._q, {"unwind": unwind_id}
+        first = [(q.unwind_get, by_unwind), (q.entries_of_unwind, by_unwind)]
+
+        def work(tx: driver.Tx) -> tuple[UnwindInfo | None, dict[int, dict[str, Any]], WorklistRows]:
+            found, rows, run = self._reads(tx, [*first, (q.run_with_condemner, {"run": run_id})])
+            unwind = unwind_row(found[0]) if found else None
+            entries = entries_by_position(rows, unwind_id)
+            read: WorklistRows = (run[0] if run else None, [], [])
+            # The run's records and claims only when some step has no entry (one read more after a halt).
+            if unwind is None or not every_step_has_an_entry(unwind, entries):
+                read = self._read_with_worklist(tx, run_id, [])[1]
+            return unwind, entries, read
+
+        unwind, entries, read = self._fetch(work)
+        return ReportView(unwind, entries, self._worklist_view(read, statuses))
+
+    def _worklist_reads(self, run_id: str) -> Callable[[driver.Tx], WorklistRows]:
+        return lambda tx: self._read_with_worklist(tx, run_id, [])[1]
+
+    def _read_with_worklist(
+        self,
+        tx: driver.Tx,
+        run_id: str,
+        first: list[tuple[driver.Prepared, dict[str, Any]]],
+        *,
+        framed: driver.Frame | None = None,
+    ) -> tuple[list[list[driver.Row]], WorklistRows]:
+        """The rows of each of ``first``'s reads, then the run's worklist rows (the run with who
+        condemned it, its records, their claims): in one pipeline where a round trip costs
+        (PostgreSQL: the run's own claims read with them, a fork's copied steps' after; ``framed``
+        as ``driver.Tx.batch``), else one statement after the other."""
+        q, by_run = self._q, {"run": run_id}
+        reads = [*first, (q.run_with_condemner, by_run), (q.records_of_run, by_run)]
+        if self.policy.transactions_cost_round_trips:
+            *before, run, rows, claims = tx.batch(
+                [*reads, (q.claims_of_origin, {"origin": run_id})], framed=framed
+            )
+            origins = sorted({r["origin_run_id"] for r in rows} - {run_id})
+        else:
+            *before, run, rows = self._reads(tx, reads)
+            claims, origins = [], sorted({r["origin_run_id"] for r in rows})
+        claims += [c for o in origins for c in tx.all(q.claims_of_origin, {"origin": o})]
+        return before, (run[0] if run else None, rows, claims)
+
+    def _reads(
+        self, tx: driver.Tx, reads: list[tuple[driver.Prepared, dict[str, Any]]]
+    ) -> list[list[driver.Row]]:
+        """Each read's rows: in one pipeline where a round trip costs, else one after the other."""
+        if self.policy.transactions_cost_round_trips:
+            return tx.batch(reads)
+        return [tx.all(stmt, params) for stmt, params in reads]
+
+    def _worklist_view(self, read: WorklistRows, statuses: Sequence[RecordStatus]) -> WorklistView:
+        run, rows, claim_rows = read
+        found = records_of(rows, statuses)
+        wanted = {(r.origin_run_id, r.suffix) for r in found}
+        owned = [c for c in map(claim_row, claim_rows) if (c.origin_run_id, c.suffix) in wanted]
+        claims = {(c.origin_run_id, c.suffix): c for c in owned}
+        if run is None:
+            return WorklistView(None, found, claims)
+        who = (run["condemner_actor"], run["condemner_reason"] or None)
+        return WorklistView(run_row(run), found, claims, who)
