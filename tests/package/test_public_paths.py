@@ -66,6 +66,7 @@ DOCUMENTED: dict[str, tuple[str, ...]] = {
     "saga_worker.observing": (),
     "saga_worker.demo": ("TOOLS", "order_planner"),
     "saga_worker.transactions": ("watch_sqlalchemy",),
+    "saga_worker.actions": (),
     "saga_worker.audit": ("REASON_MAX", "read_audit"),
     "saga_worker.integrations": ("hooks", "call_options"),
     "saga_worker.integrations.langchain": ("SagaMiddleware",),
