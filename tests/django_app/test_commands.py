@@ -31,10 +31,13 @@ def project_env(database_url: str) -> dict[str, str]:
     return {**kept, "PROJ_DATABASE_URL": url, "COLUMNS": "200"}
 
 
-@pytest.fixture
-def env(shared_journal_url: str) -> dict[str, str]:
-    """The project on each database a journal shares between processes: SQLite, PostgreSQL."""
-    return project_env(shared_journal_url)
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=[pytest.mark.postgres, pytest.mark.slow])])
+def env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The project on each database a journal shares between processes: SQLite, PostgreSQL (the
+    latter in the main pass only: the other interpreters' quick pass keeps to SQLite)."""
+    return project_env(
+        str(request.getfixturevalue({"sqlite": "sqlite_url", "postgres": "pg_url"}[request.param]))
+    )
 
 
 @pytest.fixture

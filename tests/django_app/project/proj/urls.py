@@ -1,1 +1,4 @@
-urlpatterns: list[object] = []
+from django.contrib import admin
+from django.urls import path
+
+urlpatterns = [path("admin/", admin.site.urls)]
