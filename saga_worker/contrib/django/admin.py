@@ -19,7 +19,7 @@ from django.urls import URLPattern, path, reverse
 
 from ... import actions, executor, views
 from ...errors import SagaError
-from ...journal.records import RunStatus, UnwindState
+from ...journal.records import RunQuery, RunStatus, UnwindState, contains_words
 from ...settings import get_settings
 from . import journal
 from .models import Run
@@ -38,6 +38,31 @@ def _tools() -> dict[str, Any]:
         return dict(executor.current().require_tools("the admin"))
     except SagaError:
         return {}
+
+
+def _needing_a_person(query: RunQuery) -> list[dict[str, Any]]:
+    """The runs the inbox lists (a call or a compensation waiting for a decision, an unwind given up
+    on, a call left uncertain) that match the other filters, newest first: one page, as the inbox is
+    bounded."""
+    box = views.inbox(journal(), _tools())
+    suspended = {i["run_id"] for i in box["items"] if i["kind"] == "suspended"}
+    found = [journal().get_run(run_id) for run_id in sorted({i["run_id"] for i in box["items"]})]
+    runs = [views.run_summary(r, r.run_id in suspended) for r in found if r is not None]
+    if isinstance(query, views.ListingQuery) and query.suspended:
+        status: str | None = views.SUSPENDED
+    else:
+        status = None if query.status is None else query.status.value
+    return sorted(
+        (
+            r
+            for r in runs
+            if (status is None or r["status"] == status)
+            and (query.unwind_state is None or r["unwind_state"] == query.unwind_state.value)
+            and (query.contains is None or contains_words(r["run_id"], query.contains))
+        ),
+        key=lambda r: (r["updated_at"], r["run_id"]),
+        reverse=True,
+    )
 
 
 class RunAdmin(admin.ModelAdmin):  # type: ignore[misc]
@@ -92,15 +117,16 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[misc]
                 search=got.get("q") or None,
                 cursor=got.get("cursor") or None,
             )
-            page = views.runs_page(journal(), query)
+            if person:
+                runs, next_cursor = _needing_a_person(query), None
+            else:
+                page = views.runs_page(journal(), query)
+                waiting = views.waiting_runs(journal())
+                runs = [views.run_summary(r, r.run_id in waiting) for r in page.runs]
+                next_cursor = page.next_cursor
         except SagaError as exc:
             messages.error(request, str(exc))
             return HttpResponseRedirect(reverse("admin:saga_worker_run_changelist"))
-        waiting = views.waiting_runs(journal())
-        runs = [views.run_summary(r, r.run_id in waiting) for r in page.runs]
-        if person:
-            needing = {i["run_id"] for i in views.inbox(journal(), _tools())["items"]}
-            runs = [r for r in runs if r["run_id"] in needing]
         here = {k: v for k, v in got.items() if k != "cursor"}
 
         def link(**change: str) -> str:
@@ -133,7 +159,7 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[misc]
                     }
                     for name, title, values in filters
                 ],
-                next_url=link(cursor=page.next_cursor) if page.next_cursor else None,
+                next_url=link(cursor=next_cursor) if next_cursor else None,
             ),
         )
 

@@ -86,6 +86,12 @@ class AdminTests(TransactionTestCase):  # type: ignore[misc]
         self.assertEqual(listed(self.page(self.viewer, RUNS, q=prefix, status="suspended")), {self.waiting})
         self.assertEqual(listed(self.page(self.viewer, RUNS, q=prefix, status="finished")), {self.placed})
         self.assertEqual(listed(self.page(self.viewer, RUNS, q=prefix, person="yes")), {self.waiting})
+        self.assertEqual(
+            listed(self.page(self.viewer, RUNS, q=prefix, person="yes", status="suspended")), {self.waiting}
+        )
+        self.assertEqual(
+            listed(self.page(self.viewer, RUNS, q=prefix, person="yes", status="finished")), set()
+        )
         self.assertEqual(listed(self.page(self.viewer, RUNS, q=prefix, unwind="none")), both)
         self.assertEqual(listed(self.page(self.viewer, RUNS, q=prefix, unwind="complete")), set())
         self.assertIn("No runs match.", self.page(self.viewer, RUNS, q="no-such-run-anywhere"))
