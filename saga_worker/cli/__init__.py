@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 
 import click
 
@@ -44,6 +45,10 @@ __all__ = ["embedded_worker", "fail", "main", "report_table", "steps_table", "st
 )
 def main(django_settings: str | None, log_format: str | None) -> None:
     """saga-worker: condemn a run first, then compensate its steps in reverse, and report every step."""
+    # The project's own modules (proj.settings, shop.tools) import from the folder the command is run
+    # in, as under manage.py and `celery -A proj`; last on the path, so it shadows nothing installed.
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
     # Before any command reads settings or loads tools: tools that import models need the apps. With
     # only DJANGO_SETTINGS_MODULE (no flag), Django is set up where it is installed and ignored where
     # it is not; --django-settings without Django is an error.

@@ -5,21 +5,32 @@ client: an order placed (a saga() block and a chain of forward tasks sent on tra
 one declined inside atomic() (rolled back), one that calls a tool inside atomic() (refused), the
 first cancelled with compensate_run.delay. The shop's ledger is the witness: every effect of the
 cancelled order undone once, nothing at all for the other two. Also `manage.py test shop`: the
-journal follows Django to its test database and does not block its teardown."""
+journal follows Django to its test database and does not block its teardown. And the README's "Run it"
+commands as written, from `pip install -r requirements.txt` in a fresh virtual environment to
+`manage.py test shop`, beat included (issue 50)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import signal
+import socket
 import subprocess
 import sys
+import urllib.request
 import uuid
+import venv
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
+from tests.faults.harness import OwnPostgres
+from tests.install.test_wheel_install import PIP_TIMEOUT
 from tests.services import PG_ADMIN_URL, REDIS_URL, require
 from tests.worker_process import WorkerProcess
 
@@ -156,7 +167,7 @@ def test_an_order_is_placed_by_a_view_and_a_chain_then_cancelled_and_undone_once
 
     # The CLI sets Django up from DJANGO_SETTINGS_MODULE: the same journal, in Django's database.
     cli = subprocess.run(
-        [sys.executable, "-m", "saga_worker.cli", "report", "order-A", "--json"],
+        [sys.executable, "-m", "saga_worker.cli", "report", "shop-order-A", "--json"],
         cwd=SHOP,
         env={**env, "PYTHONPATH": str(SHOP)},
         capture_output=True,
@@ -176,7 +187,147 @@ def test_manage_py_test_journals_into_the_test_database_eagerly_and_drops_it_cle
     assert "Destroying test database for alias 'default'" in ran.stderr
     # Nothing went into the development database's journal (manage.py migrate made it, if not already).
     assert manage(env, "migrate").returncode == 0
-    code = "from saga_worker.contrib.django import journal; print(journal().get_run('order-t-1'))"
+    code = "from saga_worker.contrib.django import journal; print(journal().get_run('shop-order-t-1'))"
     listed = manage(env, "shell", "-c", code)
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.strip().splitlines()[-1] == "None"
+
+
+README = SHOP / "README.md"
+REPO = SHOP.parents[1]
+# The README's lines that run until stopped: started in the background, each in a terminal of its own.
+LONG_RUNNING = ("celery -A proj worker", "celery -A proj beat", "python manage.py runserver")
+
+
+def readme_commands() -> list[str]:
+    """The lines of the README's "Run it" block, as written."""
+    text = README.read_text()
+    block = text[text.index("## Run it") :].split("```bash\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip()]
+
+
+class Background:
+    """One README line that runs until stopped, in a process group of its own, its output in a log."""
+
+    def __init__(self, line: str, *, cwd: Path, env: dict[str, str], log: Path) -> None:
+        self.line, self.log = line, log
+        self._out = open(log, "ab")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            ["bash", "-c", line],
+            cwd=cwd,
+            env=env,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def says(self, text: str) -> bool:
+        assert self.proc.poll() is None, f"{self.line!r} exited:\n{self.log.read_text()[-3000:]}"
+        return text in self.log.read_text(errors="replace")
+
+    def stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+        self._out.close()
+
+
+def start(line: str, *, cwd: Path, env: dict[str, str], log: Path) -> Background:
+    """A long-running line, once it is up: a worker ready, beat started, the server listening."""
+    started = Background(line, cwd=cwd, env=env, log=log)
+    if line.startswith("celery -A proj worker"):
+        wait_for(lambda: started.says(" ready."), READY_TIMEOUT_S, line)
+    elif line.startswith("celery -A proj beat"):
+        wait_for(lambda: started.says("beat: Starting"), READY_TIMEOUT_S, line)
+    else:
+        wait_for(lambda: listening(8000), READY_TIMEOUT_S, line)
+    return started
+
+
+def listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def order(n: str) -> dict[str, Any]:
+    with urllib.request.urlopen(f"http://127.0.0.1:8000/orders/{n}/", timeout=10) as response:
+        return dict(json.loads(response.read()))
+
+
+def test_the_readme_s_commands_run_as_written_from_a_fresh_virtual_environment(tmp_path: Path) -> None:
+    require("redis")
+    assert not listening(8000), "port 8000 is taken: the README's runserver needs it"
+    src = tmp_path / "src"  # a copy of the checkout: `pip install` builds in the tree it is given
+    shutil.copytree(
+        REPO,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".venv*",
+            ".git",
+            "build",
+            "dist",
+            "site",
+            "*.egg-info",
+            ".saga",
+            "__pycache__",
+            "*.db",
+            ".*_cache",
+        ),
+    )
+    shop = src / "examples" / "django_shop"
+    venv.EnvBuilder(with_pip=True, clear=True).create(tmp_path / "v")
+    pg = OwnPostgres()  # `createdb shop` as written, on a server of the test's own
+    pg.init()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SAGA_", "SHOP_", "PYTHON", "DJANGO_", "VIRTUAL_ENV", "PG"))
+    }
+    env.update(
+        PATH=f"{tmp_path / 'v' / 'bin'}{os.pathsep}{env.get('PATH', '')}",
+        VIRTUAL_ENV=str(tmp_path / "v"),
+        PGHOST="127.0.0.1",
+        PGPORT=str(pg.port),
+        PGUSER="postgres",
+        SHOP_DATABASE_URL=f"postgresql://postgres@127.0.0.1:{pg.port}/shop",
+        SHOP_BROKER_URL=REDIS_URL.rsplit("/", 1)[0] + f"/{redis_db()}",  # the queues as written, alone
+        COLUMNS="200",
+    )
+    background: list[Background] = []
+    out: dict[str, str] = {}  # each line's standard output
+    try:
+        for n, line in enumerate(readme_commands()):
+            if line.startswith(LONG_RUNNING):
+                background.append(start(line, cwd=shop, env=env, log=tmp_path / f"{n}.log"))
+                continue
+            done = subprocess.run(
+                ["bash", "-c", line], cwd=shop, env=env, capture_output=True, text=True, timeout=PIP_TIMEOUT
+            )
+            assert done.returncode == 0, f"{line!r} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+            out[line.split("#")[0].strip()] = done.stdout
+            if line.startswith("curl -X POST localhost:8000/orders/ "):
+                wait_for(lambda: (order("7")["run"] or {}).get("status") == "finished", 60, "the order's run")
+            elif line.startswith("curl -X POST localhost:8000/orders/7/cancel/"):
+                wait_for(lambda: len(order("7")["effects"]) == 6, 60, "the order to be undone")
+        worker_log = background[0].log
+        # Beat sends the sweeper (install(app) put its entry in the project's beat schedule).
+        wait_for(lambda: b"saga.retry_uncertain" in worker_log.read_bytes(), 60, "a sweep from beat")
+    finally:
+        for each in background:
+            each.stop()
+        pg.close()
+
+    assert "Applying saga_worker.0001_journal... OK" in out["python manage.py migrate"]
+    placed = json.loads(out['curl -X POST localhost:8000/orders/ -d \'{"order_id": "7", "amount": 30}\''])
+    assert placed == {"order_id": "7", "run_id": "shop-order-7"}
+    assert json.loads(out["curl localhost:8000/orders/7/"])["effects"] == ["charge", "hold", "reserve"]
+    assert "task_id" in json.loads(out["curl -X POST localhost:8000/orders/7/cancel/"])
+    report = out["python manage.py saga report shop-order-7"]
+    assert "shop-order-7" in report and report.count("compensated") >= 3
+    (run,) = json.loads(out["saga-worker --django-settings proj.settings runs --json"])
+    assert run["run_id"] == "shop-order-7" and run["condemned"] is True
+    assert readme_commands()[-1].startswith("python manage.py test shop")
+    assert "Ran 1 test" in done.stderr and "OK" in done.stderr

@@ -98,3 +98,19 @@ def test_the_otel_extra_is_bounded_and_the_api_still_keeps_its_global_provider_w
     from saga_worker import tracing
 
     assert hasattr(trace, "_TRACER_PROVIDER") and tracing._PROVIDER_KEPT
+
+
+def test_the_django_extra_is_bounded_and_django_still_has_what_the_atomic_probe_reads() -> None:
+    # saga_worker.contrib.django.apps.open_atomic_block reads each connection's atomic_blocks and an
+    # Atomic's _from_testcase (a TestCase's own per-test block), both Django's internals.
+    extras = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]["django"]
+    req = next(Requirement(d) for d in extras if Requirement(d).name == "django")
+    assert any(spec.operator in ("<", "<=", "~=", "==") for spec in req.specifier), req
+    assert req.specifier.contains(Version(importlib.metadata.version("django")), prereleases=True)
+    from django.db import connections
+    from django.db.backends.base.base import BaseDatabaseWrapper
+    from django.db.transaction import Atomic
+
+    assert "initialized_only" in inspect.signature(connections.all).parameters
+    assert "self.atomic_blocks = []" in inspect.getsource(BaseDatabaseWrapper.__init__)
+    assert Atomic("default", True, False)._from_testcase is False

@@ -6,7 +6,8 @@ from saga_worker.celery import record_call
 
 
 def run_id(order_id: str) -> str:
-    return f"order-{order_id}"
+    # Prefixed with the app's name: run ids are one namespace across everything sharing the journal.
+    return f"shop-order-{order_id}"
 
 
 @shared_task(name="shop.charge")

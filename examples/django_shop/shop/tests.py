@@ -25,8 +25,8 @@ class OrderTests(TestCase):
                 "/orders/", json.dumps({"order_id": "t-1", "amount": 12}), content_type="application/json"
             )
         self.assertEqual(response.status_code, 201)
-        self.assertEqual(journal().get_run("order-t-1").status.value, "finished")
-        report = compensate_run.delay("order-t-1").get()
+        self.assertEqual(journal().get_run("shop-order-t-1").status.value, "finished")
+        report = compensate_run.delay("shop-order-t-1").get()
         self.assertEqual([e["status"] for e in report["entries"]], ["compensated"] * 3)
         kinds = sorted(Effect.objects.filter(order_id="t-1").values_list("kind", flat=True))
         self.assertEqual(kinds, ["charge", "hold", "refund", "release", "release_hold", "reserve"])

@@ -173,7 +173,10 @@ def setup(settings_module: str | None = None) -> None:
         os.environ["DJANGO_SETTINGS_MODULE"] = settings_module
     if not os.environ.get("DJANGO_SETTINGS_MODULE"):
         raise InvalidInputError("Django settings: set DJANGO_SETTINGS_MODULE or pass --django-settings")
-    django.setup()
+    from django.apps import apps
+
+    if not apps.ready:  # under manage.py (`manage.py saga`, call_command) Django is set up already
+        django.setup()
     from ...settings import get_settings
 
     get_settings.cache_clear()

@@ -1,0 +1,1 @@
+"""``python manage.py saga …``: the ``saga-worker`` commands as one Django management command."""
