@@ -29,6 +29,9 @@ READ = [
 READ += [*(REPO / "examples").rglob("*.md"), *(REPO / "tests" / "install").rglob("*.py")]
 DOTTED = re.compile(r"\bsaga_worker(?:\.[A-Za-z_]\w*)+(?::[A-Za-z_]\w*)?")
 SOURCE_FILE = re.compile(r"\bsaga_worker/[\w/]+\.py\b")
+# Django permissions under the app's label (contrib/django/models.py), which the pages name as
+# ``saga_worker.<codename>``: not Python paths.
+PERMISSIONS = {"saga_worker.view_run", "saga_worker.compensate_run", "saga_worker.decide"}
 
 # The root's surface today: a move that drops or adds a name here is a change of the contract.
 ROOT = {
@@ -125,7 +128,8 @@ def cited() -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for page in READ:
         for reference in set(DOTTED.findall(page.read_text(errors="replace"))):
-            found.setdefault(reference, []).append(str(page.relative_to(REPO)))
+            if reference not in PERMISSIONS:
+                found.setdefault(reference, []).append(str(page.relative_to(REPO)))
     return found
 
 
