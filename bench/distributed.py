@@ -49,7 +49,7 @@ class DurableCommits:
     """The contract's own floor on PostgreSQL: what one durable commit costs here (a bare one-row
     INSERT+COMMIT on its own connection, ``synchronous_commit`` as the server has it), timed in the
     same rounds. An unwind waits for ``DURABLE_PER_UNWIND`` of them: the tombstone, before the first
-    hook (the journal's other commits do not wait for the WAL flush: tests/test_postgres_durability.py)."""
+    hook (the journal's other commits do not wait for the WAL flush: tests/journal/test_postgres_durability.py)."""
 
     def __init__(self, engine: Any) -> None:
         self.raw = engine.raw_connection()

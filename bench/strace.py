@@ -1,7 +1,7 @@
 """Run a process under ``strace`` and read back the syscalls that decide durability, in order.
 
 Used by the bench's fsync counts (``bench/fsyncs.py``) and by the test that checks the order of
-the tombstone's sync and the first compensate hook (tests/test_sqlite_durability.py). A count of
+the tombstone's sync and the first compensate hook (tests/journal/test_sqlite_durability.py). A count of
 ``fsync`` + ``fdatasync`` calls is machine-independent, unlike their cost. The traced process marks
 where it is by writing short texts to a marker file (``mark``), so the log orders its phases, hook
 calls and the journal's writes and syncs on one timeline.

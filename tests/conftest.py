@@ -22,9 +22,12 @@ import sqlalchemy as sa
 from saga_worker import Journal, open_journal
 from saga_worker.journal.schema import metadata
 from saga_worker.settings import get_settings
+from tests.journal.parts_only import PartsOnly
+from tests.ledger import Ledger, open_ledger
 from tests.services import PG_ADMIN_URL, REDIS_URL, require
 
 BACKENDS = ["memory", "sqlite", "postgres"]
+# and "memory-parts" (tests/journal/parts_only.py), which the contract's modules add with the marker
 
 
 TERMINATE = (
@@ -98,10 +101,19 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path}/journal.db"
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.hookimpl(tryfirst=True)  # before the test's own parametrize marks: ids read [backend-…]
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``journal_url`` (and so ``journal`` and ``ledger``) on every backend, or on those a module or
+    test names with ``@pytest.mark.backends(...)``: one fixture whatever journals a test needs."""
+    if "journal_url" in metafunc.fixturenames:
+        marker = metafunc.definition.get_closest_marker("backends")
+        metafunc.parametrize("journal_url", list(marker.args) if marker else BACKENDS, indirect=True)
+
+
+@pytest.fixture
 def journal_url(request: pytest.FixtureRequest) -> str:
     """A journal URL for each backend; memory:// only works in-process."""
-    if request.param == "memory":
+    if request.param in ("memory", "memory-parts"):  # memory-parts: the journal fixture's PartsOnly
         return "memory://"
     if request.param == "sqlite":
         return str(request.getfixturevalue("sqlite_url"))
@@ -117,10 +129,25 @@ def shared_journal_url(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def journal(journal_url: str) -> Iterator[Journal]:
-    j = open_journal(journal_url, migrate=True)
+def journal(request: pytest.FixtureRequest, journal_url: str) -> Iterator[Journal]:
+    parts_only = request.node.callspec.params.get("journal_url") == "memory-parts"
+    j = PartsOnly() if parts_only else open_journal(journal_url, migrate=True)
     yield j
     j.close()
+
+
+@pytest.fixture
+def ledger_scope() -> str:
+    """The ledger's scope: what a test's own processes pass to ``open_ledger`` to share its ledger."""
+    return uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def ledger(journal_url: str, ledger_scope: str) -> Iterator[Ledger]:
+    """The effects the test's tools make, kept next to the journal (in memory for memory://)."""
+    led = open_ledger(journal_url, ledger_scope)
+    yield led
+    led.close()
 
 
 @pytest.fixture

@@ -12,6 +12,9 @@ REDIS_URL = os.environ.get("SAGA_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 PG_ADMIN_URL = os.environ.get("SAGA_TEST_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 AMQP_URL = os.environ.get("SAGA_TEST_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672//")
 
+# How long a pip install into a fresh venv may take (a wheel and its dependencies, from the index).
+PIP_TIMEOUT = 480
+
 PORTS = {"redis": ("127.0.0.1", 6379), "postgres": ("127.0.0.1", 5432), "rabbitmq": ("127.0.0.1", 5672)}
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from kombu.transport import redis as kombu_redis
 
-# Private to kombu (pinned <5.8 where relied on: tests/test_dependency_bounds.py), so not in its stubs.
+# Private to kombu (pinned <5.8 where relied on: tests/package/test_dependency_bounds.py), so not in its stubs.
 _original: Callable[..., Any] = kombu_redis.Channel._create_client  # type: ignore[attr-defined]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import suppress
 from typing import Any, NoReturn
 
@@ -21,18 +21,11 @@ import pytest
 from saga_worker import CompensationStatus, Journal, compensate_run
 from saga_worker.integrations import call_options, hooks, no_effect
 from saga_worker.journal.records import RecordStatus
-from tests.ledger import Ledger, open_ledger
+from tests.ledger import Ledger
 
 from .shop import require_framework, shop_hooks
 
 S = CompensationStatus
-
-
-@pytest.fixture
-def ledger(journal: Journal) -> Iterator[Ledger]:
-    led = open_ledger(journal.url, uuid.uuid4().hex[:12])
-    yield led
-    led.close()
 
 
 def refund_only(ledger: Ledger) -> dict[str, Any]:

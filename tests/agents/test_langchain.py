@@ -15,10 +15,9 @@ from saga_worker import (
     Journal,
     ReplayMismatchError,
     compensate_run,
-    open_journal,
 )
 from saga_worker.journal.records import RecordStatus, RunStatus
-from tests.ledger import Ledger, open_ledger
+from tests.ledger import Ledger
 
 from .shop import ORDER, Crash, Shop, compensated, executed, require_framework, shop_hooks
 
@@ -32,6 +31,8 @@ from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 
 from saga_worker.integrations.langchain import SagaMiddleware  # noqa: E402
 from tests.reads import record_of, run_of  # noqa: E402
+
+pytestmark = pytest.mark.backends("sqlite")  # one journal is enough: the framework is under test
 
 Step = list[tuple[str, dict[str, Any]]]
 ONE_PER_STEP = [[call] for call in ORDER]
@@ -56,20 +57,6 @@ def fake_model(steps: list[Step], before: Callable[[int], None] | None = None) -
             yield AIMessage("" if calls else "done", tool_calls=calls)
 
     return ToolCallingFake(messages=answers())
-
-
-@pytest.fixture
-def journal(sqlite_url: str) -> Iterator[Journal]:
-    j = open_journal(sqlite_url)
-    yield j
-    j.close()
-
-
-@pytest.fixture
-def ledger(journal: Journal) -> Iterator[Ledger]:
-    led = open_ledger(journal.url, uuid.uuid4().hex[:12])
-    yield led
-    led.close()
 
 
 def shop_tools(ledger: Ledger, *, async_reserve: bool = False) -> list[BaseTool]:

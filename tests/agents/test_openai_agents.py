@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -14,10 +14,9 @@ from saga_worker import (
     Journal,
     ReplayMismatchError,
     compensate_run,
-    open_journal,
 )
 from saga_worker.journal.records import RecordStatus, RunStatus
-from tests.ledger import Ledger, open_ledger
+from tests.ledger import Ledger
 
 from .shop import ORDER, Crash, Shop, compensated, executed, require_framework, shop_hooks
 
@@ -31,6 +30,8 @@ from agents.tool_context import ToolContext  # noqa: E402
 
 from saga_worker.integrations.openai_agents import SagaRunner, saga_tool  # noqa: E402
 from tests.reads import run_of  # noqa: E402
+
+pytestmark = pytest.mark.backends("sqlite")  # one journal is enough: the framework is under test
 
 Step = list[tuple[str, dict[str, Any]]]
 ONE_PER_STEP = [[call] for call in ORDER]
@@ -61,20 +62,6 @@ def scripted(steps: list[Step], before: Callable[[int], None] | None = None, *, 
     ]
     answers.append([assistant_message("done")])
     return Scripted(answers[skip:], before)
-
-
-@pytest.fixture
-def journal(sqlite_url: str) -> Iterator[Journal]:
-    j = open_journal(sqlite_url)
-    yield j
-    j.close()
-
-
-@pytest.fixture
-def ledger(journal: Journal) -> Iterator[Ledger]:
-    led = open_ledger(journal.url, uuid.uuid4().hex[:12])
-    yield led
-    led.close()
 
 
 def shop_tools(ledger: Ledger, *, approve_reserve: bool = False) -> list[FunctionTool]:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,11 +14,10 @@ from saga_worker import (
     Journal,
     ReplayMismatchError,
     compensate_run,
-    open_journal,
 )
 from saga_worker.integrations import hooks
 from saga_worker.journal.records import RecordStatus, RunStatus
-from tests.ledger import Ledger, open_ledger
+from tests.ledger import Ledger
 
 from .shop import ORDER, Crash, Shop, compensated, executed, require_framework, shop_hooks
 
@@ -32,21 +30,9 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel  # noqa: E402
 from saga_worker.integrations.pydantic_ai import SagaCapability  # noqa: E402
 from tests.reads import record_of  # noqa: E402
 
+pytestmark = pytest.mark.backends("sqlite")  # one journal is enough: the framework is under test
+
 Step = list[tuple[str, dict[str, Any]]]
-
-
-@pytest.fixture
-def journal(sqlite_url: str) -> Iterator[Journal]:
-    j = open_journal(sqlite_url)
-    yield j
-    j.close()
-
-
-@pytest.fixture
-def ledger(journal: Journal) -> Iterator[Ledger]:
-    led = open_ledger(journal.url, uuid.uuid4().hex[:12])
-    yield led
-    led.close()
 
 
 def scripted_model(steps: list[Step], before: Callable[[int], None] | None = None) -> FunctionModel:

@@ -17,7 +17,7 @@ import pytest
 
 from saga_worker import Journal, ReplayMismatchError, saga
 from saga_worker.journal.records import RecordStatus
-from tests.ledger import Ledger, open_ledger
+from tests.ledger import Ledger
 
 from .orders import FRAMEWORKS
 from .shop import Crash, Shop, executed, require_framework, shop_hooks
@@ -26,13 +26,6 @@ Step = list[tuple[str, dict[str, Any]]]
 BAD = ("charge", {"amount": "a lot"})  # not an int: every framework rejects it before the tool runs
 GOOD = ("charge", {"amount": 10})
 Agent = Callable[..., None]
-
-
-@pytest.fixture
-def ledger(journal: Journal) -> Iterator[Ledger]:
-    led = open_ledger(journal.url, uuid.uuid4().hex[:12])
-    yield led
-    led.close()
 
 
 # -- one agent run per framework: the shop's tools, a model answering the given steps, then "done" ---

@@ -3,12 +3,61 @@
 from __future__ import annotations
 
 import re
+import uuid
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from saga_worker import Journal
+from saga_worker import Journal, run_durable, scripted
+from saga_worker.console.app import create_app
 from saga_worker.console.service import Console
+from saga_worker.executor.context import WorkerContext
+from saga_worker.settings import SagaSettings
+from tests.ledger import MemoryLedger, order_script, order_tools
+
+BASE = "http://127.0.0.1:8350"  # a host the console answers to by default (loopback)
+
+
+class Sent:
+    """What the console hands the workers (the real enqueue is ``saga.compensate_run.delay``)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, bool]] = []
+        self.audit: list[dict[str, str]] = []
+        self.task_ids: list[str] = []
+
+    def __call__(
+        self, run_id: str, dry_run: bool, *, actor: str, reason: str, via: str, task_id: str | None = None
+    ) -> str:
+        self.calls.append((run_id, dry_run))
+        self.audit.append({"actor": actor, "reason": reason, "via": via})
+        self.task_ids.append(task_id or f"task-{len(self.calls)}")
+        return self.task_ids[-1]
+
+
+def no_workers() -> list[str]:
+    """Nobody consumes the queue here (the enqueue is recorded, not sent)."""
+    return []
+
+
+def client_for(settings: SagaSettings, tools: dict[str, Any], sent: Sent, **kwargs: Any) -> TestClient:
+    """The console on ``settings`` running ``tools`` in-process, its unwinds recorded in ``sent``."""
+    context = WorkerContext(settings, tools=lambda: tools)
+    console = create_app(settings, context=context, enqueue=sent, workers=no_workers)
+    return TestClient(console, base_url=BASE, **kwargs)
+
+
+def place(app: TestClient, ledger: MemoryLedger, prefix: str = "order") -> str:
+    """A finished sample order in the console's journal; its run id."""
+    run_id = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    journal = console_journal(app)
+    run_durable(run_id, journal=journal, tools=order_tools(ledger), planner=scripted(*order_script()))
+    return run_id
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
 
 
 def console_journal(client: TestClient) -> Journal:

@@ -22,10 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from starlette.testclient import TestClient
 
 from saga_worker.console.auth import Role, new_token
+from saga_worker.settings import SagaSettings
 from tests.conftest import fresh_pg_database
+from tests.console.clients import Sent, client_for
 from tests.integration.conftest import REPO, Setup, make_setup, redis_db
+from tests.integration.worker_tools import approval_tools
+from tests.ledger import MemoryLedger, order_tools
 from tests.services import REDIS_URL, require
 from tests.worker_process import WorkerProcess
 
@@ -74,6 +79,41 @@ def tokens() -> Tokens:
     operator, operator_entry = new_token("alice", Role.OPERATOR)
     viewer, viewer_entry = new_token("bob", Role.VIEWER)
     return Tokens(operator, viewer, f"{operator_entry},{viewer_entry}")
+
+
+@pytest.fixture
+def ledger() -> MemoryLedger:
+    """The effects of the tools the console runs in-process (the journal is the settings' SQLite)."""
+    return MemoryLedger()
+
+
+@pytest.fixture
+def tools(ledger: MemoryLedger) -> dict[str, Any]:
+    """The console's tools: the sample order's, and two that wait for a person (``refund``, ``restock``)."""
+    return {**order_tools(ledger), **approval_tools(ledger)}
+
+
+@pytest.fixture
+def settings(tmp_path: Path, tokens: Tokens) -> SagaSettings:
+    """A console on a SQLite journal of the test's own, with short claims (a stuck one lapses soon)."""
+    return SagaSettings(
+        home=tmp_path,
+        journal_url=f"sqlite:///{tmp_path}/journal.db",
+        console_tokens=tokens.spec,
+        claim_ttl=2.0,
+    )
+
+
+@pytest.fixture
+def sent() -> Sent:
+    return Sent()
+
+
+@pytest.fixture
+def app(settings: SagaSettings, tools: dict[str, Any], sent: Sent) -> Iterator[TestClient]:
+    """The console in-process (Starlette's test client); unwinds it enqueues are recorded in ``sent``."""
+    with client_for(settings, tools, sent) as client:
+        yield client
 
 
 def wait_http(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:

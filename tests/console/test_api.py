@@ -4,91 +4,23 @@ recorded rather than sent (the browser tests send it to a real worker)."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
-from saga_worker import run_durable, scripted
 from saga_worker.console.app import create_app
 from saga_worker.console.auth import ConsoleConfigError, Role, new_token
 from saga_worker.errors import JournalError
 from saga_worker.executor.context import WorkerContext
 from saga_worker.journal.records import UnwindState
 from saga_worker.settings import SagaSettings
-from tests.console.clients import console_journal, csrf_of
-from tests.ledger import MemoryLedger, order_script, order_tools
+from tests.console.clients import BASE, Sent, bearer, console_journal, csrf_of, place
+from tests.ledger import MemoryLedger, order_tools
 from tests.reads import run_of
 
 from .conftest import Tokens
-
-BASE = "http://127.0.0.1:8350"  # a host the console answers to by default (loopback)
-
-
-class Sent:
-    """What the console hands the workers (the real enqueue is ``saga.compensate_run.delay``)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, bool]] = []
-        self.audit: list[dict[str, str]] = []
-        self.task_ids: list[str] = []
-
-    def __call__(
-        self, run_id: str, dry_run: bool, *, actor: str, reason: str, via: str, task_id: str | None = None
-    ) -> str:
-        self.calls.append((run_id, dry_run))
-        self.audit.append({"actor": actor, "reason": reason, "via": via})
-        self.task_ids.append(task_id or f"task-{len(self.calls)}")
-        return self.task_ids[-1]
-
-
-def no_workers() -> list[str]:
-    """Nobody consumes the queue here (the enqueue is recorded, not sent)."""
-    return []
-
-
-@pytest.fixture
-def settings(tmp_path: Path, tokens: Tokens) -> SagaSettings:
-    return SagaSettings(
-        home=tmp_path,
-        journal_url=f"sqlite:///{tmp_path}/journal.db",
-        console_tokens=tokens.spec,
-        claim_ttl=2.0,
-    )
-
-
-@pytest.fixture
-def ledger() -> MemoryLedger:
-    return MemoryLedger()
-
-
-@pytest.fixture
-def sent() -> Sent:
-    return Sent()
-
-
-@pytest.fixture
-def app(settings: SagaSettings, ledger: MemoryLedger, sent: Sent) -> Iterator[TestClient]:
-    context = WorkerContext(settings, tools=lambda: order_tools(ledger))
-    with TestClient(
-        create_app(settings, context=context, enqueue=sent, workers=no_workers), base_url=BASE
-    ) as client:
-        yield client
-
-
-def place(app: TestClient, ledger: MemoryLedger, prefix: str = "order") -> str:
-    run_id = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    journal = console_journal(app)
-    run_durable(run_id, journal=journal, tools=order_tools(ledger), planner=scripted(*order_script()))
-    return run_id
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
-
 
 # -- configuration ---------------------------------------------------------------------------------
 

@@ -7,58 +7,27 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
 from saga_worker import Journal, ToolCall, compensate_run, run_durable, scripted
-from saga_worker.console.app import create_app
-from saga_worker.executor.context import WorkerContext
 from saga_worker.journal.records import RecordStatus, RunStatus
-from saga_worker.settings import SagaSettings
-from tests.console.clients import console_journal
-from tests.integration.worker_tools import approval_tools
-from tests.ledger import MemoryLedger, order_tools
+from tests.console.clients import Sent, bearer, console_journal
 
 from .conftest import Tokens
 
-BASE = "http://127.0.0.1:8350"  # a host the console answers to by default (loopback)
 
-
-def refused_enqueue(
-    run_id: str, dry_run: bool, *, actor: str, reason: str, via: str, task_id: str | None = None
-) -> str:
-    raise AssertionError("a decision enqueues nothing")
-
-
-@pytest.fixture
-def ledger() -> MemoryLedger:
-    return MemoryLedger()
-
-
-@pytest.fixture
-def tools(ledger: MemoryLedger) -> dict[str, Any]:
-    return {**order_tools(ledger), **approval_tools(ledger)}
-
-
-@pytest.fixture
-def app(tmp_path: Path, tokens: Tokens, tools: dict[str, Any]) -> Iterator[TestClient]:
-    settings = SagaSettings(
-        home=tmp_path, journal_url=f"sqlite:///{tmp_path}/journal.db", console_tokens=tokens.spec
-    )
-    context = WorkerContext(settings, tools=lambda: tools)
-    with TestClient(create_app(settings, context=context, enqueue=refused_enqueue), base_url=BASE) as client:
-        yield client
+@pytest.fixture(autouse=True)
+def nothing_enqueued(sent: Sent) -> Iterator[None]:
+    """A decision enqueues nothing: every test here ends with no unwind handed to the workers."""
+    yield
+    assert sent.calls == [], "a decision enqueues nothing"
 
 
 def journal_of(app: TestClient) -> Journal:
     return console_journal(app)
-
-
-def bearer(token: str) -> dict[str, str]:
-    return {"Authorization": f"Bearer {token}"}
 
 
 def suspended(app: TestClient, tools: dict[str, Any]) -> str:

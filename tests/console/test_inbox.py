@@ -20,46 +20,11 @@ from saga_worker.console.app import create_app
 from saga_worker.executor.context import WorkerContext
 from saga_worker.journal.records import NewRecord, RecordStatus, UnwindState
 from saga_worker.settings import SagaSettings
-from tests.console.clients import console_journal, csrf_of
-from tests.integration.worker_tools import approval_tools
-from tests.ledger import MemoryLedger, order_script, order_tools
+from tests.console.clients import BASE, Sent, bearer, console_journal, csrf_of
+from tests.ledger import order_script
 from tests.reads import record_of, run_of
 
 from .conftest import Tokens
-from .test_api import BASE, Sent, bearer
-
-
-@pytest.fixture
-def ledger() -> MemoryLedger:
-    return MemoryLedger()
-
-
-@pytest.fixture
-def tools(ledger: MemoryLedger) -> dict[str, Any]:
-    return {**order_tools(ledger), **approval_tools(ledger)}
-
-
-@pytest.fixture
-def settings(tmp_path: Path, tokens: Tokens) -> SagaSettings:
-    return SagaSettings(
-        home=tmp_path,
-        journal_url=f"sqlite:///{tmp_path}/journal.db",
-        console_tokens=tokens.spec,
-        claim_ttl=2.0,
-    )
-
-
-@pytest.fixture
-def sent() -> Sent:
-    return Sent()
-
-
-@pytest.fixture
-def app(settings: SagaSettings, tools: dict[str, Any], sent: Sent) -> Iterator[TestClient]:
-    context = WorkerContext(settings, tools=lambda: tools)
-    console = create_app(settings, context=context, enqueue=sent, workers=lambda: [])
-    with TestClient(console, base_url=BASE) as client:
-        yield client
 
 
 def journal_of(app: TestClient) -> Journal:

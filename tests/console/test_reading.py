@@ -7,39 +7,16 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
-import pytest
 from starlette.testclient import TestClient
 
 from saga_worker import ToolCall, compensate_run, run_durable, scripted
-from saga_worker.console.app import create_app
-from saga_worker.executor.context import WorkerContext
-from saga_worker.settings import SagaSettings
-from tests.console.clients import console_journal
+from tests.console.clients import bearer, console_journal
 from tests.ledger import MemoryLedger, order_script, order_tools
 
 from .conftest import Tokens
-from .test_api import BASE, Sent, bearer
 
 ISO = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
-
-
-@pytest.fixture
-def ledger() -> MemoryLedger:
-    return MemoryLedger()
-
-
-@pytest.fixture
-def app(tmp_path: Path, tokens: Tokens, ledger: MemoryLedger) -> Iterator[TestClient]:
-    settings = SagaSettings(
-        home=tmp_path, journal_url=f"sqlite:///{tmp_path}/journal.db", console_tokens=tokens.spec
-    )
-    context = WorkerContext(settings, tools=lambda: order_tools(ledger))
-    console = create_app(settings, context=context, enqueue=Sent(), workers=lambda: [])
-    with TestClient(console, base_url=BASE) as client:
-        yield client
 
 
 def placed(app: TestClient, ledger: MemoryLedger, run_id: str, *calls: ToolCall, prompt: str = "") -> str:

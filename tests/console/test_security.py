@@ -25,34 +25,10 @@ from saga_worker import ToolCall, open_journal, run_durable, scripted
 from saga_worker.console.app import create_app
 from saga_worker.executor.context import WorkerContext
 from saga_worker.settings import SagaSettings
-from tests.console.clients import console_journal, csrf_of
+from tests.console.clients import BASE, Sent, bearer, client_for, console_journal, csrf_of, place
 from tests.ledger import MemoryLedger, order_script, order_tools
 
 from .conftest import Tokens
-from .test_api import BASE, Sent, bearer, place
-
-
-def client_for(settings: SagaSettings, ledger: MemoryLedger, sent: Sent, **kwargs: Any) -> TestClient:
-    context = WorkerContext(settings, tools=lambda: order_tools(ledger))
-    return TestClient(create_app(settings, context=context, enqueue=sent), base_url=BASE, **kwargs)
-
-
-@pytest.fixture
-def settings(tmp_path: Path, tokens: Tokens) -> SagaSettings:
-    return SagaSettings(
-        home=tmp_path, journal_url=f"sqlite:///{tmp_path}/journal.db", console_tokens=tokens.spec
-    )
-
-
-@pytest.fixture
-def ledger() -> MemoryLedger:
-    return MemoryLedger()
-
-
-@pytest.fixture
-def app(settings: SagaSettings, ledger: MemoryLedger) -> Iterator[TestClient]:
-    with client_for(settings, ledger, Sent()) as client:
-        yield client
 
 
 def log_in(client: TestClient, token: str) -> None:
@@ -77,7 +53,7 @@ def test_nothing_of_the_configuration_shows_before_login_and_only_the_backend_ki
         f"postgresql+psycopg://{url.username}:{password}@127.0.0.1:{url.port or 5432}/{url.database}"
     )
     settings = SagaSettings(home=tmp_path, journal_url=journal_url, console_tokens=tokens.spec)
-    with client_for(settings, ledger, Sent()) as client:
+    with client_for(settings, order_tools(ledger), Sent()) as client:
         strangers = [
             client.get("/login").text,
             client.get("/").text,  # 401: the login page
@@ -107,7 +83,7 @@ def test_a_host_header_not_configured_is_refused_before_anything_else(
         console_tokens=tokens.spec,
         console_allowed_hosts="console.example.com",
     )
-    with client_for(settings, ledger, Sent()) as client:
+    with client_for(settings, order_tools(ledger), Sent()) as client:
         for host in ("evil.example", "127.0.0.1.evil.example", "attacker.console.example.com"):
             for path in ("/", "/login", "/api/runs", "/metrics"):
                 answer = client.get(path, headers={"Host": host, **bearer(tokens.viewer)})
@@ -116,7 +92,9 @@ def test_a_host_header_not_configured_is_refused_before_anything_else(
         ok = client.get("/api/runs", headers={"Host": "console.example.com:8443", **bearer(tokens.viewer)})
         assert ok.status_code == 200
     # Unconfigured, only loopback names are served.
-    with client_for(settings.model_copy(update={"console_allowed_hosts": ""}), ledger, Sent()) as client:
+    with client_for(
+        settings.model_copy(update={"console_allowed_hosts": ""}), order_tools(ledger), Sent()
+    ) as client:
         assert client.get("/api/runs", headers=bearer(tokens.viewer)).status_code == 200
         assert (
             client.get("/api/runs", headers={"Host": "localhost:8350", **bearer(tokens.viewer)}).status_code
@@ -169,7 +147,10 @@ def test_every_post_from_another_origin_is_refused_login_and_logout_included(
 def test_a_login_is_a_server_side_session_with_its_own_csrf_secret_revoked_at_logout_and_expiring(
     tmp_path: Path, settings: SagaSettings, ledger: MemoryLedger, tokens: Tokens
 ) -> None:
-    with client_for(settings, ledger, Sent()) as first, client_for(settings, ledger, Sent()) as second:
+    with (
+        client_for(settings, order_tools(ledger), Sent()) as first,
+        client_for(settings, order_tools(ledger), Sent()) as second,
+    ):
         log_in(first, tokens.operator)
         log_in(second, tokens.operator)
         cookie_1, cookie_2 = first.cookies.get("saga_console"), second.cookies.get("saga_console")
@@ -195,7 +176,7 @@ def test_a_login_is_a_server_side_session_with_its_own_csrf_secret_revoked_at_lo
         assert second.get("/").status_code == 200
 
     short = settings.model_copy(update={"console_session_ttl": 1.0})
-    with client_for(short, ledger, Sent()) as client:
+    with client_for(short, order_tools(ledger), Sent()) as client:
         log_in(client, tokens.viewer)
         assert client.get("/").status_code == 200
         time.sleep(1.2)
@@ -306,12 +287,12 @@ def test_cookies_are_secure_behind_a_trusted_tls_proxy_and_only_then(
 ) -> None:
     via_tls = {"X-Forwarded-Proto": "https", "X-Forwarded-For": "203.0.113.7"}
     trusted = settings.model_copy(update={"console_trusted_proxies": "10.0.0.0/8"})
-    with client_for(trusted, ledger, Sent(), client=("10.1.2.3", 40000)) as proxy:
+    with client_for(trusted, order_tools(ledger), Sent(), client=("10.1.2.3", 40000)) as proxy:
         answer = proxy.post("/login", data={"token": tokens.viewer}, headers=via_tls, follow_redirects=False)
         assert answer.status_code == 303 and "secure" in answer.headers["set-cookie"].lower()
     # A proxy that rewrites Host to the console's address says what the browser asked for instead.
     named = trusted.model_copy(update={"console_allowed_hosts": "console.example.com"})
-    with client_for(named, ledger, Sent(), client=("10.1.2.3", 40000)) as proxy:
+    with client_for(named, order_tools(ledger), Sent(), client=("10.1.2.3", 40000)) as proxy:
         browser = {"X-Forwarded-Host": "console.example.com", "Origin": "https://console.example.com"}
         answer = proxy.post(
             "/login", data={"token": tokens.viewer}, headers={**via_tls, **browser}, follow_redirects=False
@@ -321,22 +302,22 @@ def test_cookies_are_secure_behind_a_trusted_tls_proxy_and_only_then(
         assert proxy.post("/login", data={"token": tokens.viewer}, headers=forged).status_code == 403
     # Behind a chain of trusted proxies, the client is the nearest address none of them owns.
     limited = trusted.model_copy(update={"console_login_attempts": 1})
-    with client_for(limited, ledger, Sent(), client=("10.1.2.3", 40000)) as proxy:
+    with client_for(limited, order_tools(ledger), Sent(), client=("10.1.2.3", 40000)) as proxy:
         chain = {"X-Forwarded-For": "198.51.100.8, 10.9.9.9"}
         assert proxy.post("/login", data={"token": "guess"}, headers=chain).status_code == 401
         assert proxy.post("/login", data={"token": "guess-2"}, headers=chain).status_code == 429
         other = {"X-Forwarded-For": "198.51.100.9, 10.9.9.9"}
         assert proxy.post("/login", data={"token": "guess-3"}, headers=other).status_code == 401
-    with client_for(named, ledger, Sent(), client=("192.0.2.9", 40000)) as direct:
+    with client_for(named, order_tools(ledger), Sent(), client=("192.0.2.9", 40000)) as direct:
         # Not from the proxy: its X-Forwarded-Host is not believed, its Host is checked.
         spoofed = {"X-Forwarded-Host": "console.example.com", "Host": "evil.example"}
         assert direct.get("/login", headers=spoofed).status_code == 400
-    with client_for(trusted, ledger, Sent(), client=("192.0.2.9", 40000)) as stranger:
+    with client_for(trusted, order_tools(ledger), Sent(), client=("192.0.2.9", 40000)) as stranger:
         answer = stranger.post(
             "/login", data={"token": tokens.viewer}, headers=via_tls, follow_redirects=False
         )
         assert answer.status_code == 303 and "secure" not in answer.headers["set-cookie"].lower()
-    with client_for(settings, ledger, Sent(), client=("10.1.2.3", 40000)) as untrusted_proxy:
+    with client_for(settings, order_tools(ledger), Sent(), client=("10.1.2.3", 40000)) as untrusted_proxy:
         answer = untrusted_proxy.post(
             "/login", data={"token": tokens.viewer}, headers=via_tls, follow_redirects=False
         )
@@ -454,14 +435,14 @@ def test_failed_logins_are_logged_and_rate_limited_per_client(
 ) -> None:
     caplog.set_level(logging.INFO)
     limited = settings.model_copy(update={"console_login_attempts": 3})
-    with client_for(limited, ledger, Sent(), client=("198.51.100.4", 1)) as guesser:
+    with client_for(limited, order_tools(ledger), Sent(), client=("198.51.100.4", 1)) as guesser:
         for n in range(3):
             assert guesser.post("/login", data={"token": f"guess-{n}"}).status_code == 401
         blocked = guesser.post("/login", data={"token": "guess-3"})
         assert blocked.status_code == 429 and "retry-after" in blocked.headers
         assert guesser.get("/api/runs", headers=bearer("guess-api")).status_code == 429
         assert "set-cookie" not in blocked.headers
-    with client_for(limited, ledger, Sent(), client=("198.51.100.5", 1)) as neighbour:
+    with client_for(limited, order_tools(ledger), Sent(), client=("198.51.100.5", 1)) as neighbour:
         # Another client is not held back by the first one's guesses.
         assert (
             neighbour.post("/login", data={"token": tokens.viewer}, follow_redirects=False).status_code == 303
@@ -523,7 +504,7 @@ def test_secrets_in_tool_values_are_redacted_by_key_name_in_pages_and_answers(
     tmp_path: Path, settings: SagaSettings, ledger: MemoryLedger, tokens: Tokens
 ) -> None:
     configured = settings.model_copy(update={"redact_keys": "password,token,authorization,pin"})
-    with client_for(configured, ledger, Sent()) as client:
+    with client_for(configured, order_tools(ledger), Sent()) as client:
         run_id = f"order-{uuid.uuid4().hex[:8]}"
         journal = console_journal(client)
         charge = ToolCall(

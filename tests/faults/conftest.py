@@ -40,7 +40,7 @@ def fault_points_enabled() -> Iterator[None]:
 
 
 @pytest.fixture
-def ledger(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ledger]:
+def fault_ledger(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Ledger]:
     """The ledger, emptied; the toolkit's tools in this process report to it too."""
     led = Ledger(pg_url)
     led.setup()
@@ -59,7 +59,7 @@ def pg_journal(pg_url: str) -> Iterator[Journal]:
 
 
 @pytest.fixture
-def worker_env(pg_url: str, ledger: Ledger) -> dict[str, str]:
+def worker_env(pg_url: str, fault_ledger: Ledger) -> dict[str, str]:
     """What a worker process is started with: the journal, the ledger, a short claim TTL, no faults."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SAGA_FAULTS", "FAULT_"))}
     env.update(

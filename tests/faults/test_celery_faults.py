@@ -30,9 +30,9 @@ def unwound(journal: Journal, run_id: str) -> bool:
 
 @pytest.mark.parametrize("point", POINTS)
 def test_sigkill_of_a_pool_child_at_each_point_is_redelivered_and_the_caller_gets_a_true_report(
-    point: str, deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str
+    point: str, deployment: Deployment, pg_journal: Journal, fault_ledger: Ledger, run_id: str
 ) -> None:
-    out = scenarios.celery_kill_pool_child(deployment, pg_journal, ledger, run_id, point)
+    out = scenarios.celery_kill_pool_child(deployment, pg_journal, fault_ledger, run_id, point)
     assert out.detail["fired"], "the fault never fired"
     assert out.detail["error"] == ""
     assert {e["status"] for e in out.detail["report"]["entries"]} <= SETTLED, out.detail["report"]
@@ -42,7 +42,7 @@ def test_sigkill_of_a_pool_child_at_each_point_is_redelivered_and_the_caller_get
 
 @pytest.mark.parametrize("point", ["before_hook", "after_hook"])
 def test_sigkill_of_a_whole_worker_mid_step_is_finished_by_another_worker_with_the_same_key(
-    point: str, deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str
+    point: str, deployment: Deployment, pg_journal: Journal, fault_ledger: Ledger, run_id: str
 ) -> None:
     assert start_run(pg_journal, run_id, 3) == "finished"
     arm(deployment.fault_dir, f"{point}=stop@{run_id}:comp:call-2")  # hold it there, then kill everything
@@ -53,16 +53,16 @@ def test_sigkill_of_a_whole_worker_mid_step_is_finished_by_another_worker_with_t
     killed = time.monotonic()
     deployment.start_worker()
     report = result.get(timeout=90)
-    ledger.add_report(run_id, report)
+    fault_ledger.add_report(run_id, report)
     assert time.monotonic() - killed < 60
     assert {e["status"] for e in report["entries"]} <= SETTLED, report
     assert_clean(
-        judged(ledger, pg_journal, [run_id], excused_pids=[f[1] for f in fired(deployment.fault_dir)])
+        judged(fault_ledger, pg_journal, [run_id], excused_pids=[f[1] for f in fired(deployment.fault_dir)])
     )
 
 
 def test_the_same_message_delivered_twice_calls_each_hook_once_and_reports_once(
-    deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str
+    deployment: Deployment, pg_journal: Journal, fault_ledger: Ledger, run_id: str
 ) -> None:
     assert start_run(pg_journal, run_id, 3, comp_sleep=0.3) == "finished"
     deployment.start_worker(concurrency=2)
@@ -70,17 +70,17 @@ def test_the_same_message_delivered_twice_calls_each_hook_once_and_reports_once(
     first = deployment.send(run_id, task_id=task_id)
     deployment.send(run_id, task_id=task_id)  # the very same message, twice
     report = first.get(timeout=60)
-    ledger.add_report(run_id, report)
+    fault_ledger.add_report(run_id, report)
     wait_for(lambda: unwound(pg_journal, run_id), 30, "the unwind to be complete")
     time.sleep(1.0)  # let the duplicate chain drain: it must find every step done
-    verdict = judged(ledger, pg_journal, [run_id])
+    verdict = judged(fault_ledger, pg_journal, [run_id])
     assert_clean(verdict)
     assert verdict.calls_per_step == [1, 1, 1]
 
 
 @pytest.mark.parametrize("persistent", [False, True], ids=["no-persistence", "aof"])
 def test_a_broker_restart_mid_unwind_loses_no_compensation(
-    persistent: bool, deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str
+    persistent: bool, deployment: Deployment, pg_journal: Journal, fault_ledger: Ledger, run_id: str
 ) -> None:
     if persistent:  # the same deployment on a Redis that keeps an append-only file
         deployment.redis.close()
@@ -90,7 +90,7 @@ def test_a_broker_restart_mid_unwind_loses_no_compensation(
     deployment.start_worker(beat=True)
     deployment.send(run_id)
     wait_for(
-        lambda: any(c.step == f"{run_id}:call-2" for c in ledger.calls("compensate")),
+        lambda: any(c.step == f"{run_id}:call-2" for c in fault_ledger.calls("compensate")),
         60,
         "the second step's hook to start",
     )
@@ -98,11 +98,11 @@ def test_a_broker_restart_mid_unwind_loses_no_compensation(
     back = time.monotonic()
     wait_for(lambda: unwound(pg_journal, run_id), 60, "the unwind to complete after the broker came back")
     assert time.monotonic() - back < 30
-    assert_clean(judged(ledger, pg_journal, [run_id]))
+    assert_clean(judged(fault_ledger, pg_journal, [run_id]))
 
 
 def test_a_postgresql_restart_mid_unwind_loses_no_compensation(
-    deployment: Deployment, ledger: Ledger, run_id: str
+    deployment: Deployment, fault_ledger: Ledger, run_id: str
 ) -> None:
     from saga_worker import open_journal
 
@@ -115,7 +115,7 @@ def test_a_postgresql_restart_mid_unwind_loses_no_compensation(
         deployment.start_worker(beat=True)
         deployment.send(run_id)
         wait_for(
-            lambda: any(c.step == f"{run_id}:call-2" for c in ledger.calls("compensate")),
+            lambda: any(c.step == f"{run_id}:call-2" for c in fault_ledger.calls("compensate")),
             60,
             "the second step's hook to start",
         )
@@ -123,7 +123,7 @@ def test_a_postgresql_restart_mid_unwind_loses_no_compensation(
         back = time.monotonic()
         wait_for(lambda: unwound(journal, run_id), 60, "the unwind to complete after PostgreSQL came back")
         assert time.monotonic() - back < 30
-        assert_clean(judged(ledger, journal, [run_id]))
+        assert_clean(judged(fault_ledger, journal, [run_id]))
         journal.close()
     finally:
         for worker in deployment.workers:
@@ -132,12 +132,18 @@ def test_a_postgresql_restart_mid_unwind_loses_no_compensation(
 
 
 def test_without_reject_on_worker_lost_a_killed_pool_child_loses_the_unwind(
-    deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str
+    deployment: Deployment, pg_journal: Journal, fault_ledger: Ledger, run_id: str
 ) -> None:
     # The working build hands its caller the report in ~6 s (test_sigkill_of_a_pool_child_at_each_point_
     # ...); this one waits 30 s for it.
     out = scenarios.celery_kill_pool_child(
-        deployment, pg_journal, ledger, run_id, "before_hook", break_="no-reject-on-worker-lost", wait=30
+        deployment,
+        pg_journal,
+        fault_ledger,
+        run_id,
+        "before_hook",
+        break_="no-reject-on-worker-lost",
+        wait=30,
     )
     assert out.detail["error"], "the broken build should have handed the caller an error, not a report"
     assert out.verdict.lost, out.verdict.summary()
@@ -147,7 +153,7 @@ _ = signal  # SIGKILL/SIGSTOP reach workers through harness helpers
 
 
 def test_the_beat_outlives_a_redis_restart_and_redrives_a_run_whose_messages_were_lost(
-    deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str
+    deployment: Deployment, pg_journal: Journal, fault_ledger: Ledger, run_id: str
 ) -> None:
     assert start_run(pg_journal, run_id, 2) == "finished"
     worker = deployment.start_worker(beat=True)
@@ -157,11 +163,11 @@ def test_the_beat_outlives_a_redis_restart_and_redrives_a_run_whose_messages_wer
     deployment.redis.restart(down_for=2.0)  # no persistence: the schedule, the beat lock, every message gone
     pg_journal.condemn(run_id)  # condemned, its compensate_run message never sent (as if lost with Redis)
     wait_for(lambda: unwound(pg_journal, run_id), 60, "the sweeper to re-drive the run")
-    assert_clean(judged(ledger, pg_journal, [run_id]))
+    assert_clean(judged(fault_ledger, pg_journal, [run_id]))
 
 
 def test_after_a_redis_restart_without_its_data_the_caller_gets_the_report_under_its_own_task_id(
-    deployment: Deployment, pg_journal: Journal, ledger: Ledger, run_id: str
+    deployment: Deployment, pg_journal: Journal, fault_ledger: Ledger, run_id: str
 ) -> None:
     assert start_run(pg_journal, run_id, 3) == "finished"
     arm(deployment.fault_dir, f"before_hook=stop@{run_id}:comp:call-2")  # hold the step mid-chain
@@ -174,10 +180,10 @@ def test_after_a_redis_restart_without_its_data_the_caller_gets_the_report_under
 
     report = result.get(timeout=90)
 
-    ledger.add_report(run_id, report)
+    fault_ledger.add_report(run_id, report)
     assert report["run_id"] == run_id and report["condemned"] is True
     assert {e["status"] for e in report["entries"]} <= SETTLED, report
     assert unwound(pg_journal, run_id)
     assert_clean(
-        judged(ledger, pg_journal, [run_id], excused_pids=[f[1] for f in fired(deployment.fault_dir)])
+        judged(fault_ledger, pg_journal, [run_id], excused_pids=[f[1] for f in fired(deployment.fault_dir)])
     )

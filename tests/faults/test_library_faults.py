@@ -24,9 +24,9 @@ KILL_POINTS = ["after_claim", "before_hook", "mid_hook", "after_hook", "after_ou
 
 @pytest.mark.parametrize("point", KILL_POINTS)
 def test_sigkill_at_each_point_loses_no_compensation_and_redrives_with_the_same_key(
-    point: str, pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str
+    point: str, pg_journal: Journal, fault_ledger: Ledger, worker_env: dict[str, str], run_id: str
 ) -> None:
-    out = scenarios.kill_at_point(pg_journal, ledger, worker_env, run_id, point)
+    out = scenarios.kill_at_point(pg_journal, fault_ledger, worker_env, run_id, point)
     assert out.detail["code"] == -signal.SIGKILL
     assert_clean(out.verdict)
     assert out.detail["redrive_s"] < 30
@@ -39,9 +39,9 @@ def test_sigkill_at_each_point_loses_no_compensation_and_redrives_with_the_same_
 
 
 def test_a_stopped_holder_past_its_lease_cannot_overwrite_the_new_owners_outcome(
-    pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str
+    pg_journal: Journal, fault_ledger: Ledger, worker_env: dict[str, str], run_id: str
 ) -> None:
-    out = scenarios.stopped_holder(pg_journal, ledger, worker_env, run_id)
+    out = scenarios.stopped_holder(pg_journal, fault_ledger, worker_env, run_id)
     taken, holder = out.detail["taken"], str(out.detail["holder_pid"])
     assert taken.status.value == "compensated" and holder not in taken.owner
     assert out.detail["late"]["entries"][0]["status"] == "failed"  # its own attempt, honestly
@@ -52,21 +52,21 @@ def test_a_stopped_holder_past_its_lease_cannot_overwrite_the_new_owners_outcome
 @pytest.mark.redis
 @pytest.mark.parametrize("persistent", [False, True], ids=["no-persistence", "aof"])
 def test_a_redis_restart_mid_hook_never_lets_a_second_unwinder_in(
-    persistent: bool, pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str
+    persistent: bool, pg_journal: Journal, fault_ledger: Ledger, worker_env: dict[str, str], run_id: str
 ) -> None:
     redis = OwnRedis(persistent=persistent)
     redis.start()
     try:
-        out = scenarios.redis_restart_mid_hook(pg_journal, ledger, worker_env, run_id, redis)
+        out = scenarios.redis_restart_mid_hook(pg_journal, fault_ledger, worker_env, run_id, redis)
     finally:
         redis.close()
     assert out.detail["second"]["entries"][0]["status"] == "busy"
-    assert len(ledger.calls("compensate")) == 1
+    assert len(fault_ledger.calls("compensate")) == 1
     assert_clean(out.verdict)
 
 
 def test_a_cut_database_connection_mid_hook_is_redriven_and_loses_nothing(
-    pg_url: str, pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str
+    pg_url: str, pg_journal: Journal, fault_ledger: Ledger, worker_env: dict[str, str], run_id: str
 ) -> None:
     start_run(pg_journal, run_id, 3, comp_sleep=1.0)
     port = int(pg_url.split("@127.0.0.1:")[1].split("/")[0])
@@ -74,7 +74,7 @@ def test_a_cut_database_connection_mid_hook_is_redriven_and_loses_nothing(
         proxied = pg_url.replace(f"127.0.0.1:{port}", f"127.0.0.1:{proxy.port}")
         with child("compensate", run_id, env={**worker_env, "SAGA_JOURNAL_URL": proxied}) as proc:
             wait_for(
-                lambda: any(c.step == f"{run_id}:call-2" for c in ledger.calls("compensate")),
+                lambda: any(c.step == f"{run_id}:call-2" for c in fault_ledger.calls("compensate")),
                 30,
                 "the second step's hook to start",
             )
@@ -88,13 +88,13 @@ def test_a_cut_database_connection_mid_hook_is_redriven_and_loses_nothing(
             )
             assert "OperationalError" in proc.stderr or "connection" in proc.stderr.lower()
     cleared = time.monotonic()
-    settle(pg_journal, ledger, [run_id])
+    settle(pg_journal, fault_ledger, [run_id])
     assert time.monotonic() - cleared < 30
-    assert_clean(judged(ledger, pg_journal, [run_id]))
+    assert_clean(judged(fault_ledger, pg_journal, [run_id]))
 
 
 def test_eight_concurrent_unwinds_of_one_run_call_each_hook_once(
-    pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str, tmp_path: Path
+    pg_journal: Journal, fault_ledger: Ledger, worker_env: dict[str, str], run_id: str, tmp_path: Path
 ) -> None:
     start_run(pg_journal, run_id, 5, comp_sleep=0.2)
     go = tmp_path / "go"
@@ -107,20 +107,20 @@ def test_eight_concurrent_unwinds_of_one_run_call_each_hook_once(
             p.__exit__()
     statuses = [e["status"] for r in reports for e in r["entries"]]
     assert statuses.count("compensated") == 5, statuses
-    settle(pg_journal, ledger, [run_id])
-    verdict = judged(ledger, pg_journal, [run_id])
+    settle(pg_journal, fault_ledger, [run_id])
+    verdict = judged(fault_ledger, pg_journal, [run_id])
     assert_clean(verdict)
     assert verdict.calls_per_step == [1] * 5
 
 
 def test_a_worker_whose_clock_is_minutes_ahead_cannot_steal_a_live_lease(
-    pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str
+    pg_journal: Journal, fault_ledger: Ledger, worker_env: dict[str, str], run_id: str
 ) -> None:
     release = hold_file(run_id)  # the hook outlives the 2 s lease until released: renewals keep it
     start_run(pg_journal, run_id, 1, comp_hold=str(release))
     try:
         with child("compensate", run_id, env=worker_env) as holder:
-            wait_for(lambda: ledger.calls("compensate"), 30, "the holder's hook to start")
+            wait_for(lambda: fault_ledger.calls("compensate"), 30, "the holder's hook to start")
             time.sleep(2.5)  # past one whole lease: only renewals keep it alive now
             for skew in ("600", "-600"):
                 with child("compensate", run_id, env=worker_env, extra=["--skew", skew]) as thief:
@@ -130,14 +130,14 @@ def test_a_worker_whose_clock_is_minutes_ahead_cannot_steal_a_live_lease(
             assert holder.wait() == 0
     finally:
         release.unlink(missing_ok=True)
-    assert len(ledger.calls("compensate")) == 1
-    assert_clean(judged(ledger, pg_journal, [run_id]))
+    assert len(fault_ledger.calls("compensate")) == 1
+    assert_clean(judged(fault_ledger, pg_journal, [run_id]))
 
 
 def test_a_run_live_when_condemned_starts_no_side_effect_after_the_tombstone_and_loses_none(
-    pg_journal: Journal, ledger: Ledger, worker_env: dict[str, str], run_id: str
+    pg_journal: Journal, fault_ledger: Ledger, worker_env: dict[str, str], run_id: str
 ) -> None:
-    out = scenarios.live_run_condemned(pg_journal, ledger, worker_env, run_id)
+    out = scenarios.live_run_condemned(pg_journal, fault_ledger, worker_env, run_id)
     assert out.detail["runner"]["status"] == "condemned"
     assert out.detail["late_calls"] == []
     assert_clean(out.verdict)

@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.soak, pytest.mark.celery, pytest.mark.postgres, pytest
 
 @pytest.mark.timeout(3600)
 def test_soak_loses_nothing_doubles_nothing_and_every_report_is_true(
-    deployment: Deployment, ledger: Ledger, tmp_path: Path
+    deployment: Deployment, fault_ledger: Ledger, tmp_path: Path
 ) -> None:
     pg = OwnPostgres()
     pg.init()
@@ -29,7 +29,7 @@ def test_soak_loses_nothing_doubles_nothing_and_every_report_is_true(
         deployment.journal_url = pg.url
         deployment.start_worker(beat=True, concurrency=2, SAGA_SWEEP_MAX_ATTEMPTS="30")
         deployment.start_worker(concurrency=2, SAGA_SWEEP_MAX_ATTEMPTS="30")
-        soak = Soak(deployment, pg, journal, ledger, Plan())
+        soak = Soak(deployment, pg, journal, fault_ledger, Plan())
         soak.run()
         verdict = soak.verdict()
         table = soak.table(verdict)

@@ -22,12 +22,11 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import redis_db
-from tests.services import REDIS_URL, require
+from tests.services import PIP_TIMEOUT, REDIS_URL, require
 from tests.worker_process import WorkerProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.celery, pytest.mark.each_python]
 REPO = Path(__file__).resolve().parents[2]
-PIP_TIMEOUT = 480
 
 
 def _run(argv: list[str], *, cwd: Path, env: dict[str, str] | None = None, timeout: float = 120) -> str:

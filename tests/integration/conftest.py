@@ -21,6 +21,7 @@ from saga_worker import Journal, open_journal
 from saga_worker.celery import make_app
 from saga_worker.settings import SagaSettings
 from tests.ledger import Ledger, open_ledger
+from tests.services import REDIS_URL, require
 from tests.worker_process import WorkerProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,6 +89,13 @@ def make_setup(tmp: Path, **saga: Any) -> Setup:
 def redis_db() -> int:
     """A Redis database number of its own (1-15; 0 is left to people) so sessions do not collide."""
     return random.randint(1, 15)
+
+
+def redis_setup(tmp: Path, journal_url: str) -> Setup:
+    """A deployment on Redis (broker, results, locks: a database of this session's own) and ``journal_url``."""
+    require("redis")
+    url = REDIS_URL.rsplit("/", 1)[0] + f"/{redis_db()}"
+    return make_setup(tmp, broker_url=url, result_backend=url, redis_url=url, journal_url=journal_url)
 
 
 class Worker(WorkerProcess):

@@ -17,8 +17,7 @@ from tests.agents.shop import executed
 from tests.ledger import Ledger
 
 from . import scenarios
-from .conftest import Setup, Workers
-from .test_celery_redis_postgres import redis_setup
+from .conftest import Setup, Workers, redis_setup
 
 pytestmark = [pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
 __all__ = ["no_event_loop_left_behind"]  # autouse here too: the frameworks' event loops are closed per test

@@ -24,9 +24,8 @@ from saga_worker.journal.records import UnwindState
 from saga_worker.keys import compensate_key
 from tests.ledger import Ledger, order_tools
 
-from .conftest import Setup, Workers, wait_for
+from .conftest import Setup, Workers, redis_setup, wait_for
 from .scenarios import unwind
-from .test_celery_redis_postgres import redis_setup
 from .worker_tools import approval_tools
 
 pytestmark = [pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]

@@ -18,10 +18,9 @@ from saga_worker.keys import compensate_key
 from tests.ledger import Ledger
 from tests.reads import claim_of
 
-from .conftest import Setup, Workers, wait_for
+from .conftest import Setup, Workers, redis_setup, wait_for
 from .policy_tools import TIMEOUT_S
 from .scenarios import GET_TIMEOUT_S, place_order, statuses, unwind
-from .test_celery_redis_postgres import redis_setup
 
 pytestmark = [pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
 

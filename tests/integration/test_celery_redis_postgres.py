@@ -26,7 +26,7 @@ from tests.services import REDIS_URL, require
 from tests.worker_process import WorkerProcess
 
 from . import scenarios
-from .conftest import REPO, Setup, Worker, Workers, make_setup, redis_db, wait_for
+from .conftest import REPO, Setup, Worker, Workers, make_setup, redis_db, redis_setup, wait_for
 
 pytestmark = [
     pytest.mark.celery,
@@ -40,12 +40,6 @@ pytestmark = [
 def unacked(broker: redis.Redis) -> bytes:
     """Every message the broker holds as delivered but not acknowledged, as one byte string."""
     return b"".join(v if isinstance(v, bytes) else v.encode() for v in broker.hvals("unacked"))
-
-
-def redis_setup(tmp: Path, journal_url: str) -> Setup:
-    require("redis")
-    url = REDIS_URL.rsplit("/", 1)[0] + f"/{redis_db()}"
-    return make_setup(tmp, broker_url=url, result_backend=url, redis_url=url, journal_url=journal_url)
 
 
 @pytest.fixture(scope="module")

@@ -30,8 +30,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.faults.harness import OwnPostgres
-from tests.install.test_wheel_install import PIP_TIMEOUT
-from tests.services import PG_ADMIN_URL, REDIS_URL, require
+from tests.services import PG_ADMIN_URL, PIP_TIMEOUT, REDIS_URL, require
 from tests.worker_process import WorkerProcess
 
 from .conftest import READY_TIMEOUT_S, redis_db, wait_for

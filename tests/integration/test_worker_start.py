@@ -18,8 +18,7 @@ import redis
 
 from tests.worker_process import WorkerProcess
 
-from .conftest import READY_TIMEOUT_S, Setup, wait_for
-from .test_celery_redis_postgres import redis_setup
+from .conftest import READY_TIMEOUT_S, Setup, redis_setup, wait_for
 
 pytestmark = [pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
 TIMEOUT = 60

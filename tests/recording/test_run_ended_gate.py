@@ -26,15 +26,8 @@ from saga_worker import (
     scripted,
 )
 from saga_worker.journal.records import RunStatus
-from tests.ledger import Ledger, open_ledger, order_tools
+from tests.ledger import Ledger, order_tools
 from tests.reads import run_of
-
-
-@pytest.fixture
-def ledger(journal_url: str) -> Iterator[Ledger]:
-    led = open_ledger(journal_url)
-    yield led
-    led.close()
 
 
 @pytest.fixture

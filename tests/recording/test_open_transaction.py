@@ -220,7 +220,7 @@ def test_a_call_made_with_djangos_autocommit_off_is_refused_and_the_rollback_lea
             "--run",
             "order-dj",
         ],
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
         env=env,
         capture_output=True,
         text=True,

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 import saga_worker
 from saga_worker.cli import main
 
-PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+PYPROJECT = Path(__file__).resolve().parents[2] / "pyproject.toml"
 
 
 def test_package_and_cli_report_the_version_pyproject_declares() -> None:

@@ -8,8 +8,6 @@ ledger's raw call log shows any second execution.
 from __future__ import annotations
 
 import os
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,57 +17,39 @@ from saga_worker import (
     Journal,
     SideEffectRetryBlockedError,
     Tool,
-    open_journal,
     resume_run,
     run_durable,
     scripted,
 )
 from saga_worker.journal.records import RecordStatus, RunStatus
 from tests.leases import lapse_execute_lease
-from tests.ledger import Ledger, open_ledger, order_script
+from tests.ledger import Ledger, order_script
 from tests.procs.run_child import EXIT_CODE, finish, run_tools, spawn
 
 PLANNER = scripted(*order_script(), final="ok")
 
-
-@pytest.fixture
-def scope() -> str:
-    return uuid.uuid4().hex[:12]
-
-
-@pytest.fixture
-def shared(shared_journal_url: str) -> Iterator[Journal]:
-    j = open_journal(shared_journal_url, migrate=True)
-    yield j
-    j.close()
-
-
-@pytest.fixture
-def ledger(shared_journal_url: str, scope: str) -> Iterator[Ledger]:
-    led = open_ledger(shared_journal_url, scope)
-    yield led
-    led.close()
+pytestmark = pytest.mark.backends("sqlite", "postgres")  # journals several processes share
 
 
 def test_a_run_written_here_is_read_by_another_process(
-    shared: Journal, shared_journal_url: str, ledger: Ledger, run_id: str
+    journal: Journal, journal_url: str, ledger: Ledger, run_id: str
 ) -> None:
-    run_durable(run_id, journal=shared, tools=run_tools(ledger), planner=PLANNER, prompt="from the test")
-    seen = finish(spawn(shared_journal_url, ledger.scope, run_id, mode="show"))
+    run_durable(run_id, journal=journal, tools=run_tools(ledger), planner=PLANNER, prompt="from the test")
+    seen = finish(spawn(journal_url, ledger.scope, run_id, mode="show"))
     assert seen["run"] == {"status": "finished", "prompt": "from the test", "text": "ok"}
-    assert seen["decisions"] == shared.list_decisions(run_id)
+    assert seen["decisions"] == journal.list_decisions(run_id)
     assert [(r["suffix"], r["status"], r["seq"]) for r in seen["records"]] == [
-        (r.suffix, r.status.value, r.seq) for r in shared.list_records(run_id)
+        (r.suffix, r.status.value, r.seq) for r in journal.list_records(run_id)
     ]
 
 
 def test_a_run_written_by_another_process_is_read_here(
-    shared: Journal, shared_journal_url: str, ledger: Ledger, run_id: str
+    journal: Journal, journal_url: str, ledger: Ledger, run_id: str
 ) -> None:
-    assert finish(spawn(shared_journal_url, ledger.scope, run_id))["status"] == "finished"
-    run = shared.get_run(run_id)
+    assert finish(spawn(journal_url, ledger.scope, run_id))["status"] == "finished"
+    run = journal.get_run(run_id)
     assert run is not None and run.status is RunStatus.FINISHED and run.prompt == "sample order"
-    assert [r.suffix for r in shared.list_records(run_id, [RecordStatus.SUCCEEDED])] == [
+    assert [r.suffix for r in journal.list_records(run_id, [RecordStatus.SUCCEEDED])] == [
         "call-1",
         "call-2",
         "call-3",
@@ -79,11 +59,11 @@ def test_a_run_written_by_another_process_is_read_here(
 
 @pytest.mark.parametrize("flavour", ["plain", "recover", "idempotent"])
 def test_processes_running_the_same_run_at_once_execute_each_call_once(
-    shared: Journal, shared_journal_url: str, ledger: Ledger, run_id: str, tmp_path: Path, flavour: str
+    journal: Journal, journal_url: str, ledger: Ledger, run_id: str, tmp_path: Path, flavour: str
 ) -> None:
     start = tmp_path / "go"
     children = [
-        spawn(shared_journal_url, ledger.scope, run_id, pause=0.05, start_file=start, flavour=flavour)
+        spawn(journal_url, ledger.scope, run_id, pause=0.05, start_file=start, flavour=flavour)
         for _ in range(3)
     ]
     start.touch()
@@ -94,49 +74,49 @@ def test_processes_running_the_same_run_at_once_execute_each_call_once(
     keys = [f"{run_id}:call-{n}" for n in (1, 2, 3)]
     assert ledger.call_counts() == {k: 1 for k in keys}  # every execute ran exactly once, in one process
     assert ledger.effect_counts() == {k: 1 for k in keys}
-    run = shared.get_run(run_id)
+    run = journal.get_run(run_id)
     assert run is not None and run.status is RunStatus.FINISHED
-    assert [r.status for r in shared.list_records(run_id)] == [RecordStatus.SUCCEEDED] * 3
-    assert len(shared.list_decisions(run_id)) == 4
+    assert [r.status for r in journal.list_records(run_id)] == [RecordStatus.SUCCEEDED] * 3
+    assert len(journal.list_decisions(run_id)) == 4
 
 
-def crash_child(shared: Journal, url: str, ledger: Ledger, run_id: str, when: str) -> None:
+def crash_child(journal: Journal, url: str, ledger: Ledger, run_id: str, when: str) -> None:
     """A child killed with os._exit inside the execute of ``reserve`` (call-2)."""
     assert finish(spawn(url, ledger.scope, run_id, mode="crash", crash_when=when), expect=EXIT_CODE) == {}
-    records = {r.suffix: r for r in shared.list_records(run_id)}
+    records = {r.suffix: r for r in journal.list_records(run_id)}
     assert records["call-1"].status is RecordStatus.SUCCEEDED
     assert records["call-2"].status is RecordStatus.RUNNING and "call-3" not in records
-    run = shared.get_run(run_id)
+    run = journal.get_run(run_id)
     assert run is not None and run.status is RunStatus.RUNNING
-    with shared.execution_guard(run_id, "call-2", wait=5.0) as free:
+    with journal.execution_guard(run_id, "call-2", wait=5.0) as free:
         assert free  # the dead process's guard went with it
-    lapse_execute_lease(shared, run_id, "call-2")  # and its lease with it, as SAGA_CLAIM_TTL would
+    lapse_execute_lease(journal, run_id, "call-2")  # and its lease with it, as SAGA_CLAIM_TTL would
 
 
 def test_a_process_killed_inside_execute_leaves_a_running_record_that_resume_refuses_to_repeat(
-    shared: Journal, shared_journal_url: str, ledger: Ledger, run_id: str
+    journal: Journal, journal_url: str, ledger: Ledger, run_id: str
 ) -> None:
-    crash_child(shared, shared_journal_url, ledger, run_id, "after")
-    before = shared.get_record(run_id, "call-2")
+    crash_child(journal, journal_url, ledger, run_id, "after")
+    before = journal.get_record(run_id, "call-2")
     with pytest.raises(SideEffectRetryBlockedError, match="call-2"):
-        resume_run(run_id, journal=shared, tools=run_tools(ledger), planner=PLANNER)
-    assert shared.get_record(run_id, "call-2") == before
+        resume_run(run_id, journal=journal, tools=run_tools(ledger), planner=PLANNER)
+    assert journal.get_record(run_id, "call-2") == before
     assert ledger.call_counts("execute:reserve") == {f"{run_id}:call-2": 1}
 
 
 @pytest.mark.parametrize("when, executed_again", [("before", True), ("after", False)])
 def test_resume_asks_recover_about_the_call_a_killed_process_left_running(
-    shared: Journal, shared_journal_url: str, ledger: Ledger, run_id: str, when: str, executed_again: bool
+    journal: Journal, journal_url: str, ledger: Ledger, run_id: str, when: str, executed_again: bool
 ) -> None:
-    crash_child(shared, shared_journal_url, ledger, run_id, when)
-    result = resume_run(run_id, journal=shared, tools=run_tools(ledger, recover=True), planner=PLANNER)
+    crash_child(journal, journal_url, ledger, run_id, when)
+    result = resume_run(run_id, journal=journal, tools=run_tools(ledger, recover=True), planner=PLANNER)
     assert result.status == "finished"
     key = f"{run_id}:call-2"
     assert ledger.call_counts("recover:reserve") == {key: 1}
     [execution] = ledger.calls("execute:reserve")  # once in all: in this process or in the killed one
     assert execution.key == key and (execution.pid == os.getpid()) is executed_again
     assert ledger.effect_counts() == {f"{run_id}:call-{n}": 1 for n in (1, 2, 3)}
-    record = shared.get_record(run_id, "call-2")
+    record = journal.get_record(run_id, "call-2")
     assert record is not None and record.status is RecordStatus.SUCCEEDED
     if executed_again:  # the effect never reached the provider: executed now, with the same key
         assert record.attempts == 2 and record.output == {"id": "reserve-call-2"}
@@ -145,9 +125,9 @@ def test_resume_asks_recover_about_the_call_a_killed_process_left_running(
 
 
 def test_resume_executes_an_idempotent_tool_a_killed_process_left_running_again_with_the_same_key(
-    shared: Journal, shared_journal_url: str, ledger: Ledger, run_id: str
+    journal: Journal, journal_url: str, ledger: Ledger, run_id: str
 ) -> None:
-    crash_child(shared, shared_journal_url, ledger, run_id, "after")
+    crash_child(journal, journal_url, ledger, run_id, "after")
     seen: list[str] = []
     tools = run_tools(ledger, idempotent=True)
     inner = tools["reserve"].execute
@@ -157,7 +137,7 @@ def test_resume_executes_an_idempotent_tool_a_killed_process_left_running_again_
         return inner(input, opts)
 
     tools["reserve"] = Tool(reserve, idempotent=True)
-    assert resume_run(run_id, journal=shared, tools=tools, planner=PLANNER).status == "finished"
+    assert resume_run(run_id, journal=journal, tools=tools, planner=PLANNER).status == "finished"
     assert seen == [f"{run_id}:call-2"]
     # The provider saw the key twice and kept one effect: that is what idempotent=True promises.
     assert ledger.call_counts("execute:reserve") == {f"{run_id}:call-2": 2}

@@ -1,55 +1,16 @@
 """The package's imports run one way: no module imports, directly or through others, a module that
 imports it back (DEVELOPING.md, "Layers"). Every import counts, a function's own and those under
-``if TYPE_CHECKING:`` too, as read from the source with ``ast``."""
+``if TYPE_CHECKING:`` too, as read from the source with ``ast``. And no test module imports another:
+what tests share lives in a conftest or a helper module, so each test runs where it is defined."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "saga_worker"
-NAME = PACKAGE.name
+from tests.package.imports import NAME, PACKAGE, import_graph
 
-
-def _modules(package: Path) -> dict[str, Path]:
-    found: dict[str, Path] = {}
-    for path in sorted(package.rglob("*.py")):
-        parts = list(path.relative_to(package.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        found[".".join(parts)] = path
-    return found
-
-
-def _owner(name: str, modules: dict[str, Path]) -> str | None:
-    """The module ``name`` is, or the package it is a name of."""
-    while name and name not in modules:
-        name = name.rpartition(".")[0]
-    return name or None
-
-
-def import_graph(package: Path) -> dict[str, dict[str, int]]:
-    """Each module -> the package's modules it imports, with the line of the first import seen."""
-    modules = _modules(package)
-    graph: dict[str, dict[str, int]] = {}
-    for name, path in modules.items():
-        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-        targets: dict[str, int] = {}
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Import):
-                wanted = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = here[: len(here) - node.level + 1] if node.level else []
-                module = ".".join(base + ([node.module] if node.module else []))
-                wanted = [f"{module}.{alias.name}" for alias in node.names]
-            else:
-                continue
-            for each in wanted:
-                target = _owner(each, modules) if each.split(".")[0] == NAME else None
-                if target is not None and target != name:
-                    targets.setdefault(target, node.lineno)
-        graph[name] = targets
-    return graph
+TESTS = Path(__file__).resolve().parents[1]
 
 
 def cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
@@ -113,3 +74,42 @@ def test_the_checker_sees_a_cycle_through_a_lazy_import(tmp_path: Path) -> None:
     (package / "low.py").write_text("def f():\n    from .high import g\n    return g\n")
     (package / "high.py").write_text("from . import low\n\ndef g():\n    return low\n")
     assert cycles(import_graph(package)) == [[f"{NAME}.high", f"{NAME}.low"]]
+
+
+def imports_of_test_modules(tests: Path) -> list[str]:
+    """Each ``path:line -> tests.x.test_y`` where a module under ``tests`` imports a test module."""
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        here = list(path.relative_to(tests.parent).with_suffix("").parts)[:-1]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                wanted = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = here[: len(here) - node.level + 1] if node.level else []
+                module = ".".join(base + ([node.module] if node.module else []))
+                # ``from tests.x import test_y`` names a module; ``from tests.x.test_y import f`` its module
+                wanted = [module] + [f"{module}.{alias.name}" for alias in node.names]
+            else:
+                continue
+            named = [
+                n for n in wanted if n.split(".")[0] == tests.name and n.split(".")[-1].startswith("test_")
+            ]
+            if named:
+                found.append(f"{path.relative_to(tests.parent)}:{node.lineno} -> {named[0]}")
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    assert imports_of_test_modules(TESTS) == []
+
+
+def test_the_checker_sees_a_test_module_imported_by_its_name_or_from(tmp_path: Path) -> None:
+    tests = tmp_path / "tests"
+    (tests / "area").mkdir(parents=True)
+    (tests / "area" / "test_a.py").write_text("def test_a():\n    pass\n")
+    (tests / "area" / "test_b.py").write_text("from .test_a import test_a\n")
+    (tests / "test_c.py").write_text("from tests.area import test_a\nimport tests.area.helpers\n")
+    assert imports_of_test_modules(tests) == [
+        "tests/area/test_b.py:1 -> tests.area.test_a",
+        "tests/test_c.py:1 -> tests.area.test_a",
+    ]

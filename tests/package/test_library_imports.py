@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "saga_worker"
+PACKAGE = Path(__file__).resolve().parents[2] / "saga_worker"
 SHIMS = ("tasks", "config")
 
 

@@ -1,5 +1,5 @@
 """The PostgreSQL journal waits for the WAL flush exactly where the contract needs it (as SQLite syncs,
-tests/test_sqlite_durability.py): the tombstone, and the claim of a side-effecting call that is not
+tests/journal/test_sqlite_durability.py): the tombstone, and the claim of a side-effecting call that is not
 idempotent. Every other commit returns without waiting (``synchronous_commit=off`` in the journal's
 sessions), so an unwind costs one flush, not two per step.
 

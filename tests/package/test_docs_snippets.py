@@ -7,7 +7,7 @@ one page to the next). A block is marked on the line right before its fence:
 - ``<!-- snippet: not-run (why) -->`` is not run: a signature, or code that needs what a test cannot
   have (an LLM). Kept few: the test counts them.
 - ``<!-- snippet: celery-worker -->`` runs with a real embedded Celery worker (SQLite files in the
-  page's folder, the same ``.saga/`` the snippets open) loading ``tests.docs_tools:TOOLS``.
+  page's folder, the same ``.saga/`` the snippets open) loading ``tests.package.docs_tools:TOOLS``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytest
 
 from tests.integration.conftest import Setup, Workers, make_setup
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[\w+-]*)\s*$")
 MARK = re.compile(r"^\s*<!-- snippet: (?P<kind>not-run|celery-worker)\b.*-->\s*$")
@@ -96,7 +96,9 @@ def test_the_python_snippets_of_the_page_run(page: Path, tmp_path: Path) -> None
     workers = Workers(tmp_path)
     try:
         if any(b.mark == "celery-worker" for b in blocks(page)):
-            setup: Setup = make_setup(tmp_path, home=str(tmp_path / ".saga"), tools="tests.docs_tools:TOOLS")
+            setup: Setup = make_setup(
+                tmp_path, home=str(tmp_path / ".saga"), tools="tests.package.docs_tools:TOOLS"
+            )
             workers.start(setup, beat=False, concurrency=1)
             env = setup.env()
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)

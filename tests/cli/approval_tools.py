@@ -1,4 +1,4 @@
-"""Tools with approvals for the CLI tests (``SAGA_TOOLS=tests.approval_tools:TOOLS``): ``refund``
+"""Tools with approvals for the CLI tests (``SAGA_TOOLS=tests.cli.approval_tools:TOOLS``): ``refund``
 needs a person's approval before it executes, ``reserve``'s compensation needs one before it runs.
 Every effect goes to ``LEDGER``, shared by the test and the command it invokes in the same process."""
 

@@ -1,7 +1,7 @@
 """Resuming a call whose record is ``running`` (crashed mid-execute) or ``failed`` (docs/reference/tools-and-runs.md).
 
 An interrupted call is made in-process by an ``execute`` that raises a BaseException, which nothing in
-the library catches: the record stays ``running`` exactly as after a crash. (tests/test_multiprocess_runs.py
+the library catches: the record stays ``running`` exactly as after a crash. (tests/recording/test_multiprocess_runs.py
 does the same with a real process killed by ``os._exit``.)
 """
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from saga_worker.cli import main
 from saga_worker.settings import SagaSettings
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CITED = re.compile(r"\bdocs/[\w./-]+?\.md\b")
 
 

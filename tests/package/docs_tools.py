@@ -1,4 +1,4 @@
-"""The tools a worker loads for the documentation's Celery snippets (``SAGA_TOOLS=tests.docs_tools:TOOLS``):
+"""The tools a worker loads for the documentation's Celery snippets (``SAGA_TOOLS=tests.package.docs_tools:TOOLS``):
 the same names and shapes as the getting-started guide's, on a provider of this process."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from saga_worker.cli import main
 from saga_worker.journal import Journal
 from saga_worker.journal.records import RecordStatus
 from saga_worker.settings import get_settings
-from tests.approval_tools import LEDGER, TOOLS, gated_order, refund_order
+from tests.cli.approval_tools import LEDGER, TOOLS, gated_order, refund_order
 
 
 @pytest.fixture
@@ -23,14 +23,14 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     for name in ("SAGA_JOURNAL_URL", "SAGA_BROKER_URL", "SAGA_RESULT_BACKEND", "SAGA_REDIS_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("SAGA_HOME", str(tmp_path / ".saga"))
-    monkeypatch.setenv("SAGA_TOOLS", "tests.approval_tools:TOOLS")
+    monkeypatch.setenv("SAGA_TOOLS", "tests.cli.approval_tools:TOOLS")
     monkeypatch.setenv("SAGA_ACTOR", "dana")
     get_settings.cache_clear()
     yield tmp_path / ".saga"
     get_settings.cache_clear()
 
 
-def journal() -> Journal:
+def cli_journal() -> Journal:
     return open_journal(get_settings().resolved_journal_url())
 
 
@@ -40,12 +40,12 @@ def invoke(*args: str) -> tuple[int, str]:
 
 
 def suspended(run_id: str) -> None:
-    with journal() as j:
+    with cli_journal() as j:
         assert run_durable(run_id, journal=j, tools=TOOLS, planner=refund_order()).status == "suspended"
 
 
 def placed(run_id: str) -> None:
-    with journal() as j:
+    with cli_journal() as j:
         assert run_durable(run_id, journal=j, tools=TOOLS, planner=gated_order()).status == "finished"
 
 
@@ -61,7 +61,7 @@ def test_approve_lets_the_next_resume_execute_the_call_once_and_the_trail_names_
     get_settings.cache_clear()
     code, output = invoke("approve", "refund-1", "call-2", "--json")
     assert code == 0 and json.loads(output)["by"] == "dana", output
-    with journal() as j:
+    with cli_journal() as j:
         assert resume_run("refund-1", journal=j, tools=TOOLS, planner=refund_order()).status == "finished"
         assert LEDGER.effect_counts("execute:refund")["refund-1:call-2"] == 1
     code, output = invoke("audit", "refund-1", "--json")
@@ -80,7 +80,7 @@ def test_deny_records_the_call_denied_and_approving_it_afterwards_fails_with_one
     result = CliRunner().invoke(main, ["approve", "refund-2", "call-2"], env={"COLUMNS": "200"})
     assert result.exit_code == 1
     assert result.output.count("\n") == 1 and "error:" in result.output and "denied" in result.output
-    with journal() as j:
+    with cli_journal() as j:
         record = j.get_record("refund-2", "call-2")
         assert record is not None and record.status is RecordStatus.DENIED
 
@@ -90,7 +90,7 @@ def test_a_condemned_run_refuses_approve_with_exit_1_and_writes_nothing(home: Pa
     assert invoke("compensate", "refund-3", "--local", "--reason", "order cancelled")[0] == 0
     result = CliRunner().invoke(main, ["approve", "refund-3", "call-2"], env={"COLUMNS": "200"})
     assert result.exit_code == 1 and "is condemned" in result.output
-    with journal() as j:
+    with cli_journal() as j:
         assert [r.action.value for r in read_audit(j, "refund-3")] == ["condemned", "unwound"]
         record = j.get_record("refund-3", "call-2")
         assert record is not None and record.status is RecordStatus.SUSPENDED

@@ -36,9 +36,9 @@ from saga_worker import (
 from saga_worker.executor import sweep
 from saga_worker.journal.records import RecordStatus, UnwindState
 from tests.faults.proxy import TcpProxy
-from tests.ledger import Ledger, open_ledger
+from tests.ledger import Ledger
 
-pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.backends("postgres")]
 
 WAIT_S = 30.0  # how long a wait may take before the test gives up (never an assertion on time)
 
@@ -98,12 +98,6 @@ def unwinder(pg_url: str) -> Iterator[Journal]:
     journal = open_journal(pg_url)
     yield journal
     journal.close()
-
-
-@pytest.fixture
-def ledger(pg_url: str) -> Iterator[Ledger]:
-    with open_ledger(pg_url) as led:
-        yield led
 
 
 def with_application_name(url: str, name: str) -> str:

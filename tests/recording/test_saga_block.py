@@ -7,7 +7,6 @@ the idempotency key) and whose raw call log shows any second execution.
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Any
 
 import pytest
@@ -32,17 +31,10 @@ from saga_worker import (
 )
 from saga_worker.journal.records import RecordStatus, RunStatus
 from tests.leases import lapse_execute_lease
-from tests.ledger import Ledger, open_ledger, order_script, order_tools
+from tests.ledger import Ledger, order_script, order_tools
 from tests.reads import record_of, run_of
 
 ORDER = [(c.tool, c.input) for c in order_script()]
-
-
-@pytest.fixture
-def ledger(journal: Journal) -> Any:
-    led = open_ledger(journal.url, uuid.uuid4().hex[:12])
-    yield led
-    led.close()
 
 
 def _place(journal: Journal, run_id: str, tools: dict[str, Tool], calls: list[tuple[str, Any]]) -> list[Any]:

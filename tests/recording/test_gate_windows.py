@@ -31,7 +31,7 @@ from saga_worker import (
 from saga_worker.celery.forward import record_call
 from saga_worker.journal.records import RecordStatus
 from saga_worker.keys import hash16
-from tests.ledger import Ledger, open_ledger
+from tests.ledger import Ledger
 from tests.reads import latest_shared_of, record_of
 
 INPUT = {"amount": 10}
@@ -42,13 +42,6 @@ Arm = Callable[[str], AbstractContextManager[list[str]]]
 
 class Crash(BaseException):
     """The process dies inside ``execute``, before any effect: the record is left ``running``."""
-
-
-@pytest.fixture
-def ledger(journal_url: str) -> Iterator[Ledger]:
-    led = open_ledger(journal_url)
-    yield led
-    led.close()
 
 
 @pytest.fixture

@@ -30,6 +30,9 @@ from saga_worker.journal.records import (
 )
 from tests.reads import record_of
 
+# Every backend, and the journal of the parts alone (tests/journal/parts_only.py): the defaults keep the contract.
+pytestmark = pytest.mark.backends("memory", "sqlite", "postgres", "memory-parts")
+
 
 def new(suffix: str = "call-1", step: int = 1, run_id: str = "r") -> NewRecord:
     return NewRecord(suffix, step, suffix, "charge", "call", {"amount": 1}, run_id)

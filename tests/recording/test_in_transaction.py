@@ -6,7 +6,6 @@ condemned run (nothing written)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -18,23 +17,23 @@ from saga_worker import (
     Tool,
     ToolFailedError,
     compensate_run,
-    open_journal,
     saga,
 )
 from saga_worker.journal.records import RecordStatus
 
+pytestmark = pytest.mark.backends("sqlite", "postgres")  # a table of the tools' own next to the journal's
+
 
 @pytest.fixture
-def journal(shared_journal_url: str) -> Iterator[Journal]:
-    engine = sa.create_engine(shared_journal_url)
+def tx_payments(journal: Journal) -> None:
+    """The tools' own table, empty, in the journal's database (``opts.connection`` writes to it)."""
+    engine = sa.create_engine(journal.url)
     with engine.begin() as conn:
         conn.execute(
             sa.text("CREATE TABLE IF NOT EXISTS tx_payments (key varchar(200) primary key, amount int)")
         )
         conn.execute(sa.text("DELETE FROM tx_payments"))
     engine.dispose()
-    with open_journal(shared_journal_url) as j:
-        yield j
 
 
 def payments(journal: Journal) -> list[tuple[str, int]]:
@@ -65,6 +64,7 @@ def charge_tool(fail_after_write: list[bool]) -> Tool:
     return Tool(execute, lambda i, o, opts: None, in_transaction=True)
 
 
+@pytest.mark.usefixtures("tx_payments")
 def test_the_effect_and_its_record_commit_together(journal: Journal) -> None:
     with saga("order-1", journal=journal, tools={"charge": charge_tool([])}) as run:
         out = run.call("charge", {"amount": 10})
@@ -73,6 +73,7 @@ def test_the_effect_and_its_record_commit_together(journal: Journal) -> None:
     assert record is not None and record.status is RecordStatus.SUCCEEDED and record.output == out
 
 
+@pytest.mark.usefixtures("tx_payments")
 def test_a_failing_effect_rolls_back_with_its_record_and_is_journaled_failed_with_no_effect(
     journal: Journal,
 ) -> None:
@@ -91,6 +92,7 @@ def test_a_failing_effect_rolls_back_with_its_record_and_is_journaled_failed_wit
     assert payments(journal) == [("order-2b:call-1", 21)]
 
 
+@pytest.mark.usefixtures("tx_payments")
 def test_a_condemned_run_writes_neither_effect_nor_record(journal: Journal) -> None:
     journal.condemn("order-3")
     with (
