@@ -56,6 +56,9 @@ class ClockJournal(MemoryJournal):
     def now(self) -> float:
         return self.clock()
 
+    def lease_clock(self) -> float:
+        return self.clock()
+
 
 class UnwindMachine(RuleBasedStateMachine):
     runs = Bundle("runs")

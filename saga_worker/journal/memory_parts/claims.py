@@ -21,10 +21,15 @@ class MemoryClaims(MemoryState):
     """``ClaimsPart`` (``journal/parts.py``) in memory."""
 
     _claims: dict[tuple[str, str], CompensationClaim]
-    # Each claim's lease deadline on this process's monotonic clock, which is what judges it: the
-    # wall-clock ``lease_expires_at`` (what a claim shows) can step, and a live lease must never
-    # look expired because it did.
+    # Each claim's lease deadline on ``lease_clock`` (this process's monotonic clock), which is what
+    # judges it: the wall-clock ``lease_expires_at`` (what a claim shows) can step, and a live lease
+    # must never look expired because it did.
     _lease_deadlines: dict[tuple[str, str], float]
+
+    def lease_clock(self) -> float:
+        """The clock leases are judged by: one that never steps. A test harness that moves time
+        itself (a clock its state machine advances) overrides it together with ``now``."""
+        return time.monotonic()
 
     def get_claim(self, origin_run_id: str, suffix: str) -> CompensationClaim | None:
         with self._lock:
@@ -48,7 +53,7 @@ class MemoryClaims(MemoryState):
         idempotency_key: str,
     ) -> ClaimAttempt:
         with self._lock:
-            now, monotonic = self.now(), time.monotonic()
+            now, monotonic = self.now(), self.lease_clock()
             key = (origin_run_id, suffix)
             current = self._claims.get(key)
             if current is not None:
@@ -85,7 +90,7 @@ class MemoryClaims(MemoryState):
     def lease_left(self, claim: CompensationClaim) -> float:
         with self._lock:
             deadline = self._lease_deadlines.get((claim.origin_run_id, claim.suffix), 0.0)
-        return deadline - time.monotonic()
+        return deadline - self.lease_clock()
 
     def renew_claim(self, origin_run_id: str, suffix: str, owner: str, ttl: float) -> bool:
         with self._lock:
@@ -93,7 +98,7 @@ class MemoryClaims(MemoryState):
             if current is None or current.owner != owner or current.status is not ClaimStatus.CLAIMED:
                 return False
             self._claims[(origin_run_id, suffix)] = replace(current, lease_expires_at=self.now() + ttl)
-            self._lease_deadlines[(origin_run_id, suffix)] = time.monotonic() + ttl
+            self._lease_deadlines[(origin_run_id, suffix)] = self.lease_clock() + ttl
             return True
 
     def finish_claim(
