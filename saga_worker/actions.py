@@ -24,9 +24,9 @@ from typing import Any, Protocol
 
 from . import approvals
 from .audit import check_via
-from .checks import check_actor, check_reason, check_run_id
 from .compensation.engine import UnwindRequest, compensate_run
 from .compensation.report import CompensationReport
+from .core.checks import check_actor, check_reason, check_run_id
 from .errors import InvalidInputError, SagaError, UnknownRunError
 from .executor.context import WorkerContext
 from .executor.sweeper import UnwindsAndTrail, unfinished_unwinds

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from .audit import check_via
-from .checks import check_actor, check_reason, check_run_id
+from .core.checks import check_actor, check_reason, check_run_id
 from .errors import ApprovalError, CompensatedRunError, RunEndedError, UnknownRunError
 from .journal.parts import AuditPart, RecordsPart, RunsPart
 from .journal.records import (

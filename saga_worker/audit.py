@@ -12,10 +12,10 @@ import getpass
 from dataclasses import asdict
 from typing import Any
 
-from .checks import ACTOR_MAX, NOT_IN_ACTOR, check_actor, check_choice, check_run_id
+from .core.checks import ACTOR_MAX, NOT_IN_ACTOR, check_actor, check_choice, check_run_id
 
 # Public here on purpose: docs/reference/approvals.md names ``saga_worker.audit.REASON_MAX``.
-from .checks import REASON_MAX as REASON_MAX
+from .core.checks import REASON_MAX as REASON_MAX
 from .errors import InvalidInputError
 from .journal.parts import AuditPart
 from .journal.records import AuditRecord, AuditVia

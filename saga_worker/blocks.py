@@ -25,7 +25,9 @@ from typing import Any
 
 from . import tracing
 from .calls import CallSettler
-from .checks import check_call_id, check_run_id, check_storable_text
+from .core.checks import check_call_id, check_run_id, check_storable_text
+from .core.keys import canonical_json, record_suffix
+from .core.storable import exception_text
 from .decisions import decoded_calls, encode_decision
 from .errors import (
     CompensatedRunError,
@@ -38,10 +40,8 @@ from .errors import (
 )
 from .journal.base import Journal
 from .journal.records import RecordStatus, RunInfo, RunStatus
-from .keys import canonical_json, record_suffix
 from .planning import ToolCall
 from .run_events import RunEvent, RunResult
-from .storable import exception_text
 from .tools import Tool, check_tools
 
 _MAX_APPEND_RETRIES = 20

@@ -11,7 +11,7 @@ from typing import Any
 
 from . import tracing
 from .calls import CallSettler
-from .checks import check_run_id, check_storable_text
+from .core.checks import check_run_id, check_storable_text
 from .decisions import decoded_calls, encode_decision
 from .errors import CompensatedRunError, InvalidInputError, UnknownRunError
 from .journal.base import Journal

@@ -28,9 +28,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from .keys import canonical_json
+from .core.keys import canonical_json
+from .core.redact import redact_secrets, redact_text
 from .observing import failed, harmless, quietly
-from .redact import redact_secrets, redact_text
 from .settings import get_settings
 
 try:  # the optional extra: saga-worker[otel]

@@ -19,8 +19,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .audit import audit_dict
-from .checks import check_run_id
 from .compensation.report import CompensationStatus, halted_at, until_halt
+from .core.checks import check_run_id
+from .core.keys import canonical_json, compensate_key, execute_key
+from .core.redact import SECRET_KEYS, redact_secrets, redact_text, redact_value
 from .errors import InvalidInputError
 from .journal.parts import AuditPart, ClaimsPart, RecordsPart, RunsPart, UnwindsPart
 from .journal.records import (
@@ -36,8 +38,6 @@ from .journal.records import (
     UnwindState,
     contains_words,
 )
-from .keys import canonical_json, compensate_key, execute_key
-from .redact import SECRET_KEYS, redact_secrets, redact_text, redact_value
 from .tools import Tool
 
 PREVIEW_CHARS = 240

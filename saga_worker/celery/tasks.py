@@ -25,8 +25,9 @@ from celery import Celery, Task
 from celery.exceptions import Ignore
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from .. import actions, executor, faults
+from .. import actions, executor
 from ..compensation.report import CompensationEntry, CompensationStatus
+from ..core import faults
 from ..errors import JournalUnavailableError
 from . import result_store
 from .redeliveries import DeliveriesExhausted, counted

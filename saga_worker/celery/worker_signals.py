@@ -29,9 +29,9 @@ from celery.signals import (
 from celery.utils.dispatch import Signal
 
 from .. import executor, metrics
+from ..core.redact import redact_text, redact_url
 from ..errors import InvalidInputError, ToolsNotConfiguredError
 from ..logjson import json_if_asked
-from ..redact import redact_text, redact_url
 from ..settings import get_settings
 from .logs import redact_saga_logs
 from .result_text import speed_up_result_text

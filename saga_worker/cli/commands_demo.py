@@ -9,7 +9,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from ..redact import redact_url
+from ..core.redact import redact_url
 from ..settings import SagaSettings, get_settings
 from ..views import journal_steps
 from .common import configured_journal

@@ -8,10 +8,10 @@ from typing import Any, NoReturn
 
 import click
 
-from ..display import neutral
+from ..core.display import neutral
+from ..core.redact import redact_text
 from ..errors import SagaError
 from ..journal import Journal, open_journal
-from ..redact import redact_text
 from ..settings import SagaSettings
 
 

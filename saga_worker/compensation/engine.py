@@ -15,7 +15,8 @@ from typing import Any
 
 from .. import metrics, tracing
 from ..audit import check_via, default_actor
-from ..checks import check_actor, check_dry_run, check_reason, check_run_id
+from ..core.checks import check_actor, check_dry_run, check_reason, check_run_id
+from ..core.leases import new_owner
 from ..errors import MalformedRecordError, SagaError
 from ..journal.base import Journal
 from ..journal.records import (
@@ -33,7 +34,7 @@ from ..journal.records import (
 from ..locks.base import StepLock
 from ..settings import get_settings
 from ..tools import Tool, check_tools
-from .attempt import StepAttempt, Unwinding, entry_for, missing_record_entry, new_owner
+from .attempt import StepAttempt, Unwinding, entry_for, missing_record_entry
 from .report import SETTLED, CompensationEntry, CompensationReport, CompensationStatus, until_halt
 
 __all__ = [  # entry_for, missing_record_entry and new_owner are the attempt's, named here for the executor

@@ -32,6 +32,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from .. import metrics, views
 from ..actions import ActionRefusedError, Enqueue, Workers, celery_enqueue, celery_workers
+from ..core.redact import redact_text, redact_url
 from ..errors import (
     ApprovalError,
     CompensatedRunError,
@@ -42,7 +43,6 @@ from ..errors import (
     UnknownRunError,
 )
 from ..executor.context import WorkerContext
-from ..redact import redact_text, redact_url
 from ..settings import SagaSettings, get_settings
 from . import api, pages
 from .auth import Tokens

@@ -21,7 +21,7 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from .. import actions, views
-from ..display import neutral
+from ..core.display import neutral
 from ..errors import InvalidInputError, UnknownRunError
 from ..journal.records import AuditAction
 from .auth import COOKIE, Principal

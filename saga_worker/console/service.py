@@ -13,7 +13,7 @@ from starlette.requests import Request
 
 from .. import actions
 from ..actions import ActionRefusedError, Enqueue, Workers
-from ..checks import check_run_id
+from ..core.checks import check_run_id
 from ..errors import InvalidInputError
 from ..executor.context import WorkerContext
 from ..journal.base import Journal

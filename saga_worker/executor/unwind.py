@@ -18,7 +18,6 @@ from pydantic import ValidationError
 
 from .. import tracing
 from ..audit import check_via
-from ..checks import check_run_id, check_step_suffix, check_unwind_id
 from ..compensation.attempt import StepAttempt, Twins, Unwinding
 from ..compensation.engine import (
     UNWOUND,
@@ -35,6 +34,7 @@ from ..compensation.report import (
     halts,
     until_halt,
 )
+from ..core.checks import check_run_id, check_step_suffix, check_unwind_id
 from ..errors import InvalidInputError, MalformedRecordError
 from ..journal.base import Journal
 from ..journal.records import ReportView, StepView, UnwindInfo

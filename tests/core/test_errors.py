@@ -22,8 +22,8 @@ from saga_worker import (
     UnknownToolError,
 )
 from saga_worker.actions import ActionRefusedError
+from saga_worker.core.redact import redact_exception
 from saga_worker.errors import InvalidInputError
-from saga_worker.redact import redact_exception
 
 ERRORS: list[SagaError] = [
     CompensatedRunError("order-7"),

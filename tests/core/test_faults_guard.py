@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from saga_worker import faults
+from saga_worker.core import faults
 from tests.worker_process import REPO
 
 

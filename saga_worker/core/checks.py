@@ -12,8 +12,8 @@ import re
 from enum import Enum
 from typing import Any, TypeVar
 
+from ..errors import InvalidInputError
 from .display import neutral
-from .errors import InvalidInputError
 from .storable import text_problem
 
 E = TypeVar("E", bound=Enum)
