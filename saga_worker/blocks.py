@@ -23,7 +23,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from . import tracing
 from .calls import CallSettler
 from .core.checks import check_call_id, check_run_id, check_storable_text
 from .core.keys import canonical_json, record_suffix
@@ -40,6 +39,7 @@ from .errors import (
 )
 from .journal.base import Journal
 from .journal.records import RecordStatus, RunInfo, RunStatus
+from .observing import tracing
 from .planning import ToolCall
 from .run_events import RunEvent, RunResult
 from .tools import Tool, check_tools

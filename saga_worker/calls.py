@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from . import tracing, transactions
+from . import transactions
 from .calls_shared import SharedCalls
 from .core import faults
 from .core.keys import execute_key, json_problem, record_suffix
@@ -20,6 +20,7 @@ from .core.storable import exception_text
 from .errors import InvalidInputError, OpenTransactionError, SideEffectRetryBlockedError, UnknownToolError
 from .journal.base import Journal
 from .journal.records import NO_EFFECT_OUTPUT, NewRecord, RecordStatus, SharedStatus, ToolRecord
+from .observing import tracing
 from .run_events import RunEvent
 from .settings import get_settings
 from .tools import CallOptions, NoEffect, Tool, ask_recover, call_hook

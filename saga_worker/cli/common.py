@@ -48,7 +48,7 @@ def log_formats(log_format: str | None) -> None:
     import logging
     import os
 
-    from ..logjson import JsonFormatter
+    from ..observing.logjson import JsonFormatter
     from ..settings import get_settings
 
     if log_format is not None:

@@ -18,7 +18,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import metrics, tracing
 from ..core import faults
 from ..core.keys import compensate_key, execute_key
 from ..core.leases import keeper, new_owner
@@ -33,6 +32,7 @@ from ..journal.records import (
     UnwindState,
 )
 from ..locks.base import StepLock
+from ..observing import metrics, tracing
 from ..tools import CallOptions, RecoverRefusal, RecoverResult, Tool, ask_recover, call_hook
 from .hookcall import HookCall
 from .report import CompensationEntry, CompensationStatus

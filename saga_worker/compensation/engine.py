@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import metrics, tracing
 from ..audit import check_via, default_actor
 from ..core.checks import check_actor, check_dry_run, check_reason, check_run_id
 from ..core.leases import new_owner
@@ -32,6 +31,7 @@ from ..journal.records import (
     condemned_by,
 )
 from ..locks.base import StepLock
+from ..observing import metrics, tracing
 from ..settings import get_settings
 from ..tools import Tool, check_tools
 from .attempt import StepAttempt, Unwinding, entry_for, missing_record_entry

@@ -16,7 +16,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .. import tracing
 from ..audit import check_via
 from ..compensation.attempt import StepAttempt, Twins, Unwinding
 from ..compensation.engine import (
@@ -39,6 +38,7 @@ from ..errors import InvalidInputError, MalformedRecordError
 from ..journal.base import Journal
 from ..journal.records import ReportView, StepView, UnwindInfo
 from ..locks.base import StepLock
+from ..observing import tracing
 from ..tools import Tool
 
 # A fresh unwind owns its run for this many claim TTLs before the sweeper may re-drive it: condemn
