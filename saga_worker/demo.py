@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .planning import ToolCall, scripted
+from .recording.planning import ToolCall, scripted
+from .recording.tools import CallOptions, RecoverResult, Tool
 from .settings import get_settings
-from .tools import CallOptions, RecoverResult, Tool
 
 
 class FakeProvider:

@@ -38,7 +38,7 @@ from .journal.records import (
     UnwindState,
     contains_words,
 )
-from .tools import Tool
+from .recording.tools import Tool
 
 PREVIEW_CHARS = 240
 WHOLE_INLINE_CHARS = 20_000  # a value up to this long is also shown whole on the page; beyond, downloaded

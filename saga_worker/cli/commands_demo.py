@@ -61,7 +61,7 @@ def demo(run_id: str | None, as_json: bool) -> None:
 
 def _place_order(settings: SagaSettings, run_id: str) -> None:
     from .. import demo as sample
-    from ..runs import stream_durable
+    from ..recording.runs import stream_durable
 
     with configured_journal(settings, create=True) as journal:
         for event in stream_durable(

@@ -33,7 +33,7 @@ from ..journal.records import (
 )
 from ..locks.base import StepLock
 from ..observing import metrics, tracing
-from ..tools import CallOptions, RecoverRefusal, RecoverResult, Tool, ask_recover, call_hook
+from ..recording.tools import CallOptions, RecoverRefusal, RecoverResult, Tool, ask_recover, call_hook
 from .hookcall import HookCall
 from .report import CompensationEntry, CompensationStatus
 

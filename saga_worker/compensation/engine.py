@@ -32,8 +32,8 @@ from ..journal.records import (
 )
 from ..locks.base import StepLock
 from ..observing import metrics, tracing
+from ..recording.tools import Tool, check_tools
 from ..settings import get_settings
-from ..tools import Tool, check_tools
 from .attempt import StepAttempt, Unwinding, entry_for, missing_record_entry
 from .report import SETTLED, CompensationEntry, CompensationReport, CompensationStatus, until_halt
 

@@ -19,8 +19,8 @@ from ..errors import InvalidInputError, ToolsNotConfiguredError
 from ..journal import Journal, open_journal
 from ..journal import prepare_journal as prepare_journal_at
 from ..locks import StepLock, open_lock
+from ..recording.tools import Tool, check_tools
 from ..settings import SagaSettings, get_settings
-from ..tools import Tool, check_tools
 
 log = logging.getLogger(__name__)
 

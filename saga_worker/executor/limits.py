@@ -17,7 +17,7 @@ from typing import Any
 
 from ..compensation import hookcall
 from ..journal.base import Journal
-from ..tools import Tool
+from ..recording.tools import Tool
 from .unwind import Step
 
 # Around the hook calls: a dead twin's lease waited out (up to ~1.7 claim TTLs), the record, claim and

@@ -39,7 +39,7 @@ from ..journal.base import Journal
 from ..journal.records import ReportView, StepView, UnwindInfo
 from ..locks.base import StepLock
 from ..observing import tracing
-from ..tools import Tool
+from ..recording.tools import Tool
 
 # A fresh unwind owns its run for this many claim TTLs before the sweeper may re-drive it: condemn
 # makes the run due at once, and re-driving an unwind that is running right now would only say busy.

@@ -51,7 +51,7 @@ except ImportError:  # pragma: no cover - a langchain-core that moved them
 from ..core.checks import check_run_id
 from ..errors import InvalidInputError
 from ..journal.base import Journal
-from ..tools import Tool, check_tools
+from ..recording.tools import Tool, check_tools
 from ._agent import AgentJournal, HistoryCall, Outcome, Slot, slot_of
 
 

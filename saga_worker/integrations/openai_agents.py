@@ -54,7 +54,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the missing-extra 
 from ..core.checks import check_run_id
 from ..errors import InvalidInputError, SagaError
 from ..journal.base import Journal
-from ..tools import Tool, check_tools
+from ..recording.tools import Tool, check_tools
 from ._agent import AgentJournal, HistoryCall, Slot, slot_of
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -29,7 +29,7 @@ from saga_worker.core import faults, leases
 from saga_worker.core.keys import compensate_key
 from saga_worker.executor import Finalize, Step
 from saga_worker.journal.records import ClaimStatus, UnwindState
-from saga_worker.planning import scripted
+from saga_worker.recording.planning import scripted
 from saga_worker.settings import SagaSettings
 from tests.reads import run_of
 

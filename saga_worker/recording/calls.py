@@ -11,18 +11,18 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from ..core import faults
+from ..core.keys import execute_key, json_problem, record_suffix
+from ..core.leases import keeper, new_owner
+from ..core.storable import exception_text
+from ..errors import InvalidInputError, OpenTransactionError, SideEffectRetryBlockedError, UnknownToolError
+from ..journal.base import Journal
+from ..journal.records import NO_EFFECT_OUTPUT, NewRecord, RecordStatus, SharedStatus, ToolRecord
+from ..observing import tracing
+from ..settings import get_settings
 from . import transactions
-from .calls_shared import SharedCalls
-from .core import faults
-from .core.keys import execute_key, json_problem, record_suffix
-from .core.leases import keeper, new_owner
-from .core.storable import exception_text
-from .errors import InvalidInputError, OpenTransactionError, SideEffectRetryBlockedError, UnknownToolError
-from .journal.base import Journal
-from .journal.records import NO_EFFECT_OUTPUT, NewRecord, RecordStatus, SharedStatus, ToolRecord
-from .observing import tracing
 from .run_events import RunEvent
-from .settings import get_settings
+from .shared_calls import SharedCalls
 from .tools import CallOptions, NoEffect, Tool, ask_recover, call_hook
 
 _MAX_RACE_RETRIES = 5
