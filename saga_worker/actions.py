@@ -24,13 +24,13 @@ from typing import Any, Protocol
 
 from . import approvals
 from .audit import check_via
+from .compensation.chain import SWEEP_GRACE_TTLS
 from .compensation.engine import UnwindRequest, compensate_run
 from .compensation.report import CompensationReport
+from .compensation.sweeper import UnwindsAndTrail, unfinished_unwinds
 from .core.checks import check_actor, check_reason, check_run_id
 from .errors import InvalidInputError, SagaError, UnknownRunError
 from .executor.context import WorkerContext
-from .executor.sweeper import UnwindsAndTrail, unfinished_unwinds
-from .executor.unwind import SWEEP_GRACE_TTLS
 from .journal.base import Journal
 from .journal.records import AuditAction, AuditRecord, NewAudit, UnwindState
 

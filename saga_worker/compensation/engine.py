@@ -15,7 +15,6 @@ from typing import Any
 
 from ..audit import check_via, default_actor
 from ..core.checks import check_actor, check_dry_run, check_reason, check_run_id
-from ..core.leases import new_owner
 from ..errors import MalformedRecordError, SagaError
 from ..journal.base import Journal
 from ..journal.records import (
@@ -34,17 +33,14 @@ from ..locks.base import StepLock
 from ..observing import metrics, tracing
 from ..recording.tools import Tool, check_tools
 from ..settings import get_settings
-from .attempt import StepAttempt, Unwinding, entry_for, missing_record_entry
+from .attempt import StepAttempt, Unwinding, entry_for
 from .report import SETTLED, CompensationEntry, CompensationReport, CompensationStatus, until_halt
 
-__all__ = [  # entry_for, missing_record_entry and new_owner are the attempt's, named here for the executor
+__all__ = [
     "begin_unwind",
     "build_report",
     "compensate_run",
-    "entry_for",
     "finish_unwind",
-    "missing_record_entry",
-    "new_owner",
     "undo_steps",
     "UnwindRequest",
 ]
