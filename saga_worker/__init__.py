@@ -2,8 +2,6 @@
 
 from typing import TYPE_CHECKING
 
-from .approvals import approve, approve_compensation, deny, deny_compensation, pending_calls
-from .audit import read_audit
 from .compensation import (
     CompensationEntry,
     CompensationReport,
@@ -33,6 +31,8 @@ from .errors import (
 )
 from .journal import Journal, MemoryJournal, open_journal
 from .journal.records import AuditAction, AuditRecord, AuditVia, CompensationGate, GateDecision
+from .operating.approvals import approve, approve_compensation, deny, deny_compensation, pending_calls
+from .operating.audit import read_audit
 from .recording.blocks import SagaRun, saga
 from .recording.decorator import tool
 from .recording.planning import CallResult, Finish, Planner, RunState, ToolCall, scripted

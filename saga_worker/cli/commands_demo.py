@@ -10,8 +10,8 @@ import click
 from rich.table import Table
 
 from ..core.redact import redact_url
+from ..operating.views import journal_steps
 from ..settings import SagaSettings, get_settings
-from ..views import journal_steps
 from .common import configured_journal
 from .processes import celery, embedded_worker
 from .progress import wait_with_progress
@@ -34,7 +34,7 @@ def demo(run_id: str | None, as_json: bool) -> None:
     _place_order(settings, run_id)
 
     out.rule("[bold]2. unwinding it on an embedded Celery worker[/]")
-    from .. import actions
+    from ..operating import actions
 
     app = celery()
     app.prepare_stores(app.current_app())

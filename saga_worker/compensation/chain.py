@@ -16,7 +16,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..audit import check_via
 from ..core.checks import check_run_id, check_step_suffix, check_unwind_id
 from ..errors import InvalidInputError, MalformedRecordError
 from ..journal.base import Journal
@@ -24,6 +23,7 @@ from ..journal.records import ReportView, StepView, UnwindInfo
 from ..locks.base import StepLock
 from ..observing import tracing
 from ..recording.tools import Tool
+from .actors import check_via
 from .attempt import StepAttempt, Twins, Unwinding, entry_for, missing_record_entry
 from .engine import (
     UNWOUND,

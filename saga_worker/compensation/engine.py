@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..audit import check_via, default_actor
 from ..core.checks import check_actor, check_dry_run, check_reason, check_run_id
 from ..errors import MalformedRecordError, SagaError
 from ..journal.base import Journal
@@ -33,6 +32,7 @@ from ..locks.base import StepLock
 from ..observing import metrics, tracing
 from ..recording.tools import Tool, check_tools
 from ..settings import get_settings
+from .actors import check_via, default_actor
 from .attempt import StepAttempt, Unwinding, entry_for
 from .report import SETTLED, CompensationEntry, CompensationReport, CompensationStatus, until_halt
 

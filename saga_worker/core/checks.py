@@ -177,7 +177,7 @@ def check_reason(reason: object) -> str:
 
 
 def check_choice(value: object, kind: type[E], name: str) -> E:
-    """One of an enumeration's values (``via`` of the audit trail: ``audit.check_via``)."""
+    """One of an enumeration's values (``via`` of the audit trail: ``compensation.actors.check_via``)."""
     try:
         return kind(value)
     except ValueError:
