@@ -60,7 +60,7 @@ def demo(run_id: str | None, as_json: bool) -> None:
 
 
 def _place_order(settings: SagaSettings, run_id: str) -> None:
-    from .. import demo as sample
+    from ..contrib import demo as sample
     from ..recording.runs import stream_durable
 
     with configured_journal(settings, create=True) as journal:
@@ -81,7 +81,7 @@ def _place_order(settings: SagaSettings, run_id: str) -> None:
 
 
 def _show_results(run_id: str, data: dict[str, Any]) -> None:
-    from .. import demo as sample
+    from ..contrib import demo as sample
 
     out.rule("[bold]3. the report[/]")
     out.print(report_table(data))

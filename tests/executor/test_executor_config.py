@@ -28,7 +28,7 @@ def test_tools_load_from_a_module_attribute_or_a_factory() -> None:
 @pytest.mark.parametrize(
     "spec, says",
     [
-        ("saga_worker.demo", "package.module:attribute"),
+        ("saga_worker.contrib.demo", "package.module:attribute"),
         ("no_such_module_xyz:TOOLS", "cannot import"),
         ("saga_worker.demo:NOPE", "has no attribute"),
         ("saga_worker.demo:order_planner", "not a mapping"),
