@@ -21,7 +21,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from saga_worker.keys import canonical_json
+from saga_worker.core.keys import canonical_json
 
 
 class BareWriter:

@@ -111,7 +111,7 @@ def _in_process(journal: Any, lock: Any, run_id: str) -> None:
 
 
 def _executor(journal: Any, lock: Any, run_id: str) -> None:
-    from saga_worker.executor import unwind as ex
+    from saga_worker.compensation import chain as ex
 
     tools = noop_tools()
     unwind_id = f"u-{run_id}"

@@ -15,8 +15,8 @@ from typing import Any
 import sqlalchemy as sa
 
 from saga_worker import Journal, Tool, ToolCall, run_durable, scripted
+from saga_worker.core.keys import canonical_json
 from saga_worker.journal.schema import claims, decisions, records, runs
-from saga_worker.keys import canonical_json
 
 
 def noop(*_args: object) -> dict[str, bool]:

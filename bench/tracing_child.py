@@ -32,7 +32,8 @@ if MODE == "sdk":
     trace.set_tracer_provider(provider)
 
 from bench.seed import noop_tools, record_run  # noqa: E402 - after the mode is set up
-from saga_worker import compensate_run, open_journal, tracing  # noqa: E402
+from saga_worker import compensate_run, open_journal  # noqa: E402
+from saga_worker.observing import tracing  # noqa: E402
 
 STEPS = 5
 assert tracing.ENABLED is (MODE != "absent")

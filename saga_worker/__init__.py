@@ -2,9 +2,6 @@
 
 from typing import TYPE_CHECKING
 
-from .approvals import approve, approve_compensation, deny, deny_compensation, pending_calls
-from .audit import read_audit
-from .blocks import SagaRun, saga
 from .compensation import (
     CompensationEntry,
     CompensationReport,
@@ -14,7 +11,6 @@ from .compensation import (
     run_compensated,
 )
 from .contrib import django as _contrib_django  # noqa: F401 - adds Django's settings as a settings source
-from .decorator import tool
 from .errors import (
     ApprovalError,
     CompensatedRunError,
@@ -35,9 +31,21 @@ from .errors import (
 )
 from .journal import Journal, MemoryJournal, open_journal
 from .journal.records import AuditAction, AuditRecord, AuditVia, CompensationGate, GateDecision
-from .planning import CallResult, Finish, Planner, RunState, ToolCall, scripted
-from .runs import PendingCall, RunEvent, RunResult, fork_run, resume_run, run_durable, stream_durable
-from .tools import CallOptions, NoEffect, RecoverResult, RetryPolicy, Tool
+from .operating.approvals import approve, approve_compensation, deny, deny_compensation, pending_calls
+from .operating.audit import read_audit
+from .recording.blocks import SagaRun, saga
+from .recording.decorator import tool
+from .recording.planning import CallResult, Finish, Planner, RunState, ToolCall, scripted
+from .recording.runs import (
+    PendingCall,
+    RunEvent,
+    RunResult,
+    fork_run,
+    resume_run,
+    run_durable,
+    stream_durable,
+)
+from .recording.tools import CallOptions, NoEffect, RecoverResult, RetryPolicy, Tool
 from .version import __version__ as __version__
 
 if TYPE_CHECKING:  # typed for checkers; at run time imported only when asked for (below)

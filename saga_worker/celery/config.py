@@ -15,7 +15,7 @@ from typing import Any
 
 from celery import Celery
 
-from ..redact import redact_url
+from ..core.redact import redact_url
 from ..settings import SagaSettings, get_settings
 
 SQLA_POLL_INTERVAL_S = 0.05

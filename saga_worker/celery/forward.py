@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import executor
-from ..blocks import saga
 from ..journal.base import Journal
-from ..tools import Tool
+from ..recording.blocks import saga
+from ..recording.tools import Tool
 
 
 def record_call(

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 from celery import current_task
 
-from ..redact import redact_logging
+from ..core.redact import redact_logging
 
 OUR_LOGGERS = "saga_worker"
 OUR_TASKS = "saga."

@@ -9,7 +9,7 @@ from celery import Celery, Task
 from celery.exceptions import Ignore, Reject, Retry
 
 from .. import executor
-from ..redact import redact_exception
+from ..core.redact import redact_exception
 
 
 class _RedactedErrors:

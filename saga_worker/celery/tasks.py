@@ -25,9 +25,11 @@ from celery import Celery, Task
 from celery.exceptions import Ignore
 from sqlalchemy.exc import InterfaceError, OperationalError
 
-from .. import actions, executor, faults
+from .. import executor
 from ..compensation.report import CompensationEntry, CompensationStatus
+from ..core import faults
 from ..errors import JournalUnavailableError
+from ..operating import actions
 from . import result_store
 from .redeliveries import DeliveriesExhausted, counted
 from .task_base import saga_task_base

@@ -28,10 +28,11 @@ from celery.signals import (
 )
 from celery.utils.dispatch import Signal
 
-from .. import executor, metrics
+from .. import executor
+from ..core.redact import redact_text, redact_url
 from ..errors import InvalidInputError, ToolsNotConfiguredError
-from ..logjson import json_if_asked
-from ..redact import redact_text, redact_url
+from ..observing import metrics
+from ..observing.logjson import json_if_asked
 from ..settings import get_settings
 from .logs import redact_saga_logs
 from .result_text import speed_up_result_text

@@ -14,11 +14,12 @@ from typing import Any
 import click
 from rich.table import Table
 
-from .. import actions
-from ..audit import default_actor, read_audit
+from ..compensation.actors import default_actor
 from ..journal.records import CompensationGate, ToolRecord
+from ..operating import actions
+from ..operating.audit import read_audit
+from ..operating.views import audit_row
 from ..settings import get_settings
-from ..views import audit_row
 from .common import configured_journal, fail
 from .render import dump, out, safe, when
 

@@ -9,9 +9,9 @@ from typing import Any
 import click
 from rich.table import Table
 
-from ..redact import redact_url
+from ..core.redact import redact_url
+from ..operating.views import journal_steps
 from ..settings import SagaSettings, get_settings
-from ..views import journal_steps
 from .common import configured_journal
 from .processes import celery, embedded_worker
 from .progress import wait_with_progress
@@ -34,7 +34,7 @@ def demo(run_id: str | None, as_json: bool) -> None:
     _place_order(settings, run_id)
 
     out.rule("[bold]2. unwinding it on an embedded Celery worker[/]")
-    from .. import actions
+    from ..operating import actions
 
     app = celery()
     app.prepare_stores(app.current_app())
@@ -60,8 +60,8 @@ def demo(run_id: str | None, as_json: bool) -> None:
 
 
 def _place_order(settings: SagaSettings, run_id: str) -> None:
-    from .. import demo as sample
-    from ..runs import stream_durable
+    from ..contrib import demo as sample
+    from ..recording.runs import stream_durable
 
     with configured_journal(settings, create=True) as journal:
         for event in stream_durable(
@@ -81,7 +81,7 @@ def _place_order(settings: SagaSettings, run_id: str) -> None:
 
 
 def _show_results(run_id: str, data: dict[str, Any]) -> None:
-    from .. import demo as sample
+    from ..contrib import demo as sample
 
     out.rule("[bold]3. the report[/]")
     out.print(report_table(data))

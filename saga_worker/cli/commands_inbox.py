@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 
 from ..executor.context import load_tools
+from ..operating.views import INBOX_KINDS, INBOX_LIMIT, INBOX_MAX, inbox
 from ..settings import get_settings
-from ..views import INBOX_KINDS, INBOX_LIMIT, INBOX_MAX, inbox
 from .common import configured_journal
 from .render import dump, when
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..audit import default_actor
+from ..compensation.actors import default_actor
 from ..compensation.report import CompensationStatus, halted_at
 from ..settings import get_settings
 from .common import configured_journal, fail
@@ -34,7 +34,7 @@ def compensate(
     Exit 0 when the unwind went through, 2 when a step failed or was busy (the report says which),
     3 when it stopped at a compensation awaiting a person's approval (saga-worker
     approve-compensation), 1 for an error. The audit trail names SAGA_ACTOR, else the OS user."""
-    from .. import actions
+    from ..operating import actions
 
     settings = get_settings()
     # Both ways go through actions, which checks the run id, the actor (SAGA_ACTOR, else the OS
@@ -94,7 +94,7 @@ def _exit_for(data: dict[str, Any]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def redrive(run_id: str, as_json: bool) -> None:
     """Hand a run flagged for attention (the sweeper gave up) back to the workers once."""
-    from .. import actions
+    from ..operating import actions
 
     settings = get_settings()
     with configured_journal(settings) as journal:

@@ -8,10 +8,10 @@ from typing import Any, NoReturn
 
 import click
 
-from ..display import neutral
+from ..core.display import neutral
+from ..core.redact import redact_text
 from ..errors import SagaError
 from ..journal import Journal, open_journal
-from ..redact import redact_text
 from ..settings import SagaSettings
 
 
@@ -48,7 +48,7 @@ def log_formats(log_format: str | None) -> None:
     import logging
     import os
 
-    from ..logjson import JsonFormatter
+    from ..observing.logjson import JsonFormatter
     from ..settings import get_settings
 
     if log_format is not None:

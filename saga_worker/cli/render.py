@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..compensation.report import CompensationReport, CompensationStatus
-from ..display import neutral
+from ..core.display import neutral
 from ..journal.records import RunInfo
 
 out = Console(highlight=False)

@@ -11,16 +11,17 @@ by a twin is that twin's to finish, and a step a twin already undid is this unwi
 from __future__ import annotations
 
 import hashlib
-import itertools
 import logging
-import socket
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import faults, metrics, process_id, tracing
+from ..core import faults
+from ..core.keys import compensate_key, execute_key
+from ..core.leases import keeper, new_owner
+from ..core.storable import exception_text
 from ..journal.base import Journal
 from ..journal.records import (
     ClaimStatus,
@@ -30,19 +31,14 @@ from ..journal.records import (
     ToolRecord,
     UnwindState,
 )
-from ..keys import compensate_key, execute_key
 from ..locks.base import StepLock
-from ..storable import exception_text
-from ..tools import CallOptions, RecoverRefusal, RecoverResult, Tool, ask_recover, call_hook
+from ..observing import metrics, tracing
+from ..recording.tools import CallOptions, RecoverRefusal, RecoverResult, Tool, ask_recover, call_hook
 from .hookcall import HookCall
-from .leases import keeper
 from .report import CompensationEntry, CompensationStatus
 
 log = logging.getLogger(__name__)
 S = CompensationStatus
-_HOST = socket.gethostname()[:40]
-_OWNER_NONCE = uuid.uuid4().hex[:6]  # with the pid, tells this process from an earlier one of the same pid
-_owner_counter = itertools.count(1)
 LEASE_LOST = (
     "the compensate hook returned, but this attempt's lease had lapsed and another unwinder took the "
     "step over: its outcome is the step's"
@@ -85,13 +81,6 @@ def _what_the_claim_tells(claim: CompensationClaim | None, key: str) -> str:
         f"{started}; none of the tool's code was called this time, and a re-drive calls the hook "
         f"again with the same key {key!r}"
     )
-
-
-def new_owner(tag: str = "") -> str:
-    """An owner token, unique per attempt, that also tells a person where the holder ran.
-
-    A counter rather than a fresh uuid per attempt: this is on every step's path."""
-    return f"{_HOST}:{process_id.current()}:{tag or f'{_OWNER_NONCE}{next(_owner_counter)}'}"[:100]
 
 
 def entry_for(

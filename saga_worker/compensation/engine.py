@@ -13,9 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .. import metrics, tracing
-from ..audit import check_via, default_actor
-from ..checks import check_actor, check_dry_run, check_reason, check_run_id
+from ..core.checks import check_actor, check_dry_run, check_reason, check_run_id
 from ..errors import MalformedRecordError, SagaError
 from ..journal.base import Journal
 from ..journal.records import (
@@ -31,19 +29,18 @@ from ..journal.records import (
     condemned_by,
 )
 from ..locks.base import StepLock
+from ..observing import metrics, tracing
+from ..recording.tools import Tool, check_tools
 from ..settings import get_settings
-from ..tools import Tool, check_tools
-from .attempt import StepAttempt, Unwinding, entry_for, missing_record_entry, new_owner
+from .actors import check_via, default_actor
+from .attempt import StepAttempt, Unwinding, entry_for
 from .report import SETTLED, CompensationEntry, CompensationReport, CompensationStatus, until_halt
 
-__all__ = [  # entry_for, missing_record_entry and new_owner are the attempt's, named here for the executor
+__all__ = [
     "begin_unwind",
     "build_report",
     "compensate_run",
-    "entry_for",
     "finish_unwind",
-    "missing_record_entry",
-    "new_owner",
     "undo_steps",
     "UnwindRequest",
 ]

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..tools import Hook, call_hook
+from ..recording.tools import Hook, call_hook
 
 # Hook calls whose caller stopped waiting (timed out) and that still run, in this process.
 _abandoned: set[HookCall] = set()

@@ -16,9 +16,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from .. import actions, views
 from ..errors import InvalidInputError, UnknownRunError
 from ..journal.records import CompensationGate
+from ..operating import actions, views
 from .service import blocking, console_of, operator, principal, request_unwind, run_id_of
 
 

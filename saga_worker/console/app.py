@@ -30,8 +30,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Scope
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
-from .. import metrics, views
-from ..actions import ActionRefusedError, Enqueue, Workers, celery_enqueue, celery_workers
+from ..core.redact import redact_text, redact_url
 from ..errors import (
     ApprovalError,
     CompensatedRunError,
@@ -42,7 +41,9 @@ from ..errors import (
     UnknownRunError,
 )
 from ..executor.context import WorkerContext
-from ..redact import redact_text, redact_url
+from ..observing import metrics
+from ..operating import views
+from ..operating.actions import ActionRefusedError, Enqueue, Workers, celery_enqueue, celery_workers
 from ..settings import SagaSettings, get_settings
 from . import api, pages
 from .auth import Tokens

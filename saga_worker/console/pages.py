@@ -1,6 +1,6 @@
 """The console's server-rendered pages: the runs list, a run, its plan, and the forms that act.
 
-Every page reads through ``saga_worker.views`` and acts through ``saga_worker.actions``, as the API
+Every page reads through ``saga_worker.operating.views`` and acts through ``saga_worker.operating.actions``, as the API
 and the CLI do. The run page's live part (steps, claims, unwinds) is also served alone at
 ``/runs/{id}/live``; a few lines of vendored JavaScript poll it while an unwind is moving.
 """
@@ -20,10 +20,10 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
-from .. import actions, views
-from ..display import neutral
+from ..core.display import neutral
 from ..errors import InvalidInputError, UnknownRunError
 from ..journal.records import AuditAction
+from ..operating import actions, views
 from .auth import COOKIE, Principal
 from .security import journal_summary
 from .service import (

@@ -11,12 +11,12 @@ from typing import Any, TypeVar
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from .. import actions
-from ..actions import ActionRefusedError, Enqueue, Workers
-from ..checks import check_run_id
+from ..core.checks import check_run_id
 from ..errors import InvalidInputError
 from ..executor.context import WorkerContext
 from ..journal.base import Journal
+from ..operating import actions
+from ..operating.actions import ActionRefusedError, Enqueue, Workers
 from ..settings import SagaSettings
 from .auth import COOKIE, Principal, Tokens
 from .security import LoginLimiter, Network, Session, Sessions, Signer

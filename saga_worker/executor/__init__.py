@@ -9,6 +9,17 @@ its entry (``run_step``), and the last task assembles the report from the journa
 
 from __future__ import annotations
 
+from ..compensation.chain import (
+    Finalize,
+    Next,
+    Step,
+    finalize_unwind,
+    run_rest,
+    run_step,
+    start_unwind,
+    step_owner,
+)
+from ..compensation.sweeper import SweepOutcome, UnwindsAndTrail, backoff_delay, sweep, unfinished_unwinds
 from .context import (
     ToolsSource,
     WorkerContext,
@@ -23,8 +34,6 @@ from .context import (
     tools_source,
 )
 from .limits import hold_for_timed_out_hooks, step_budget, time_limits
-from .sweeper import SweepOutcome, UnwindsAndTrail, backoff_delay, sweep, unfinished_unwinds
-from .unwind import Finalize, Next, Step, finalize_unwind, run_rest, run_step, start_unwind, step_owner
 
 __all__ = [
     "Finalize",

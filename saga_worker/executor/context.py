@@ -14,13 +14,13 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..core.redact import redact_text
 from ..errors import InvalidInputError, ToolsNotConfiguredError
 from ..journal import Journal, open_journal
 from ..journal import prepare_journal as prepare_journal_at
 from ..locks import StepLock, open_lock
-from ..redact import redact_text
+from ..recording.tools import Tool, check_tools
 from ..settings import SagaSettings, get_settings
-from ..tools import Tool, check_tools
 
 log = logging.getLogger(__name__)
 

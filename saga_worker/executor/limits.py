@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..compensation import hookcall
+from ..compensation.chain import Step
 from ..journal.base import Journal
-from ..tools import Tool
-from .unwind import Step
+from ..recording.tools import Tool
 
 # Around the hook calls: a dead twin's lease waited out (up to ~1.7 claim TTLs), the record, claim and
 # entry reads and writes. Generous: a soft limit that fires early would end a healthy step.

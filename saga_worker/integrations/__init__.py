@@ -14,7 +14,7 @@ from contextvars import ContextVar
 from typing import Any, TypeVar
 
 from ..errors import InvalidInputError
-from ..tools import CallOptions, Hook, Tool
+from ..recording.tools import CallOptions, Hook, Tool
 
 _EXTRAS = {
     "pydantic_ai": "pydantic-ai",

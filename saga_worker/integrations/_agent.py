@@ -34,14 +34,14 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..blocks import saga
-from ..checks import check_run_id, check_tool_name
 from ..compensation import assert_not_compensated
+from ..core.checks import check_run_id, check_tool_name
+from ..core.keys import canonical_json, hash16
+from ..core.storable import exception_text
 from ..errors import CompensatedRunError, InvalidInputError, OutOfLineCallError, ToolFailedError
 from ..journal.base import Journal
-from ..keys import canonical_json, hash16
-from ..storable import exception_text
-from ..tools import CallOptions, NoEffect, Tool, check_tools
+from ..recording.blocks import saga
+from ..recording.tools import CallOptions, NoEffect, Tool, check_tools
 from . import _CURRENT_CALL, _CURRENT_NOTES, said_no_effect
 from . import hooks as make_hooks
 

@@ -48,10 +48,10 @@ try:  # how BaseTool answers a caught ToolException / ValidationError for each k
 except ImportError:  # pragma: no cover - a langchain-core that moved them
     _DEFAULT_HANDLERS = {}
 
-from ..checks import check_run_id
+from ..core.checks import check_run_id
 from ..errors import InvalidInputError
 from ..journal.base import Journal
-from ..tools import Tool, check_tools
+from ..recording.tools import Tool, check_tools
 from ._agent import AgentJournal, HistoryCall, Outcome, Slot, slot_of
 
 

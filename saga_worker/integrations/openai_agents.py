@@ -51,10 +51,10 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by the missing-extra test in a clean env
     raise missing_extra("openai_agents", exc) from exc
 
-from ..checks import check_run_id
+from ..core.checks import check_run_id
 from ..errors import InvalidInputError, SagaError
 from ..journal.base import Journal
-from ..tools import Tool, check_tools
+from ..recording.tools import Tool, check_tools
 from ._agent import AgentJournal, HistoryCall, Slot, slot_of
 
 F = TypeVar("F", bound=Callable[..., Any])

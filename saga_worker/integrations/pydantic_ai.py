@@ -46,7 +46,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the missing-extra 
 
 from ..errors import InvalidInputError
 from ..journal.base import Journal
-from ..tools import Tool
+from ..recording.tools import Tool
 from ._agent import AgentJournal, HistoryCall, slot_of
 
 # The ids of calls pydantic-ai rejected in validation during the current agent run (set by wrap_run).

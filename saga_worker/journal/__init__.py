@@ -61,7 +61,7 @@ def _check_url(url: object) -> None:
 def _named_errors(url: str) -> Iterator[None]:
     """Any error but a JournalError (sqlalchemy.exc.ArgumentError and friends for a URL that does not
     parse) as a JournalError naming the journal, never with a password."""
-    from ..redact import redact_text, redact_url
+    from ..core.redact import redact_text, redact_url
 
     try:
         yield

@@ -27,7 +27,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine.interfaces import DBAPIModule
 from sqlalchemy.sql.compiler import SQLCompiler
 
-from .. import process_id
+from ..core import process_id
 from .dialects import DialectPolicy
 from .refusals import storage_refusal
 

@@ -18,10 +18,10 @@ from typing import TypeVar
 import sqlalchemy as sa
 import tenacity
 
+from ..core.redact import redact_url
 from ..errors import (
     JournalError,
 )
-from ..redact import redact_url
 from . import driver, migrate
 from .base import Journal
 from .dialects import POLICIES, policy_for

@@ -17,7 +17,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from .. import process_id
+from ..core import process_id
 from .base import StepLock
 
 _ACQUIRE = """

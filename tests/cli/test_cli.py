@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from saga_worker import open_journal, run_durable
 from saga_worker.cli import main
-from saga_worker.demo import TOOLS, order_planner
+from saga_worker.contrib.demo import TOOLS, order_planner
 from saga_worker.journal.records import UnwindState
 from saga_worker.settings import get_settings
 from tests.reads import run_of

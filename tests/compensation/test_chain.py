@@ -19,18 +19,17 @@ from saga_worker import (
     ToolCall,
     approve_compensation,
     compensate_run,
-    faults,
     run_durable,
 )
 from saga_worker import executor as ex
 from saga_worker.celery.redeliveries import Delivery
-from saga_worker.compensation import leases
 from saga_worker.compensation.attempt import LEASE_LOST
 from saga_worker.compensation.report import CompensationReport
+from saga_worker.core import faults, leases
+from saga_worker.core.keys import compensate_key
 from saga_worker.executor import Finalize, Step
 from saga_worker.journal.records import ClaimStatus, UnwindState
-from saga_worker.keys import compensate_key
-from saga_worker.planning import scripted
+from saga_worker.recording.planning import scripted
 from saga_worker.settings import SagaSettings
 from tests.reads import run_of
 

@@ -27,9 +27,9 @@ from saga_worker import (
     run_durable,
     scripted,
 )
-from saga_worker.compensation import leases
 from saga_worker.compensation.attempt import LEASE_LOST
-from saga_worker.compensation.leases import LeaseKeeper
+from saga_worker.core import leases
+from saga_worker.core.leases import LeaseKeeper
 from saga_worker.journal import boot_clock
 from saga_worker.journal.records import ClaimAttempt, ClaimStatus, CompensationClaim
 from saga_worker.journal.schema import claims

@@ -276,8 +276,8 @@ def test_hundreds_of_condemned_runs_whose_calls_were_suspended_do_not_hide_the_c
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from saga_worker import views
     from saga_worker.cli import main
+    from saga_worker.operating import views
     from saga_worker.settings import get_settings
 
     journal = journal_of(any_app)

@@ -21,9 +21,9 @@ from saga_worker import (
     UnknownRunError,
     UnknownToolError,
 )
-from saga_worker.actions import ActionRefusedError
+from saga_worker.core.redact import redact_exception
 from saga_worker.errors import InvalidInputError
-from saga_worker.redact import redact_exception
+from saga_worker.operating.actions import ActionRefusedError
 
 ERRORS: list[SagaError] = [
     CompensatedRunError("order-7"),

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from saga_worker import faults
+from saga_worker.core import faults
 from tests.worker_process import REPO
 
 
 def test_saga_faults_in_the_environment_arms_nothing_at_import(tmp_path: Path) -> None:
     (tmp_path / "always.kill").write_text("before_hook=kill")
     env = {**os.environ, "SAGA_FAULTS": "before_hook=kill", "SAGA_FAULTS_DIR": str(tmp_path)}
-    probe = "from saga_worker import faults; faults.point('before_hook', 'k'); print(faults.enabled())"
+    probe = "from saga_worker.core import faults; faults.point('before_hook', 'k'); print(faults.enabled())"
     done = subprocess.run(
         [sys.executable, "-c", probe], env=env, cwd=REPO, capture_output=True, text=True, timeout=60
     )

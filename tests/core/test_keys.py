@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from saga_worker import CallOptions, InvalidInputError, Journal, Tool, ToolCall, run_durable, scripted
-from saga_worker.checks import check_call_id, check_run_id, check_tool_name
-from saga_worker.keys import (
+from saga_worker.core.checks import check_call_id, check_run_id, check_tool_name
+from saga_worker.core.keys import (
     IdempotencyMode,
     canonical_json,
     compensate_key,

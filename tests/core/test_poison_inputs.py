@@ -18,8 +18,8 @@ from saga_worker import (
     run_durable,
     scripted,
 )
-from saga_worker.checks import check_call_id, check_run_id, check_tool_name
-from saga_worker.storable import ERROR_TEXT_MAX, exception_text
+from saga_worker.core.checks import check_call_id, check_run_id, check_tool_name
+from saga_worker.core.storable import ERROR_TEXT_MAX, exception_text
 
 MEGABYTE = 1_000_000
 

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from saga_worker import process_id
-from saga_worker.compensation.attempt import new_owner
+from saga_worker.core import process_id
+from saga_worker.core.leases import new_owner
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this platform")

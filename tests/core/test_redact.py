@@ -18,7 +18,7 @@ from saga_worker import JournalError, open_journal
 from saga_worker.celery import make_app
 from saga_worker.celery.logs import redact_saga_logs
 from saga_worker.cli import main
-from saga_worker.redact import MAX_SCANNED, redact_exception, redact_logging, redact_text, redact_url
+from saga_worker.core.redact import MAX_SCANNED, redact_exception, redact_logging, redact_text, redact_url
 from saga_worker.settings import SagaSettings, get_settings
 
 SECRET = "s3cret-Pa55"

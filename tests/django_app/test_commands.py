@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from saga_worker import open_journal, run_durable
-from saga_worker.demo import TOOLS, order_planner
+from saga_worker.contrib.demo import TOOLS, order_planner
 
 PROJECT = Path(__file__).resolve().parent / "project"
 SAGA_WORKER = Path(sys.executable).parent / "saga-worker"

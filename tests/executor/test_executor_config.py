@@ -28,7 +28,7 @@ def test_tools_load_from_a_module_attribute_or_a_factory() -> None:
 @pytest.mark.parametrize(
     "spec, says",
     [
-        ("saga_worker.demo", "package.module:attribute"),
+        ("saga_worker.contrib.demo", "package.module:attribute"),
         ("no_such_module_xyz:TOOLS", "cannot import"),
         ("saga_worker.demo:NOPE", "has no attribute"),
         ("saga_worker.demo:order_planner", "not a mapping"),
@@ -63,8 +63,9 @@ def test_tools_named_by_spec_or_callable_load_on_first_use_not_before(tmp_path: 
 
 
 def test_record_call_and_the_console_plan_refuse_without_tools(tmp_path: Path) -> None:
-    from saga_worker import actions, executor
+    from saga_worker import executor
     from saga_worker.celery import record_call
+    from saga_worker.operating import actions
 
     executor.configure(SagaSettings(home=tmp_path, journal_url="memory://no-tools"))
     try:

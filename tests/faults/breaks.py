@@ -104,7 +104,7 @@ def _no_tombstone_check(setter: Setter) -> None:
 def _unstable_key(setter: Setter) -> None:
     """The compensation key changes on every attempt, so the provider cannot deduplicate a retry."""
     from saga_worker.compensation import attempt
-    from saga_worker.keys import compensate_key as stable
+    from saga_worker.core.keys import compensate_key as stable
 
     def fresh(origin: str, suffix: str) -> str:
         return f"{stable(origin, suffix)}-{uuid.uuid4().hex[:8]}"

@@ -12,8 +12,8 @@ import sys
 
 
 def main() -> None:
-    from saga_worker import faults
     from saga_worker.celery import default_app
+    from saga_worker.core import faults
     from tests.faults import breaks
 
     faults.enable()

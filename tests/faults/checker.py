@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from saga_worker import Journal
+from saga_worker.core.keys import compensate_key
 from saga_worker.journal.records import ClaimStatus, RecordStatus
-from saga_worker.keys import compensate_key
 
 from .ledger import Ledger
 

@@ -1,7 +1,7 @@
 """A worker process for library-level faults: ``python -m tests.faults.child COMMAND ...``.
 
 It reads ``SAGA_JOURNAL_URL``, ``FAULT_LEDGER_URL``, ``SAGA_CLAIM_TTL`` and ``SAGA_FAULTS`` from its
-environment (the parent arms it; this entry point enables fault points, see saga_worker/faults.py), logs every report it gets to the ledger, and prints it as JSON.
+environment (the parent arms it; this entry point enables fault points, see saga_worker/core/faults.py), logs every report it gets to the ledger, and prints it as JSON.
 ``--skew`` shifts this process's wall clock (``time.time``), ``--break`` applies a broken build,
 ``--lock`` adds a Redis step lock.
 """
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0, help="sweep: stop after this long idle")
     parser.add_argument("--go", default="", help="wait for this file before starting (a start line)")
     args = parser.parse_args(argv)
-    from saga_worker import faults
+    from saga_worker.core import faults
 
     faults.enable()  # the harness arms this process through its SAGA_FAULTS / SAGA_FAULTS_DIR
     if args.skew:

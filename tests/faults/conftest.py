@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from saga_worker import Journal, faults, open_journal
+from saga_worker import Journal, open_journal
+from saga_worker.core import faults
 from tests.services import require
 
 from . import toolkit

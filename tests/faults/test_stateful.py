@@ -16,15 +16,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 
-from saga_worker import (
-    CompensatedRunError,
-    MemoryJournal,
-    ToolCall,
-    compensate_run,
-    faults,
-    run_durable,
-    scripted,
-)
+from saga_worker import CompensatedRunError, MemoryJournal, ToolCall, compensate_run, run_durable, scripted
+from saga_worker.core import faults
 from tests.reads import run_of
 
 from .checker import check

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from saga_worker import CallOptions, RecoverResult, Tool, faults
+from saga_worker import CallOptions, RecoverResult, Tool
+from saga_worker.core import faults
 
 from .ledger import Ledger
 

@@ -91,7 +91,7 @@ def test_the_installed_wheel_has_no_dev_extras_and_no_checkout_on_its_path(
     site: Path, tmp_path: Path
 ) -> None:
     probe = (
-        "import importlib.util as u, json, saga_worker; from saga_worker import tracing; "
+        "import importlib.util as u, json, saga_worker; from saga_worker.observing import tracing; "
         "print(json.dumps({'file': saga_worker.__file__, "
         "'pytest': u.find_spec('pytest') is not None, 'tasks': u.find_spec('tasks') is not None, "
         "'config': u.find_spec('config') is not None, "

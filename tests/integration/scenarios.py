@@ -11,9 +11,9 @@ import pytest
 from celery import Celery
 
 from saga_worker import Journal, compensate_run, run_durable, scripted
+from saga_worker.core.keys import compensate_key
+from saga_worker.core.storable import ESCAPED_NOTE
 from saga_worker.journal.records import ClaimStatus
-from saga_worker.keys import compensate_key
-from saga_worker.storable import ESCAPED_NOTE
 from tests.ledger import Ledger, order_script, order_tools
 
 from .conftest import Setup

@@ -20,8 +20,8 @@ from saga_worker import (
     run_durable,
     scripted,
 )
+from saga_worker.core.keys import compensate_key
 from saga_worker.journal.records import UnwindState
-from saga_worker.keys import compensate_key
 from tests.ledger import Ledger, order_tools
 
 from .conftest import Setup, Workers, redis_setup, wait_for

@@ -16,8 +16,8 @@ from celery import Celery
 
 from saga_worker import Journal, Tool, ToolCall, run_durable, scripted
 from saga_worker.celery import prepare_stores
+from saga_worker.core.keys import compensate_key
 from saga_worker.journal.records import ClaimStatus, UnwindState
-from saga_worker.keys import compensate_key
 from tests.ledger import Ledger, order_script, order_tools
 
 from . import scenarios

@@ -13,8 +13,8 @@ import redis
 from celery import Celery
 
 from saga_worker import Journal
+from saga_worker.core.keys import compensate_key
 from saga_worker.journal.records import ClaimStatus
-from saga_worker.keys import compensate_key
 from tests.ledger import Ledger
 from tests.reads import claim_of
 

@@ -11,7 +11,7 @@ import pytest
 from celery import Celery
 
 from saga_worker import Journal
-from saga_worker.keys import compensate_key
+from saga_worker.core.keys import compensate_key
 from tests.ledger import Ledger
 from tests.services import AMQP_URL, REDIS_URL, require
 

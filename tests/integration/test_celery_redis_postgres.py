@@ -20,7 +20,7 @@ from celery import Celery
 from celery.utils.saferepr import saferepr as celery_saferepr
 
 from saga_worker import Journal
-from saga_worker.keys import compensate_key
+from saga_worker.core.keys import compensate_key
 from tests.ledger import Ledger
 from tests.services import REDIS_URL, require
 from tests.worker_process import WorkerProcess

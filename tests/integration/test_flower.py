@@ -29,7 +29,7 @@ from celery import Celery
 from celery.result import AsyncResult
 
 from saga_worker import Journal
-from saga_worker.keys import compensate_key
+from saga_worker.core.keys import compensate_key
 from tests.console.conftest import CHROMIUM, CHROMIUM_ARGS, DOCS, free_port, missing
 from tests.ledger import Ledger
 from tests.services import REDIS_URL, require

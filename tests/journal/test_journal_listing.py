@@ -9,7 +9,7 @@ import pytest
 from saga_worker import Journal
 from saga_worker.errors import InvalidInputError
 from saga_worker.journal.records import RunQuery, RunStatus, UnwindState
-from saga_worker.views import decode_cursor, encode_cursor, parse_run_query, runs_page
+from saga_worker.operating.views import decode_cursor, encode_cursor, parse_run_query, runs_page
 
 
 def make_runs(journal: Journal) -> None:

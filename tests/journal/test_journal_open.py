@@ -23,10 +23,10 @@ from saga_worker import (
     run_durable,
     scripted,
 )
+from saga_worker.core.redact import redact_url
 from saga_worker.journal import migrate, prepare_journal
 from saga_worker.journal.dialects import policy_for
 from saga_worker.journal.schema import metadata
-from saga_worker.redact import redact_url
 from tests.procs.run_child import finish, spawn
 from tests.services import PG_ADMIN_URL, require
 

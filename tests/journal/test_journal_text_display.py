@@ -27,11 +27,11 @@ from saga_worker import (
     scripted,
 )
 from saga_worker import executor as ex
-from saga_worker.checks import REASON_MAX
 from saga_worker.cli import main
 from saga_worker.console.app import create_app
 from saga_worker.console.auth import Role, new_token
-from saga_worker.display import neutral
+from saga_worker.core.checks import REASON_MAX
+from saga_worker.core.display import neutral
 from saga_worker.executor.context import WorkerContext
 from saga_worker.journal.records import NewAudit, UnwindState
 from saga_worker.settings import SagaSettings, get_settings

@@ -27,9 +27,9 @@ from saga_worker import (
     scripted,
 )
 from saga_worker import executor as ex
+from saga_worker.core.storable import ESCAPED_NOTE
 from saga_worker.executor import Step
 from saga_worker.journal.records import ClaimStatus, RecordStatus
-from saga_worker.storable import ESCAPED_NOTE
 
 S = CompensationStatus
 # What the provider's exception says, and what the journal can hold of it.

@@ -24,9 +24,10 @@ from saga_worker import (
     run_durable,
     scripted,
 )
-from saga_worker.audit import audit_dict, default_actor
+from saga_worker.compensation.actors import default_actor
 from saga_worker.executor import sweep
 from saga_worker.journal.records import NewAudit, UnwindState
+from saga_worker.operating.audit import audit_dict
 from saga_worker.settings import SagaSettings
 from tests.reads import run_of
 
@@ -129,7 +130,7 @@ def test_without_an_actor_the_setting_or_the_os_user_is_named(
     compensate_run(run_id, journal=journal)
     assert read_audit(journal, run_id)[0].actor == default_actor() != ""
     monkeypatch.setattr(settings, "get_settings", lambda: SagaSettings(actor="ops-bot"))
-    monkeypatch.setattr("saga_worker.audit.get_settings", lambda: SagaSettings(actor="ops-bot"))
+    monkeypatch.setattr("saga_worker.compensation.actors.get_settings", lambda: SagaSettings(actor="ops-bot"))
     assert default_actor() == "ops-bot"
 
 

@@ -86,7 +86,7 @@ def test_redbeat_still_has_what_the_resilient_scheduler_uses() -> None:
 def test_the_otel_extra_is_bounded_and_the_api_still_keeps_its_global_provider_where_tracing_reads_it() -> (
     None
 ):
-    # saga_worker.tracing reads opentelemetry.trace._TRACER_PROVIDER (None until a provider is set) so
+    # saga_worker.observing.tracing reads opentelemetry.trace._TRACER_PROVIDER (None until a provider is set) so
     # that its span sites do not look the environment up on every call; an API that moved it would
     # silently cost that lookup again at every span site.
     extras = tomllib.loads(PYPROJECT.read_text())["project"]["optional-dependencies"]["otel"]
@@ -95,7 +95,7 @@ def test_the_otel_extra_is_bounded_and_the_api_still_keeps_its_global_provider_w
     assert req.specifier.contains(Version(importlib.metadata.version("opentelemetry-api")), prereleases=True)
     from opentelemetry import trace
 
-    from saga_worker import tracing
+    from saga_worker.observing import tracing
 
     assert hasattr(trace, "_TRACER_PROVIDER") and tracing._PROVIDER_KEPT
 

@@ -22,8 +22,8 @@ from saga_worker import (
     run_durable,
     scripted,
 )
+from saga_worker.core.keys import hash16
 from saga_worker.journal.records import RecordStatus
-from saga_worker.keys import hash16
 from tests.ledger import Ledger, MemoryLedger, open_ledger
 from tests.reads import record_of, shared_of
 

@@ -23,14 +23,14 @@ from saga_worker import (
     ToolCall,
     approve,
     compensate_run,
-    faults,
     resume_run,
     run_durable,
     scripted,
 )
 from saga_worker.celery.forward import record_call
+from saga_worker.core import faults
+from saga_worker.core.keys import hash16
 from saga_worker.journal.records import RecordStatus
-from saga_worker.keys import hash16
 from tests.ledger import Ledger
 from tests.reads import latest_shared_of, record_of
 

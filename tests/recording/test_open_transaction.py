@@ -28,8 +28,8 @@ from saga_worker import (
     run_durable,
     saga,
     scripted,
-    transactions,
 )
+from saga_worker.recording import transactions
 
 pytestmark = pytest.mark.postgres
 

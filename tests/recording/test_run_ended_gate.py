@@ -19,12 +19,12 @@ from saga_worker import (
     RunEndedError,
     ToolCall,
     compensate_run,
-    faults,
     open_journal,
     run_durable,
     saga,
     scripted,
 )
+from saga_worker.core import faults
 from saga_worker.journal.records import RunStatus
 from tests.ledger import Ledger, order_tools
 from tests.reads import run_of

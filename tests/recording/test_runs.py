@@ -24,8 +24,8 @@ from saga_worker import (
     scripted,
     stream_durable,
 )
+from saga_worker.core.keys import IdempotencyMode
 from saga_worker.journal.records import RecordStatus, RunStatus
-from saga_worker.keys import IdempotencyMode
 
 
 class Crash(BaseException):

@@ -28,8 +28,8 @@ from saga_worker import (
     scripted,
     stream_durable,
 )
-from saga_worker import calls as calls_module
 from saga_worker.journal.records import RecordStatus, RunStatus, ToolRecord
+from saga_worker.recording import calls as calls_module
 from tests.leases import lapse_execute_lease
 
 

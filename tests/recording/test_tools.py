@@ -21,7 +21,7 @@ from saga_worker import (
     scripted,
 )
 from saga_worker.journal.records import RecordStatus
-from saga_worker.tools import call_hook, check_tools
+from saga_worker.recording.tools import call_hook, check_tools
 from tests.leases import lapse_execute_lease
 from tests.reads import record_of
 

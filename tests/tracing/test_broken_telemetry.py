@@ -19,12 +19,12 @@ from saga_worker import (
     Journal,
     Tool,
     compensate_run,
-    observing,
     run_durable,
     saga,
     scripted,
 )
-from saga_worker.logjson import JsonFormatter
+from saga_worker.observing import guard
+from saga_worker.observing.logjson import JsonFormatter
 from tests.ledger import MemoryLedger, order_script, order_tools
 
 from .spans import BrokenTracing
@@ -53,7 +53,7 @@ class Breakage:
 def breakage(
     request: pytest.FixtureRequest, broken_tracing: BrokenTracing, monkeypatch: pytest.MonkeyPatch
 ) -> Breakage:
-    monkeypatch.setattr(observing, "reported", set())  # what this test breaks is logged afresh
+    monkeypatch.setattr(guard, "reported", set())  # what this test breaks is logged afresh
     return Breakage(request.param, broken_tracing, monkeypatch)
 
 

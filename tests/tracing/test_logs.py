@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from saga_worker import compensate_run, open_journal
-from saga_worker.logjson import JsonFormatter
+from saga_worker.observing.logjson import JsonFormatter
 
 from .conftest import Spans
 from .order import LOGGING_TOOLS, record_order

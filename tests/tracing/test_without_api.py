@@ -15,7 +15,8 @@ if sys.argv[2] == "absent":
     for name in [n for n in sys.modules if n == "opentelemetry" or n.startswith("opentelemetry.")]:
         del sys.modules[n]
     sys.modules["opentelemetry"] = None  # import opentelemetry... raises ImportError, as when it is absent
-from saga_worker import compensate_run, open_journal, saga, tracing
+from saga_worker import compensate_run, open_journal, saga
+from saga_worker.observing import tracing
 from tests.tracing.order import INPUTS, order_tools, record_order
 journal = open_journal(sys.argv[1])
 record_order(journal, "run-1")

@@ -1,7 +1,7 @@
 """The Django admin's pages for saga-worker (registered when ``django.contrib.admin`` is installed
 with this app): the runs, filtered and searched, and each run's calls, unwinds, pending decisions and
-audit trail, read-only, through :mod:`saga_worker.views` as the console reads them. Its actions go
-through :mod:`saga_worker.actions` as the console's do: compensate (a dry run first, then confirmed
+audit trail, read-only, through :mod:`saga_worker.operating.views` as the console reads them. Its actions go
+through :mod:`saga_worker.operating.actions` as the console's do: compensate (a dry run first, then confirmed
 with a reason), re-drive, approve or deny a suspended call or a gated compensation, each with a
 reason, each checked against the Django user's permissions and written to the audit trail with the
 user's name as its actor (via ``console``: the admin is an operator's console)."""
@@ -17,9 +17,10 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllow
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
-from ... import actions, executor, views
+from ... import executor
 from ...errors import SagaError
 from ...journal.records import RunQuery, RunStatus, UnwindState, contains_words
+from ...operating import actions, views
 from ...settings import get_settings
 from . import journal
 from .models import Run

@@ -8,7 +8,7 @@ from django.apps import AppConfig
 
 
 def open_atomic_block() -> str | None:
-    """The probe for :mod:`saga_worker.transactions`: a transaction of the app's open on any of
+    """The probe for :mod:`saga_worker.recording.transactions`: a transaction of the app's open on any of
     Django's connections in this thread, which the call's record (on the journal's own connection)
     does not join: an ``atomic()`` block (a TestCase's own per-test block is not the app's, and is
     ignored), or a connection whose autocommit is off (``transaction.set_autocommit(False)``, or
@@ -33,7 +33,7 @@ class SagaWorkerConfig(AppConfig):  # type: ignore[misc]
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
-        from ... import transactions
+        from ...recording import transactions
         from ...settings import get_settings
 
         transactions.add_probe(open_atomic_block)

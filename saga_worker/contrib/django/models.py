@@ -1,5 +1,5 @@
 """The admin's model: no table of its own (``managed = False``; the journal's tables are Alembic's,
-read through :mod:`saga_worker.views` as the console reads them). It gives the admin its page under
+read through :mod:`saga_worker.operating.views` as the console reads them). It gives the admin its page under
 the app's label and the permissions their content type: ``saga_worker.view_run``,
 ``saga_worker.compensate_run`` (compensate or re-drive a run) and ``saga_worker.decide`` (approve or
 deny a suspended call or a gated compensation)."""

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from ...storable import storable_or_none
+from ...core.storable import storable_or_none
 from ..records import ClaimAttempt, ClaimStatus, CompensationClaim, parse_status
 from .common import MemoryState
 

@@ -8,8 +8,8 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from ...core.keys import canonical_json
 from ...errors import CompensatedRunError, RunEndedError, UnknownRunError
-from ...keys import canonical_json
 from ..records import NewAudit, RecordStatus, RunInfo, RunStatus, ToolRecord, UnwindState, parse_status
 
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ...storable import storable_or_none
+from ...core.storable import storable_or_none
 from ..records import NewRecord, RecordStatus, ToolRecord, UnwindState
 from .common import MemoryState, record_out
 from .common import copy_json as _copy

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from ...core.storable import storable_or_none
 from ...errors import CompensatedRunError, RunEndedError, UnknownRunError
-from ...storable import storable_or_none
 from ..records import NewAudit, RunInfo, RunQuery, RunStatus, UnwindState, contains_words
 from .common import MemoryState, run_out
 from .common import copy_json as _copy

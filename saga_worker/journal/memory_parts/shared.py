@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ...storable import storable_or_none
+from ...core.storable import storable_or_none
 from ..records import SharedAction, SharedStatus
 from .common import MemoryState
 from .common import copy_json as _copy

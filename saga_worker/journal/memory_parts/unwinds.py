@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from ...core.storable import storable_or_none
 from ...errors import MalformedRecordError
-from ...storable import storable_or_none
 from ..records import NewAudit, RunInfo, UnwindInfo, UnwindState
 from ..tombstone import check_not_condemned_row
 from .common import MemoryState, run_out

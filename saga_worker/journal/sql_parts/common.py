@@ -17,8 +17,8 @@ from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 
+from ...core.keys import canonical_json
 from ...errors import MalformedRecordError
-from ...keys import canonical_json
 from .. import driver
 from ..dialects import DialectPolicy, policy_for
 from ..driver import Prepared

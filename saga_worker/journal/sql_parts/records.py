@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
-from ...storable import storable_or_none
+from ...core.storable import storable_or_none
 from .. import driver
 from ..driver import Prepared
 from ..records import NewRecord, RecordStatus, ToolRecord, UnwindState, parse_status

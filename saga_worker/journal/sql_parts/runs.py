@@ -8,8 +8,8 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
+from ...core.storable import storable_or_none
 from ...errors import CompensatedRunError, RunExistsError, UnknownRunError
-from ...storable import storable_or_none
 from .. import driver
 from ..dialects import policy_for
 from ..driver import Prepared

@@ -9,8 +9,8 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
+from ...core.storable import storable_or_none
 from ...errors import MalformedRecordError
-from ...storable import storable_or_none
 from .. import driver
 from ..driver import Prepared
 from ..records import ClaimStatus, StepFinish, StepView, UnwindInfo

@@ -4,7 +4,7 @@ person: ``refund`` before it executes, ``reserve``'s compensation before it runs
 from typing import Any
 
 from saga_worker import CallOptions, Tool
-from saga_worker.demo import TOOLS as DEMO
+from saga_worker.contrib.demo import TOOLS as DEMO
 
 UNDONE: list[str] = []  # what each compensation undid, in this process (the admin's tests read it)
 

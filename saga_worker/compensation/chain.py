@@ -16,30 +16,28 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .. import tracing
-from ..audit import check_via
-from ..checks import check_run_id, check_step_suffix, check_unwind_id
-from ..compensation.attempt import StepAttempt, Twins, Unwinding
-from ..compensation.engine import (
+from ..core.checks import check_run_id, check_step_suffix, check_unwind_id
+from ..errors import InvalidInputError, MalformedRecordError
+from ..journal.base import Journal
+from ..journal.records import ReportView, StepView, UnwindInfo
+from ..locks.base import StepLock
+from ..observing import tracing
+from ..recording.tools import Tool
+from .actors import check_via
+from .attempt import StepAttempt, Twins, Unwinding, entry_for, missing_record_entry
+from .engine import (
     UNWOUND,
     UnwindRequest,
     build_report,
-    entry_for,
     finish_unwind,
-    missing_record_entry,
 )
-from ..compensation.report import (
+from .report import (
     CompensationEntry,
     CompensationReport,
     CompensationStatus,
     halts,
     until_halt,
 )
-from ..errors import InvalidInputError, MalformedRecordError
-from ..journal.base import Journal
-from ..journal.records import ReportView, StepView, UnwindInfo
-from ..locks.base import StepLock
-from ..tools import Tool
 
 # A fresh unwind owns its run for this many claim TTLs before the sweeper may re-drive it: condemn
 # makes the run due at once, and re-driving an unwind that is running right now would only say busy.

@@ -12,8 +12,8 @@ import re
 from enum import Enum
 from typing import Any, TypeVar
 
+from ..errors import InvalidInputError
 from .display import neutral
-from .errors import InvalidInputError
 from .storable import text_problem
 
 E = TypeVar("E", bound=Enum)
@@ -177,7 +177,7 @@ def check_reason(reason: object) -> str:
 
 
 def check_choice(value: object, kind: type[E], name: str) -> E:
-    """One of an enumeration's values (``via`` of the audit trail: ``audit.check_via``)."""
+    """One of an enumeration's values (``via`` of the audit trail: ``compensation.actors.check_via``)."""
     try:
         return kind(value)
     except ValueError:

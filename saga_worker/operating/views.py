@@ -18,12 +18,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from .audit import audit_dict
-from .checks import check_run_id
-from .compensation.report import CompensationStatus, halted_at, until_halt
-from .errors import InvalidInputError
-from .journal.parts import AuditPart, ClaimsPart, RecordsPart, RunsPart, UnwindsPart
-from .journal.records import (
+from ..compensation.report import CompensationStatus, halted_at, until_halt
+from ..core.checks import check_run_id
+from ..core.keys import canonical_json, compensate_key, execute_key
+from ..core.redact import SECRET_KEYS, redact_secrets, redact_text, redact_value
+from ..errors import InvalidInputError
+from ..journal.parts import AuditPart, ClaimsPart, RecordsPart, RunsPart, UnwindsPart
+from ..journal.records import (
     AuditRecord,
     ClaimStatus,
     CompensationClaim,
@@ -36,9 +37,8 @@ from .journal.records import (
     UnwindState,
     contains_words,
 )
-from .keys import canonical_json, compensate_key, execute_key
-from .redact import SECRET_KEYS, redact_secrets, redact_text, redact_value
-from .tools import Tool
+from ..recording.tools import Tool
+from .audit import audit_dict
 
 PREVIEW_CHARS = 240
 WHOLE_INLINE_CHARS = 20_000  # a value up to this long is also shown whole on the page; beyond, downloaded

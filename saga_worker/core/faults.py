@@ -130,7 +130,7 @@ def configure(spec: str = "", directory: str = "") -> None:
     if (rules or directory) and not _enabled:
         raise FaultsNotEnabledError(
             "fault injection is not enabled in this process: only the test harness arms fault points "
-            "(saga_worker.faults.enable())"
+            "(saga_worker.core.faults.enable())"
         )
     _rules, _dir = rules, directory
     _armed = bool(_rules or _dir)
@@ -150,7 +150,7 @@ def calling(
     if not _enabled:
         raise FaultsNotEnabledError(
             "fault injection is not enabled in this process: only the test harness arms fault points "
-            "(saga_worker.faults.enable())"
+            "(saga_worker.core.faults.enable())"
         )
     rule = Rule(name, "call", 0.0, match, times, callback=callback)
     _rules.append(rule)

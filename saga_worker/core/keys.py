@@ -9,7 +9,7 @@ import hashlib
 import json
 from typing import Any, Literal
 
-from .errors import InvalidInputError
+from ..errors import InvalidInputError
 from .storable import has_surrogate, surrogate_problem
 
 IdempotencyMode = Literal["call", "args", "cross-run"]

@@ -9,14 +9,19 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from .. import process_id
+from . import process_id
 
 log = logging.getLogger(__name__)
+_HOST = socket.gethostname()[:40]
+_OWNER_NONCE = uuid.uuid4().hex[:6]  # with the pid, tells this process from an earlier one of the same pid
+_owner_counter = itertools.count(1)
 
 Renew = Callable[[], bool]
 
@@ -122,3 +127,10 @@ class LeaseKeeper:
 
 
 keeper = LeaseKeeper()
+
+
+def new_owner(tag: str = "") -> str:
+    """An owner token, unique per attempt, that also tells a person where the holder ran.
+
+    A counter rather than a fresh uuid per attempt: this is on every step's path."""
+    return f"{_HOST}:{process_id.current()}:{tag or f'{_OWNER_NONCE}{next(_owner_counter)}'}"[:100]

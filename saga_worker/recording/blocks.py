@@ -23,11 +23,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from . import tracing
-from .calls import CallSettler
-from .checks import check_call_id, check_run_id, check_storable_text
-from .decisions import decoded_calls, encode_decision
-from .errors import (
+from ..core.checks import check_call_id, check_run_id, check_storable_text
+from ..core.keys import canonical_json, record_suffix
+from ..core.storable import exception_text
+from ..errors import (
     CompensatedRunError,
     InvalidInputError,
     ReplayMismatchError,
@@ -36,12 +35,13 @@ from .errors import (
     ToolFailedError,
     UnknownToolError,
 )
-from .journal.base import Journal
-from .journal.records import RecordStatus, RunInfo, RunStatus
-from .keys import canonical_json, record_suffix
+from ..journal.base import Journal
+from ..journal.records import RecordStatus, RunInfo, RunStatus
+from ..observing import tracing
+from .calls import CallSettler
+from .decisions import decoded_calls, encode_decision
 from .planning import ToolCall
 from .run_events import RunEvent, RunResult
-from .storable import exception_text
 from .tools import Tool, check_tools
 
 _MAX_APPEND_RETRIES = 20

@@ -11,17 +11,18 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from . import faults, tracing, transactions
-from .calls_shared import SharedCalls
-from .compensation.engine import new_owner
-from .compensation.leases import keeper
-from .errors import InvalidInputError, OpenTransactionError, SideEffectRetryBlockedError, UnknownToolError
-from .journal.base import Journal
-from .journal.records import NO_EFFECT_OUTPUT, NewRecord, RecordStatus, SharedStatus, ToolRecord
-from .keys import execute_key, json_problem, record_suffix
+from ..core import faults
+from ..core.keys import execute_key, json_problem, record_suffix
+from ..core.leases import keeper, new_owner
+from ..core.storable import exception_text
+from ..errors import InvalidInputError, OpenTransactionError, SideEffectRetryBlockedError, UnknownToolError
+from ..journal.base import Journal
+from ..journal.records import NO_EFFECT_OUTPUT, NewRecord, RecordStatus, SharedStatus, ToolRecord
+from ..observing import tracing
+from ..settings import get_settings
+from . import transactions
 from .run_events import RunEvent
-from .settings import get_settings
-from .storable import exception_text
+from .shared_calls import SharedCalls
 from .tools import CallOptions, NoEffect, Tool, ask_recover, call_hook
 
 _MAX_RACE_RETRIES = 5

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .journal.records import RunInfo, RunStatus
+from ..journal.records import RunInfo, RunStatus
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from functools import wraps
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("saga_worker.observing")  # the name the docs give (operations, tracing)
 
 P = ParamSpec("P")
 R = TypeVar("R")

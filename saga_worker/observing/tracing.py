@@ -28,10 +28,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
-from .keys import canonical_json
-from .observing import failed, harmless, quietly
-from .redact import redact_secrets, redact_text
-from .settings import get_settings
+from ..core.keys import canonical_json
+from ..core.redact import redact_secrets, redact_text
+from ..settings import get_settings
+from .guard import failed, harmless, quietly
 
 try:  # the optional extra: saga-worker[otel]
     from opentelemetry import context as otel_context
@@ -145,7 +145,7 @@ def tracer() -> Any:
     """saga-worker's tracer (the global provider's: set it before or after importing saga_worker)."""
     global _tracer
     if _tracer is None:
-        from .version import __version__
+        from ..version import __version__
 
         _tracer = otel.get_tracer(TRACER_NAME, __version__)
     return _tracer

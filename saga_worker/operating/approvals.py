@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from .audit import check_via
-from .checks import check_actor, check_reason, check_run_id
-from .errors import ApprovalError, CompensatedRunError, RunEndedError, UnknownRunError
-from .journal.parts import AuditPart, RecordsPart, RunsPart
-from .journal.records import (
+from ..compensation.actors import check_via
+from ..core.checks import check_actor, check_reason, check_run_id
+from ..errors import ApprovalError, CompensatedRunError, RunEndedError, UnknownRunError
+from ..journal.parts import AuditPart, RecordsPart, RunsPart
+from ..journal.records import (
     AuditAction,
     AuditVia,
     CompensationGate,

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from .observing import failed
+from .guard import failed
 
 log = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import tracing
-from .checks import check_tool_name
-from .errors import InvalidInputError
-from .keys import IdempotencyMode
-from .storable import exception_text
+from ..core.checks import check_tool_name
+from ..core.keys import IdempotencyMode
+from ..core.storable import exception_text
+from ..errors import InvalidInputError
+from ..observing import tracing
 
 
 @dataclass(frozen=True)

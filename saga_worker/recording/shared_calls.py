@@ -6,13 +6,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import faults, tracing
-from .errors import SideEffectRetryBlockedError
-from .journal.base import Journal
-from .journal.records import NewRecord, RecordStatus, SharedAction, SharedStatus, ToolRecord
-from .keys import CROSS_MODE, json_problem, shared_key
+from ..core import faults
+from ..core.keys import CROSS_MODE, json_problem, shared_key
+from ..core.storable import exception_text
+from ..errors import SideEffectRetryBlockedError
+from ..journal.base import Journal
+from ..journal.records import NewRecord, RecordStatus, SharedAction, SharedStatus, ToolRecord
+from ..observing import tracing
 from .run_events import RunEvent
-from .storable import exception_text
 from .tools import CallOptions, RecoverRefusal, RecoverResult, Tool, ask_recover, call_hook
 
 # How long a cross-run call waits for another run that is executing the same shared call.

@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from . import tracing
+from ..core.checks import check_run_id, check_storable_text
+from ..errors import CompensatedRunError, InvalidInputError, UnknownRunError
+from ..journal.base import Journal
+from ..journal.records import RunInfo, RunStatus
+from ..observing import tracing
 from .calls import CallSettler
-from .checks import check_run_id, check_storable_text
 from .decisions import decoded_calls, encode_decision
-from .errors import CompensatedRunError, InvalidInputError, UnknownRunError
-from .journal.base import Journal
-from .journal.records import RunInfo, RunStatus
 from .planning import CallResult, Planner, RunState
 from .run_events import EventKind, PendingCall, RunEvent, RunResult
 from .tools import Tool, check_tools

@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .checks import check_call_id, check_storable_text
-from .errors import InvalidInputError, MalformedRecordError, UnknownToolError
-from .keys import canonical_json
+from ..core.checks import check_call_id, check_storable_text
+from ..core.keys import canonical_json
+from ..core.storable import bounded_error, storable_text
+from ..errors import InvalidInputError, MalformedRecordError, UnknownToolError
 from .planning import Finish, ToolCall
-from .storable import bounded_error, storable_text
 from .tools import Tool
 
 

@@ -24,10 +24,10 @@ from typing import Protocol
 
 from tenacity import RetryCallState, Retrying, wait_exponential
 
-from .. import metrics
 from ..errors import MalformedRecordError
 from ..journal.parts import AuditPart, UnwindsPart
 from ..journal.records import AuditAction, UnwindState
+from ..observing import metrics
 from ..settings import SagaSettings, get_settings
 
 log = logging.getLogger(__name__)

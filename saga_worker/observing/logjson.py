@@ -12,9 +12,9 @@ import logging
 import time
 from typing import Any
 
+from ..settings import get_settings
 from . import tracing
-from .observing import failed
-from .settings import get_settings
+from .guard import failed
 
 # Attributes every LogRecord has: anything else on a record was passed by its writer (``extra=``).
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
