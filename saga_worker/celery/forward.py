@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import executor
-from ..journal.base import Journal
+from ..journal.roles import RunJournal
 from ..recording.blocks import saga
 from ..recording.tools import Tool
 
@@ -27,7 +27,7 @@ def record_call(
     id: str,  # noqa: A002
     finish: bool = False,
     prompt: str = "",
-    journal: Journal | None = None,
+    journal: RunJournal | None = None,
     tools: Mapping[str, Tool] | None = None,
 ) -> Any:
     """Call ``tool_name`` once as call ``id`` of run ``run_id`` and return its output.

@@ -39,7 +39,7 @@ from ..core.checks import check_run_id, check_tool_name
 from ..core.keys import canonical_json, hash16
 from ..core.storable import exception_text
 from ..errors import CompensatedRunError, InvalidInputError, OutOfLineCallError, ToolFailedError
-from ..journal.base import Journal
+from ..journal.roles import RunJournal
 from ..recording.blocks import saga
 from ..recording.tools import CallOptions, NoEffect, Tool, check_tools
 from . import _CURRENT_CALL, _CURRENT_NOTES, said_no_effect
@@ -130,7 +130,7 @@ class AgentJournal:
     or any ``Tool``, whose own ``execute`` is not used: the framework executes)."""
 
     def __init__(
-        self, run_id: str, *, journal: Journal, tools: Mapping[str, Tool] | None = None, prompt: str = ""
+        self, run_id: str, *, journal: RunJournal, tools: Mapping[str, Tool] | None = None, prompt: str = ""
     ) -> None:
         self.run_id = check_run_id(run_id)
         self.journal = journal

@@ -50,7 +50,7 @@ except ImportError:  # pragma: no cover - a langchain-core that moved them
 
 from ..core.checks import check_run_id
 from ..errors import InvalidInputError
-from ..journal.base import Journal
+from ..journal.roles import RunJournal
 from ..recording.tools import Tool, check_tools
 from ._agent import AgentJournal, HistoryCall, Outcome, Slot, slot_of
 
@@ -62,7 +62,7 @@ class SagaMiddleware(AgentMiddleware[Any, Any, Any]):
     ``run_id`` if given (one saga run whatever the thread)."""
 
     def __init__(
-        self, *, journal: Journal, tools: Mapping[str, Tool] | None = None, run_id: str | None = None
+        self, *, journal: RunJournal, tools: Mapping[str, Tool] | None = None, run_id: str | None = None
     ) -> None:
         super().__init__()
         self.journal = journal

@@ -53,7 +53,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the missing-extra 
 
 from ..core.checks import check_run_id
 from ..errors import InvalidInputError, SagaError
-from ..journal.base import Journal
+from ..journal.roles import RunJournal
 from ..recording.tools import Tool, check_tools
 from ._agent import AgentJournal, HistoryCall, Slot, slot_of
 
@@ -301,7 +301,7 @@ class SagaRunner:
     it open); one that stops for approvals stays open for its resume."""
 
     def __init__(
-        self, *, journal: Journal, tools: Mapping[str, Tool] | None = None, finish: bool = True
+        self, *, journal: RunJournal, tools: Mapping[str, Tool] | None = None, finish: bool = True
     ) -> None:
         self.journal = journal
         self.tools = check_tools(tools)

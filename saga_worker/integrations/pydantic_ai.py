@@ -45,7 +45,7 @@ except ImportError as exc:  # pragma: no cover - exercised by the missing-extra 
     raise missing_extra("pydantic_ai", exc) from exc
 
 from ..errors import InvalidInputError
-from ..journal.base import Journal
+from ..journal.roles import RunJournal
 from ..recording.tools import Tool
 from ._agent import AgentJournal, HistoryCall, slot_of
 
@@ -67,7 +67,7 @@ class SagaCapability(AbstractCapability[Any]):
     pydantic-ai refuses a ``run_id`` already in ``message_history``, so a run resumed that way (or
     continued over several agent runs) takes its saga run id from ``run_id`` here."""
 
-    journal: Journal
+    journal: RunJournal
     tools: Mapping[str, Tool] | None = None
     run_id: str | None = None
     finish: bool = True

@@ -35,8 +35,8 @@ from ..errors import (
     ToolFailedError,
     UnknownToolError,
 )
-from ..journal.base import Journal
 from ..journal.records import RecordStatus, RunInfo, RunStatus
+from ..journal.roles import RunJournal
 from ..observing import tracing
 from .calls import CallSettler
 from .decisions import decoded_calls, encode_decision
@@ -50,7 +50,7 @@ _MAX_APPEND_RETRIES = 20
 class SagaRun:
     """The handle a ``saga()`` block gets: ``run.call(tool_name, input, id=None) -> output``."""
 
-    def __init__(self, run_id: str, journal: Journal, tools: Mapping[str, Tool], prompt: str) -> None:
+    def __init__(self, run_id: str, journal: RunJournal, tools: Mapping[str, Tool], prompt: str) -> None:
         self.run_id = check_run_id(run_id)
         self.calls = CallSettler(self.run_id, journal, check_tools(tools))
         check_storable_text(prompt, "prompt", run_id=self.run_id)
@@ -197,7 +197,7 @@ def _failure_text(exc: BaseException) -> str:
 def saga(
     run_id: str,
     *,
-    journal: Journal,
+    journal: RunJournal,
     tools: Mapping[str, Tool],
     prompt: str = "",
     finish: bool = True,

@@ -1,5 +1,6 @@
 """Settling one tool call of a run: claim before execute, replay of a recorded outcome, recover or
-retry of an interrupted call, execute under a lease, the cross-run window (``calls_shared.py``).
+retry of an interrupted call, execute under a lease; a cross-run call goes to the ``SharedCalls``
+the settler holds (``shared_calls.py``).
 
 Durable runs (``runs.py``, a planner's decisions) and ``saga()`` blocks (``blocks.py``, the code's
 calls) both hold a ``CallSettler`` for their run and settle every call through it.
@@ -16,14 +17,14 @@ from ..core.keys import execute_key, json_problem, record_suffix
 from ..core.leases import keeper, new_owner
 from ..core.storable import exception_text
 from ..errors import InvalidInputError, OpenTransactionError, SideEffectRetryBlockedError, UnknownToolError
-from ..journal.base import Journal
 from ..journal.records import NO_EFFECT_OUTPUT, NewRecord, RecordStatus, SharedStatus, ToolRecord
+from ..journal.roles import RunJournal
 from ..observing import tracing
 from ..settings import get_settings
 from . import transactions
-from .run_events import RunEvent
+from .run_events import RunEvent, event_of
 from .shared_calls import SharedCalls
-from .tools import CallOptions, NoEffect, Tool, ask_recover, call_hook
+from .tools import CallOptions, NoEffect, Tool, ask_recover, call_hook, usable_recover_answer
 
 _MAX_RACE_RETRIES = 5
 # How long a call waits for another process that is executing the same record before giving up.
@@ -38,13 +39,14 @@ def must_be_durable(tool: Tool) -> bool:
     return tool.side_effect and not tool.idempotent
 
 
-class CallSettler(SharedCalls):
+class CallSettler:
     """Settles the calls of one run (``run_id`` and ``tools`` checked by the caller)."""
 
-    def __init__(self, run_id: str, journal: Journal, tools: Mapping[str, Tool]) -> None:
+    def __init__(self, run_id: str, journal: RunJournal, tools: Mapping[str, Tool]) -> None:
         self.run_id = run_id
         self.journal = journal
         self.tools = tools
+        self.shared = SharedCalls(run_id, journal)
         # The execute lease: renewed every ttl/3 while execute runs; a holder that stops renewing (dead,
         # or cut off from the journal) is judged gone once it expires.
         self.ttl = get_settings().claim_ttl
@@ -63,6 +65,12 @@ class CallSettler(SharedCalls):
         event = self._settle_record(step, tool, suffix, call_id, tool_name, input)
         self.settled.add(suffix)
         return event
+
+    def event(
+        self, step: int, record: ToolRecord, outcome: Any, *, output: Any = None, error: str | None = None
+    ) -> RunEvent:
+        """The ``tool`` event of a call of this run, settled as ``record`` says."""
+        return event_of(self.run_id, step, record, outcome, output=output, error=error)
 
     def refuse_new_in_open_transaction(self, call_id: str, tool_name: str, input: Any) -> None:
         """Refuse a new side-effecting call made inside the app's open transaction before its
@@ -115,7 +123,7 @@ class CallSettler(SharedCalls):
         concurrent writer changed the record first and the caller should look at it again."""
         record = self.journal.get_record(self.run_id, suffix)
         if tool.idempotency == "cross-run" and (record is None or record.status is RecordStatus.MIRRORED):
-            return self._cross(step, tool, suffix, call_id, tool_name, input, record)
+            return self.shared.settle(step, tool, suffix, call_id, tool_name, input, record, trace=self.trace)
         if record is None:
             return self._claim_new(step, tool, suffix, call_id, tool_name, input)
         if record.status is RecordStatus.APPROVED:
@@ -209,7 +217,7 @@ class CallSettler(SharedCalls):
         if record.status is RecordStatus.MIRRORED and record.shared_id is not None:
             action = self.journal.get_shared(record.shared_id)
             if action is not None and action.status is SharedStatus.SUCCEEDED:
-                return self._shared_event(step, record, action, "replayed")
+                return self.shared.replay(step, record, action)
         return None
 
     def _recover_or_retry(self, step: int, tool: Tool, record: ToolRecord) -> RunEvent | None:
@@ -233,8 +241,8 @@ class CallSettler(SharedCalls):
             pass
         elif tool.recover is not None:
             opts = CallOptions(self._execute_key(record), record.tool_call_id, self.run_id)
-            answer = self._recovered(
-                record, ask_recover(tool, record.input, opts, tool_name=record.tool_name)
+            answer = usable_recover_answer(
+                self.run_id, record, ask_recover(tool, record.input, opts, tool_name=record.tool_name)
             )
             if answer.done:
                 resolved = self.journal.resolve_record(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ..journal.records import RunInfo, RunStatus
+from ..journal.records import RunInfo, RunStatus, ToolRecord
 
 
 @dataclass(frozen=True)
@@ -56,3 +56,17 @@ class RunEvent:
         Literal["executed", "replayed", "recovered", "failed", "denied", "suspended", "shared"] | None
     ) = None
     result: RunResult | None = None
+
+
+def event_of(
+    run_id: str, step: int, record: ToolRecord, outcome: Any, *, output: Any = None, error: str | None = None
+) -> RunEvent:
+    """The ``tool`` event of a settled call, from its record: a replayed or recovered call hands on
+    the journaled output, a denied one the reason it was denied."""
+    if outcome in ("replayed", "recovered"):
+        output = record.output
+    if outcome == "denied":
+        error = record.error or f"call was {record.status.value}"
+    return RunEvent(
+        "tool", run_id, step, record.tool_call_id, record.tool_name, record.input, output, error, outcome
+    )

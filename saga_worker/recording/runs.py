@@ -11,8 +11,8 @@ from typing import Any
 
 from ..core.checks import check_run_id, check_storable_text
 from ..errors import CompensatedRunError, InvalidInputError, UnknownRunError
-from ..journal.base import Journal
 from ..journal.records import RunInfo, RunStatus
+from ..journal.roles import RunJournal
 from ..observing import tracing
 from .calls import CallSettler
 from .decisions import decoded_calls, encode_decision
@@ -38,7 +38,7 @@ __all__ = [
 def run_durable(
     run_id: str,
     *,
-    journal: Journal,
+    journal: RunJournal,
     tools: Mapping[str, Tool],
     planner: Planner,
     prompt: str = "",
@@ -57,7 +57,7 @@ def run_durable(
 def stream_durable(
     run_id: str,
     *,
-    journal: Journal,
+    journal: RunJournal,
     tools: Mapping[str, Tool],
     planner: Planner,
     prompt: str = "",
@@ -75,7 +75,7 @@ def stream_durable(
 
 
 def resume_run(
-    run_id: str, *, journal: Journal, tools: Mapping[str, Tool], planner: Planner, max_steps: int = 20
+    run_id: str, *, journal: RunJournal, tools: Mapping[str, Tool], planner: Planner, max_steps: int = 20
 ) -> RunResult:
     """Continue a stopped or crashed run from its journal (replaying what it already did)."""
     loop = _RunLoop(run_id, journal, tools, planner, max_steps)
@@ -91,7 +91,7 @@ def resume_run(
     return result
 
 
-def fork_run(journal: Journal, run_id: str, step: int, new_run_id: str) -> str:
+def fork_run(journal: RunJournal, run_id: str, step: int, new_run_id: str) -> str:
     """Copy the run's first ``step`` decisions and the tool records they produced into ``new_run_id``."""
     check_run_id(run_id)
     check_run_id(new_run_id)
@@ -115,7 +115,7 @@ class _RunLoop:
     """One run's loop: replays journaled decisions and records, asks the planner for the rest."""
 
     def __init__(
-        self, run_id: str, journal: Journal, tools: Mapping[str, Tool], planner: Planner, max_steps: int
+        self, run_id: str, journal: RunJournal, tools: Mapping[str, Tool], planner: Planner, max_steps: int
     ) -> None:
         self.run_id = check_run_id(run_id)
         self.tools = check_tools(tools)

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.checks import check_tool_name
-from ..core.keys import IdempotencyMode
+from ..core.keys import IdempotencyMode, json_problem
 from ..core.storable import exception_text
-from ..errors import InvalidInputError
+from ..errors import InvalidInputError, SideEffectRetryBlockedError
+from ..journal.records import ToolRecord
 from ..observing import tracing
 
 
@@ -299,6 +300,26 @@ def _ask_recover(tool: Tool, input: Any, opts: CallOptions) -> RecoverResult | R
         return RecoverRefusal(f"recover raised {exception_text(exc)}", exc)
     if not isinstance(answer, RecoverResult):
         return RecoverRefusal(f"recover answered {type(answer).__name__}, not a RecoverResult")
+    return answer
+
+
+def usable_recover_answer(
+    run_id: str, record: ToolRecord, answer: RecoverResult | RecoverRefusal
+) -> RecoverResult:
+    """``recover``'s answer, if the run can act on it: one that cannot be used, or whose output
+    cannot be journaled, refuses to execute the call again rather than risk a second effect."""
+    if isinstance(answer, RecoverRefusal):
+        raise SideEffectRetryBlockedError(
+            run_id, record.tool_call_id, record.tool_name, answer.reason
+        ) from answer.cause
+    problem = json_problem(answer.output) if answer.done else None
+    if problem is not None:
+        raise SideEffectRetryBlockedError(
+            run_id,
+            record.tool_call_id,
+            record.tool_name,
+            f"the output recover answered cannot be journaled: {problem}",
+        )
     return answer
 
 

@@ -20,10 +20,12 @@ from saga_worker import (
     compensate_run,
     resume_run,
     run_durable,
+    saga,
     scripted,
 )
 from saga_worker.core.keys import hash16
 from saga_worker.journal.records import RecordStatus
+from saga_worker.journal.roles import RunJournal
 from tests.ledger import Ledger, MemoryLedger, open_ledger
 from tests.reads import record_of, shared_of
 
@@ -68,6 +70,36 @@ def test_identical_calls_of_two_runs_in_the_window_share_one_execution(journal: 
         assert mirror is not None and mirror.status is RecordStatus.MIRRORED
         assert mirror.shared_id == f"{KEY}:1"
     assert shared_of(journal, f"{KEY}:1").output == {"sent": run_id}
+
+
+class RunRoleOnly:
+    """A journal seen through ``RunJournal`` alone: any other method is out of reach, as it is for
+    the modules typed against the role (mypy checks the annotations; this checks the calls)."""
+
+    def __init__(self, journal: Journal) -> None:
+        self._journal = journal
+        self._role = {name for name in dir(RunJournal) if not name.startswith("_")}
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self._role:
+            raise AttributeError(f"{name!r} is not a RunJournal method")
+        return getattr(self._journal, name)
+
+
+def test_runs_blocks_and_shared_executions_need_nothing_beyond_the_run_journal_role(
+    journal: Journal, run_id: str
+) -> None:
+    ledger = MemoryLedger()
+    tools = cross_tools(ledger)
+    role: RunJournal = RunRoleOnly(journal)
+    both = scripted(ToolCall("charge", {"amount": 1}), ToolCall("notify", INPUT))
+    first = run_durable(run_id, journal=role, tools=tools, planner=both)
+    replayed = resume_run(run_id, journal=role, tools=tools, planner=both)
+    with saga(run_id + "-b", journal=role, tools=tools) as block:
+        mirrored = block.call("notify", INPUT)
+    assert (first.status, replayed.status, mirrored) == ("finished", "finished", {"sent": run_id})
+    assert ledger.call_counts("execute:notify") == {KEY: 1}
+    assert record_of(journal, run_id + "-b", "call-1").status is RecordStatus.MIRRORED
 
 
 def test_mirrors_are_untouched_by_any_runs_unwind(journal: Journal, run_id: str) -> None:
