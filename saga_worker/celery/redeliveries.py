@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from ..journal.parts import UnwindsPart
+from ..journal.roles import UnwindJournal
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def redelivered(request: Any) -> bool:
 
 
 @contextmanager
-def counted(request: Any, journal: UnwindsPart, limit: int) -> Iterator[Delivery]:
+def counted(request: Any, journal: UnwindJournal, limit: int) -> Iterator[Delivery]:
     """This delivery of ``request``'s task, counted (durably, before the body runs) when it is a
     redelivery; the count goes when the task ends in any way its process survives."""
     task_id = str(getattr(request, "id", "") or "")

@@ -6,23 +6,24 @@ step tasks pass ``Twins``: the deliveries of one step message (a redelivery, a d
 token, so an attempt can tell a claim of its own step from a stranger's. That decides three things
 here too: a live twin holding the step makes this delivery stand down (``None``), a busy claim held
 by a twin is that twin's to finish, and a step a twin already undid is this unwind's compensation.
+
+The verdict's rules are all here; three helpers it asks live beside it: ``twins.Twins`` (who else
+holds the step), ``recovery.what_happened`` (rule 2: what the call did, ``recover`` asked) and
+``entries.entry_for`` (the entry as it is written).
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from ..core import faults
-from ..core.keys import compensate_key, execute_key
+from ..core.keys import compensate_key
 from ..core.leases import keeper, new_owner
 from ..core.storable import exception_text
-from ..journal.base import Journal
 from ..journal.records import (
     ClaimStatus,
     CompensationClaim,
@@ -31,11 +32,15 @@ from ..journal.records import (
     ToolRecord,
     UnwindState,
 )
+from ..journal.roles import UnwindJournal
 from ..locks.base import StepLock
 from ..observing import metrics, tracing
-from ..recording.tools import CallOptions, RecoverRefusal, RecoverResult, Tool, ask_recover, call_hook
+from ..recording.tools import CallOptions, Tool, call_hook
+from .entries import entry_for
 from .hookcall import HookCall
+from .recovery import Settled, what_happened
 from .report import CompensationEntry, CompensationStatus
+from .twins import Twins
 
 log = logging.getLogger(__name__)
 S = CompensationStatus
@@ -83,50 +88,11 @@ def _what_the_claim_tells(claim: CompensationClaim | None, key: str) -> str:
     )
 
 
-def entry_for(
-    record: ToolRecord,
-    status: CompensationStatus,
-    error: str | None = None,
-    attempts: int = 0,
-    *,
-    needs_approval: bool = False,
-) -> CompensationEntry:
-    return CompensationEntry(
-        needs_approval=needs_approval,
-        suffix=record.suffix,
-        tool_call_id=record.tool_call_id,
-        tool_name=record.tool_name,
-        status=status,
-        error=error,
-        record_status=record.status.value,
-        origin_run_id=record.origin_run_id,
-        attempts=attempts,
-        idempotency_key=compensate_key(record.origin_run_id, record.suffix),
-    )
-
-
-def missing_record_entry(
-    run_id: str, suffix: str, status: CompensationStatus, error: str | None = None
-) -> CompensationEntry:
-    """The entry of a worklist step whose tool record is not in the journal (records are never
-    deleted: say so honestly rather than crash the worker)."""
-    return CompensationEntry(
-        suffix=suffix,
-        tool_call_id="",
-        tool_name="",
-        status=status,
-        error=error,
-        record_status="missing",
-        idempotency_key=compensate_key(run_id, suffix),
-        origin_run_id=run_id,
-    )
-
-
 @dataclass(frozen=True)
 class Unwinding:
     """What every step of one unwind shares."""
 
-    journal: Journal
+    journal: UnwindJournal
     run_id: str
     tools: Mapping[str, Tool]
     ttl: float
@@ -134,81 +100,6 @@ class Unwinding:
     lock: StepLock | None = None
     # How an entry names the tools the unwinder has, when a step's tool is not among them.
     tools_named: str = "the tools given"
-
-
-@dataclass(frozen=True)
-class Twins:
-    """The deliveries of one step of one distributed unwind, the same ``token`` for every delivery of
-    that step's message: it owns the step's fast-path lock (so a redelivered task re-takes its dead
-    attempt's lock) and prefixes each delivery's own journal owner (so a delivery can tell its
-    twin's claim from a stranger's). The journal claim itself is per delivery: two live copies can
-    never both hold it.
-
-    ``entry_at`` is where the step's unwind entry goes, ``(unwind_id, position)``: an attempt that
-    writes the claim's outcome writes the entry with it (``Journal.finish_step``, one commit) and
-    keeps the stored one in ``StepAttempt.stored``."""
-
-    token: str
-    sleep: Callable[[float], None] = time.sleep
-    entry_at: tuple[str, int] | None = None
-
-    @classmethod
-    def of(
-        cls,
-        unwind_id: str,
-        suffix: str,
-        sleep: Callable[[float], None] = time.sleep,
-        *,
-        position: int | None = None,
-    ) -> Twins:
-        digest = hashlib.sha256(f"{unwind_id}\n{suffix}".encode()).hexdigest()[:16]
-        entry_at = None if position is None else (unwind_id, position)
-        return cls(f"unwind:{unwind_id[:60]}:{digest}", sleep, entry_at)
-
-    def owns(self, claim_owner: str) -> bool:
-        return claim_owner == self.token or claim_owner.startswith(self.token + ":")
-
-    def new_owner(self) -> str:
-        return f"{self.token}:{uuid.uuid4().hex[:8]}"
-
-    def live_holder(
-        self, journal: Journal, record: ToolRecord, first: CompensationClaim | None, ttl: float
-    ) -> bool:
-        """Is another delivery of this same step alive and holding it right now?
-
-        A live lease held by a delivery of this step means either that attempt died mid-hook (a
-        redelivery: wait out its lease, then take the step over) or a duplicate delivery is running
-        it (a visibility timeout shorter than the hook, a re-sent continuation: leave it alone). A
-        live holder renews its lease every ttl/3, so watch the lease for a little over one renewal
-        period. ``first`` is the claim as the step task read it."""
-        if first is None or first.status is not ClaimStatus.CLAIMED or not self.owns(first.owner):
-            return False
-        if journal.lease_left(first) <= 0:
-            return False
-        waited, interval = 0.0, ttl / 10
-        while waited < ttl * 0.6:
-            self.sleep(interval)
-            waited += interval
-            now = journal.get_claim(record.origin_run_id, record.suffix)
-            if now is None or now.owner != first.owner:
-                return False
-            # Any new deadline is a renewal: one written by a clock that stepped back can be earlier.
-            if now.status is not ClaimStatus.CLAIMED or now.lease_expires_at != first.lease_expires_at:
-                return True  # renewed or finished by the twin
-            if journal.lease_left(now) <= 0:
-                return False
-        # Not renewed: that attempt is dead. Its claim is its own, so wait out the lease; the take-over
-        # is then a compare-and-set on the expired lease, which only one redelivery can win.
-        remaining = journal.lease_left(first)
-        if remaining > 0:
-            self.sleep(remaining + ttl / 20)
-        return False
-
-
-def recover_options(record: ToolRecord, run_id: str) -> CallOptions:
-    """What ``recover`` is asked with: the call's own execute key (the provider knows it by that)."""
-    key = execute_key(record.origin_run_id, record.mode, record.tool_name, record.tool_call_id, record.input)
-    return CallOptions(key, record.tool_call_id, run_id)
 
 
 def _lock_op(op: Callable[..., Any], *args: Any) -> Any:
@@ -305,10 +196,11 @@ class StepAttempt:
         if self.refusal is not None:
             return self._refused(f"{self.refusal}; {_what_the_claim_tells(claim, self.key)}")
         # 2. What happened: an interrupted or failed call may or may not have had its effect.
-        tool = self.unwinding.tools.get(self.record.tool_name)
-        happened = self._what_happened(tool)
-        if isinstance(happened, CompensationEntry):
-            return happened
+        u = self.unwinding
+        tool = u.tools.get(self.record.tool_name)
+        self.record, happened = what_happened(u.journal, u.run_id, self.record, tool)
+        if isinstance(happened, Settled):
+            return self._entry(happened.status, happened.error)
         # 3. Nothing to call. A tool missing altogether says so: the step is skipped, but nothing was
         # undone, and the unwind stays out of complete until the tool is deployed and it is re-driven.
         if tool is None:
@@ -343,54 +235,6 @@ class StepAttempt:
         if self.claims is not None and self.record.status is RecordStatus.SUCCEEDED:
             return self.claims.get(self._where)
         return self.unwinding.journal.get_claim(*self._where)
-
-    def _what_happened(self, tool: Tool | None) -> RecoverResult | CompensationEntry:
-        """A succeeded call's output, a recovered one's, or the entry that settles the step here."""
-        record = self.record
-        if record.status is RecordStatus.SUCCEEDED:
-            return RecoverResult(done=True, output=record.output)
-        if record.had_no_effect:
-            return self._entry(S.SKIPPED_NOT_EXECUTED, "the tool said the call had no effect (NoEffect)")
-        if tool is None or tool.recover is None:
-            why = (
-                f"tool {record.tool_name!r} is not in tools"
-                if tool is None
-                else "the tool has no recover hook"
-            )
-            return self._entry(
-                S.UNCERTAIN,
-                f"call is {record.status.value} and {why}: cannot tell whether its side effect happened",
-            )
-        if record.status is not RecordStatus.RUNNING:
-            return self._probe(tool)
-        # A running record may be a call still executing in a live process (its run was live when
-        # condemned), not a crash: a probe now could read "not done" just before its effect lands and
-        # the step would be lost. The record's execution guard and its execute lease tell the two
-        # apart; when the call settles, its outcome reopens this unwind (Journal.complete_record).
-        journal = self.unwinding.journal
-        with journal.execution_guard(record.run_id, record.suffix) as free:
-            if free:
-                self.record = journal.get_record(record.run_id, record.suffix) or record
-            if not free or not journal.executor_gone(self.record):
-                return self._entry(
-                    S.UNCERTAIN,
-                    "call is executing right now in another process"
-                    + ("" if not free else " (its execute lease is live)")
-                    + "; the unwind looks again once it settles",
-                )
-            if self.record.status is RecordStatus.SUCCEEDED:
-                return RecoverResult(done=True, output=self.record.output)
-            return self._probe(tool)
-
-    def _probe(self, tool: Tool) -> RecoverResult | CompensationEntry:
-        """Ask ``recover`` whether the call took effect: its answer, or the entry it decides."""
-        options = recover_options(self.record, self.unwinding.run_id)
-        answer = ask_recover(tool, self.record.input, options, tool_name=self.record.tool_name)
-        if isinstance(answer, RecoverRefusal):
-            return self._entry(S.UNCERTAIN, answer.reason)
-        if not answer.done:
-            return self._entry(S.SKIPPED_NOT_EXECUTED)
-        return answer
 
     def _gate_verdict(self) -> CompensationEntry | None:
         """A denial skips the step, no decision yet halts here (read afresh: a decision may have come

@@ -18,19 +18,20 @@ from pydantic import ValidationError
 
 from ..core.checks import check_run_id, check_step_suffix, check_unwind_id
 from ..errors import InvalidInputError, MalformedRecordError
-from ..journal.base import Journal
 from ..journal.records import ReportView, StepView, UnwindInfo
+from ..journal.roles import UnwindJournal
 from ..locks.base import StepLock
 from ..observing import tracing
 from ..recording.tools import Tool
 from .actors import check_via
-from .attempt import StepAttempt, Twins, Unwinding, entry_for, missing_record_entry
+from .attempt import StepAttempt, Unwinding
 from .engine import (
     UNWOUND,
     UnwindRequest,
     build_report,
     finish_unwind,
 )
+from .entries import entry_for, missing_record_entry
 from .report import (
     CompensationEntry,
     CompensationReport,
@@ -38,6 +39,7 @@ from .report import (
     halts,
     until_halt,
 )
+from .twins import Twins
 
 # A fresh unwind owns its run for this many claim TTLs before the sweeper may re-drive it: condemn
 # makes the run due at once, and re-driving an unwind that is running right now would only say busy.
@@ -77,7 +79,7 @@ def step_owner(unwind_id: str, suffix: str) -> str:
 
 
 def start_unwind(
-    journal: Journal,
+    journal: UnwindJournal,
     run_id: str,
     unwind_id: str,
     *,
@@ -133,7 +135,7 @@ def _checked(info: UnwindInfo | None, run_id: str, unwind_id: str) -> UnwindInfo
 
 
 def run_step(
-    journal: Journal,
+    journal: UnwindJournal,
     tools: Mapping[str, Tool],
     run_id: str,
     unwind_id: str,
@@ -173,7 +175,12 @@ def run_step(
 
 
 def run_rest(
-    journal: Journal, tools: Mapping[str, Tool], nxt: Next, *, claim_ttl: float, lock: StepLock | None = None
+    journal: UnwindJournal,
+    tools: Mapping[str, Tool],
+    nxt: Next,
+    *,
+    claim_ttl: float,
+    lock: StepLock | None = None,
 ) -> Next:
     """The rest of an unwind in this process, step after step (an eager Celery task: no worker to
     hand each step to); where it stopped: the end or a halt, or a step another delivery holds (the
@@ -233,7 +240,7 @@ def _check_in_order(info: UnwindInfo, view: StepView, suffix: str, position: int
 
 
 def _compensate(
-    journal: Journal,
+    journal: UnwindJournal,
     tools: Mapping[str, Tool],
     info: UnwindInfo,
     view: StepView,
@@ -272,7 +279,7 @@ def _compensate(
     return journal.record_unwind_entry(info.unwind_id, position, entry.model_dump(mode="json"))
 
 
-def finalize_unwind(journal: Journal, run_id: str, unwind_id: str) -> CompensationReport:
+def finalize_unwind(journal: UnwindJournal, run_id: str, unwind_id: str) -> CompensationReport:
     """The report from the journal: stored entries up to the halt, ``not-attempted`` after it."""
     check_run_id(run_id)
     check_unwind_id(unwind_id)
@@ -293,7 +300,7 @@ def finalize_unwind(journal: Journal, run_id: str, unwind_id: str) -> Compensati
 
 
 def _finalize(
-    journal: Journal, info: UnwindInfo, read: ReportView, run_id: str, unwind_id: str
+    journal: UnwindJournal, info: UnwindInfo, read: ReportView, run_id: str, unwind_id: str
 ) -> CompensationReport:
     """As the in-process unwind builds its report: the stored entries up to the halt,
     ``not-attempted`` after it, the run and who condemned it as ``read`` found them."""

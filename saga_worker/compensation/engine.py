@@ -15,7 +15,6 @@ from typing import Any
 
 from ..core.checks import check_actor, check_dry_run, check_reason, check_run_id
 from ..errors import MalformedRecordError, SagaError
-from ..journal.base import Journal
 from ..journal.records import (
     AuditAction,
     AuditVia,
@@ -28,12 +27,14 @@ from ..journal.records import (
     WorklistView,
     condemned_by,
 )
+from ..journal.roles import UnwindJournal
 from ..locks.base import StepLock
 from ..observing import metrics, tracing
 from ..recording.tools import Tool, check_tools
 from ..settings import get_settings
 from .actors import check_via, default_actor
-from .attempt import StepAttempt, Unwinding, entry_for
+from .attempt import StepAttempt, Unwinding
+from .entries import entry_for
 from .report import SETTLED, CompensationEntry, CompensationReport, CompensationStatus, until_halt
 
 __all__ = [
@@ -48,7 +49,7 @@ UNWOUND = (RecordStatus.SUCCEEDED, RecordStatus.FAILED, RecordStatus.RUNNING)
 
 
 def begin_unwind(
-    journal: Journal, run_id: str, *, dry_run: bool, audit: NewAudit | None = None
+    journal: UnwindJournal, run_id: str, *, dry_run: bool, audit: NewAudit | None = None
 ) -> WorklistView:
     """Write the tombstone (unless a dry run), then read the run, the steps to undo (in execution
     order), their claims and who condemned the run, in one read.
@@ -107,13 +108,13 @@ class UnwindRequest:
             self.run_id, actor=self.actor, via=self.via.value, dry_run=dry_run, unwind_id=unwind_id
         )
 
-    def begin(self, journal: Journal, *, dry_run: bool) -> WorklistView:
+    def begin(self, journal: UnwindJournal, *, dry_run: bool) -> WorklistView:
         """``begin_unwind`` for this request: the tombstone with its ``condemned`` row, then the worklist."""
         return begin_unwind(journal, self.run_id, dry_run=dry_run, audit=self.condemn_audit())
 
 
 def finish_unwind(
-    journal: Journal,
+    journal: UnwindJournal,
     report: CompensationReport,
     *,
     actor: str = "",
@@ -166,7 +167,7 @@ def _why_a_person_must_look(report: CompensationReport) -> str | None:
     return None
 
 
-def _leave_for_later(journal: Journal, report: CompensationReport, audit: NewAudit) -> None:
+def _leave_for_later(journal: UnwindJournal, report: CompensationReport, audit: NewAudit) -> None:
     """An incomplete unwind: who comes back to it (the sweeper, a person, a decision at a gate)."""
     run = journal.get_run(report.run_id)
     if run is not None and run.unwind_state is UnwindState.ATTENTION:
@@ -206,7 +207,7 @@ def _leave_for_later(journal: Journal, report: CompensationReport, audit: NewAud
 def compensate_run(
     run_id: str,
     *,
-    journal: Journal,
+    journal: UnwindJournal,
     tools: Mapping[str, Tool] | None = None,
     dry_run: bool = False,
     claim_ttl: float | None = None,
@@ -229,7 +230,7 @@ def compensate_run(
 
 
 def _compensate_run(
-    journal: Journal,
+    journal: UnwindJournal,
     request: UnwindRequest,
     checked: Mapping[str, Tool],
     dry_run: bool,
@@ -256,7 +257,7 @@ def _compensate_run(
 
 
 def undo_steps(
-    journal: Journal,
+    journal: UnwindJournal,
     run_id: str,
     worklist: Sequence[ToolRecord],
     tools: Mapping[str, Tool],
@@ -284,7 +285,7 @@ def undo_steps(
 
 
 def build_report(
-    journal: Journal,
+    journal: UnwindJournal,
     run_id: str,
     entries: list[CompensationEntry],
     *,

@@ -25,8 +25,8 @@ from typing import Protocol
 from tenacity import RetryCallState, Retrying, wait_exponential
 
 from ..errors import MalformedRecordError
-from ..journal.parts import AuditPart, UnwindsPart
-from ..journal.records import AuditAction, UnwindState
+from ..journal.records import AuditAction, AuditRecord, UnwindInfo, UnwindState
+from ..journal.roles import UnwindJournal
 from ..observing import metrics
 from ..settings import SagaSettings, get_settings
 
@@ -42,8 +42,13 @@ class SweepOutcome:
         return {"redriven": list(self.redriven), "flagged": list(self.flagged)}
 
 
-class UnwindsAndTrail(UnwindsPart, AuditPart, Protocol):
-    """What ``unfinished_unwinds`` reads: a run's unwinds, and its trail's ``unwound`` rows."""
+class UnwindsAndTrail(Protocol):
+    """What ``unfinished_unwinds`` reads: a run's unwinds, and its trail's ``unwound`` rows (an
+    unwind's journal and an operator's both have them: the sweeper's re-drive goes through actions)."""
+
+    def list_unwinds(self, run_id: str, *, limit: int = 20) -> list[UnwindInfo]: ...
+
+    def read_audit(self, run_id: str) -> list[AuditRecord]: ...
 
 
 def unfinished_unwinds(journal: UnwindsAndTrail, run_id: str, *, limit: int = 20) -> list[str]:
@@ -69,7 +74,7 @@ def backoff_delay(attempt: int, *, base: float, cap: float) -> float:
 
 
 def sweep(
-    journal: UnwindsPart,
+    journal: UnwindJournal,
     *,
     enqueue: Callable[[str], object],
     settings: SagaSettings | None = None,
@@ -108,7 +113,7 @@ def sweep(
     return outcome
 
 
-def _flag_unreadable(journal: UnwindsPart, error: MalformedRecordError) -> None:
+def _flag_unreadable(journal: UnwindJournal, error: MalformedRecordError) -> None:
     """A due run this code cannot read cannot be re-driven (the unwind would fail closed on it every
     time): flag it for a person, naming what is wrong, instead of stopping every other re-drive."""
     run_id = error.detail["run_id"]

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..compensation import hookcall
 from ..compensation.chain import Step
-from ..journal.base import Journal
+from ..journal.roles import UnwindJournal
 from ..recording.tools import Tool
 
 # Around the hook calls: a dead twin's lease waited out (up to ~1.7 claim TTLs), the record, claim and
@@ -37,7 +37,7 @@ def step_budget(tool: Tool, claim_ttl: float) -> float | None:
 
 
 def time_limits(
-    journal: Journal, tools: Mapping[str, Tool] | None, step: Step, claim_ttl: float
+    journal: UnwindJournal, tools: Mapping[str, Tool] | None, step: Step, claim_ttl: float
 ) -> tuple[float, float] | None:
     """``(soft_time_limit, time_limit)`` for the message of ``step``; None (no limits, as ever) unless
     its tool has a compensation timeout. Reads the step's record only when some tool has one."""

@@ -255,7 +255,7 @@ def test_two_deliveries_of_one_step_at_once_call_its_hook_once(
     def twin_arrives(*_: object) -> None:
         # The twin delivery runs the very same step while the first is inside its hook, having looked
         # for a live twin just before the first claimed (the race): only the claim itself can stop it.
-        from saga_worker.compensation.attempt import Twins
+        from saga_worker.compensation.twins import Twins
 
         monkeypatch.setattr(Twins, "live_holder", lambda *args: False)
         results.append(ex.run_step(journal, provider.tools(), run_id, "u", "call-3", claim_ttl=TTL))
