@@ -12,9 +12,9 @@ from tests.package.imports import PACKAGE
 
 AREAS = ("operating", "cli", "console", "contrib")
 MAX_MODULE, MAX_FUNCTION = 600, 60
-# Each opens the journal (``open_journal``) or holds the one its worker context opened, and hands
-# it to the operator's functions: they are the wiring, so they keep the whole ``Journal``.
-OWNERS = {"cli/common.py", "console/service.py", "contrib/django/__init__.py"}
+# Each opens the journal (``open_journal``) and hands it out: the CLI to its commands, the Django
+# integration to the admin and to the project's own code (``journal()``, which may run tools too).
+OWNERS = {"cli/common.py", "contrib/django/__init__.py"}
 
 
 def modules() -> list[Path]:
@@ -35,20 +35,22 @@ def too_long(path: Path, root: Path = PACKAGE) -> list[str]:
 
 
 def whole_journal_parameters(path: Path, root: Path = PACKAGE) -> list[str]:
-    """Each parameter annotated with the whole ``Journal`` (``Journal``, ``x.Journal``, in a union)."""
+    """Each parameter, and each function's return, annotated with the whole ``Journal``
+    (``Journal``, ``x.Journal``, in a union)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         args = node.args
-        for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs]:
+        annotated = [(a.arg, a.annotation) for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]]
+        for what, annotation in [*annotated, ("return", node.returns)]:
             names = {
                 n.id if isinstance(n, ast.Name) else n.attr
-                for n in ast.walk(arg.annotation or ast.Constant(None))
+                for n in ast.walk(annotation or ast.Constant(None))
                 if isinstance(n, ast.Name | ast.Attribute)
             }
             if "Journal" in names:
-                found.append(f"{path.relative_to(root).as_posix()}:{arg.lineno} {node.name}({arg.arg})")
+                found.append(f"{path.relative_to(root).as_posix()}:{node.lineno} {node.name}({what})")
     return found
 
 
@@ -67,5 +69,9 @@ def test_the_checks_see_a_long_module_a_long_function_and_a_whole_journal(tmp_pa
     long.write_text(f"def f() -> None:\n{body}\n" + "\n" * 600)
     assert [line.split(": ", 1)[1] for line in too_long(long, tmp_path)] == ["662 lines", "62 lines"]
     typed = tmp_path / "typed.py"
-    typed.write_text("def f(journal: base.Journal | None, *, other: OperatorJournal) -> None: ...\n")
-    assert [line.split(" ", 1)[1] for line in whole_journal_parameters(typed, tmp_path)] == ["f(journal)"]
+    typed.write_text(
+        "def f(journal: base.Journal | None, *, other: OperatorJournal) -> None: ...\n"
+        "def g() -> Journal: ...\n"
+    )
+    found = whole_journal_parameters(typed, tmp_path)
+    assert [line.split(" ", 1)[1] for line in found] == ["f(journal)", "g(return)"]
