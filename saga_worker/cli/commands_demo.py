@@ -10,7 +10,7 @@ import click
 from rich.table import Table
 
 from ..core.redact import redact_url
-from ..operating.views import journal_steps
+from ..operating.unwinds import journal_steps
 from ..settings import SagaSettings, get_settings
 from .common import configured_journal
 from .processes import celery, embedded_worker

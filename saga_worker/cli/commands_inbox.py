@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..executor.context import load_tools
-from ..operating.views import INBOX_KINDS, INBOX_LIMIT, INBOX_MAX, inbox
+from ..operating.inbox import INBOX_KINDS, INBOX_LIMIT, INBOX_MAX, inbox
 from ..settings import get_settings
 from .common import configured_journal
 from .render import dump, when

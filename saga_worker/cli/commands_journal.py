@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import click
 
-from ..operating.views import journal_steps, parse_run_query, run_summary, runs_page
+from ..operating.unwinds import journal_steps
+from ..operating.views import parse_run_query, run_summary, runs_page
 from ..settings import get_settings
 from .common import configured_journal, fail
 from .render import dump, out, runs_table, safe, steps_table

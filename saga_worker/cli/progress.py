@@ -7,7 +7,7 @@ import subprocess
 import time
 from typing import Any
 
-from ..journal import Journal
+from ..journal.roles import OperatorJournal
 from ..settings import SagaSettings
 from .common import configured_journal, fail
 from .render import STATUS_STYLE, out, safe
@@ -52,7 +52,7 @@ def wait_with_progress(
 
 
 def not_done_message(
-    journal: Journal, run_id: str, task_id: str, settings: SagaSettings, timeout: float
+    journal: OperatorJournal, run_id: str, task_id: str, settings: SagaSettings, timeout: float
 ) -> str:
     """What a person must know when the report did not come: whether a worker has started the unwind,
     and, if none has, that the request is still queued and will condemn the run whenever a worker
@@ -70,7 +70,7 @@ def not_done_message(
     )
 
 
-def _print_new_entries(journal: Journal, unwind_id: str, seen: int) -> int:
+def _print_new_entries(journal: OperatorJournal, unwind_id: str, seen: int) -> int:
     entries = _unwind_entries(journal, unwind_id)
     for entry in entries[seen:]:
         style = STATUS_STYLE.get(entry["status"], "")
@@ -79,6 +79,6 @@ def _print_new_entries(journal: Journal, unwind_id: str, seen: int) -> int:
     return max(seen, len(entries))
 
 
-def _unwind_entries(journal: Journal, unwind_id: str) -> list[dict[str, Any]]:
+def _unwind_entries(journal: OperatorJournal, unwind_id: str) -> list[dict[str, Any]]:
     entries = journal.list_unwind_entries(unwind_id)
     return [entries[p] for p in sorted(entries)]

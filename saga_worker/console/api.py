@@ -19,6 +19,7 @@ from starlette.routing import Route
 from ..errors import InvalidInputError, UnknownRunError
 from ..journal.records import CompensationGate
 from ..operating import actions, views
+from ..operating import inbox as inbox_view
 from .service import blocking, console_of, operator, principal, request_unwind, run_id_of
 
 
@@ -36,7 +37,7 @@ async def list_runs(request: Request) -> JSONResponse:
     journal = console_of(request).journal
     page = await blocking(views.runs_page, journal, query)
     waiting = (
-        await blocking(views.waiting_runs, journal)
+        await blocking(inbox_view.waiting_runs, journal)
         if any(r.status.value == "running" for r in page.runs)
         else set()
     )
@@ -155,15 +156,15 @@ async def decide(request: Request) -> JSONResponse:
 
 
 async def inbox(request: Request) -> JSONResponse:
-    """Everything waiting for a person, across runs, oldest first (``views.inbox``)."""
+    """Everything waiting for a person, across runs, oldest first (``saga_worker.operating.inbox``)."""
     principal(request)
     console = console_of(request)
     found = await blocking(
-        views.inbox,
+        inbox_view.inbox,
         console.journal,
         console.context.tools_if_configured,
         secret_keys=console.settings.secret_keys(),
-        limit=views.inbox_limit(request.query_params.get("limit")),
+        limit=inbox_view.inbox_limit(request.query_params.get("limit")),
     )
     return JSONResponse(found)
 

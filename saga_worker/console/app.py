@@ -42,7 +42,7 @@ from ..errors import (
 )
 from ..executor.context import WorkerContext
 from ..observing import metrics
-from ..operating import views
+from ..operating import inbox as inbox_view
 from ..operating.actions import ActionRefusedError, Enqueue, Workers, celery_enqueue, celery_workers
 from ..settings import SagaSettings, get_settings
 from . import api, pages
@@ -133,7 +133,7 @@ def _metrics_registry(console: Console) -> CollectorRegistry:
         merged.register(_Forward(metrics.registry()))
     merged.register(
         metrics.AttentionCollector(
-            lambda: views.inbox(
+            lambda: inbox_view.inbox(
                 console.journal,
                 console.context.tools_if_configured,
                 secret_keys=console.settings.secret_keys(),

@@ -1,6 +1,6 @@
 """The console's server-rendered pages: the runs list, a run, its plan, and the forms that act.
 
-Every page reads through ``saga_worker.operating.views`` and acts through ``saga_worker.operating.actions``, as the API
+Every page reads through ``saga_worker.operating.views`` (and ``.inbox``) and acts through ``saga_worker.operating.actions``, as the API
 and the CLI do. The run page's live part (steps, claims, unwinds) is also served alone at
 ``/runs/{id}/live``; a few lines of vendored JavaScript poll it while an unwind is moving.
 """
@@ -24,6 +24,7 @@ from ..core.display import neutral
 from ..errors import InvalidInputError, UnknownRunError
 from ..journal.records import AuditAction
 from ..operating import actions, views
+from ..operating import inbox as inbox_view
 from .auth import COOKIE, Principal
 from .security import journal_summary
 from .service import (
@@ -180,7 +181,7 @@ async def inbox_counts(request: Request) -> None:
     now = time.monotonic()
     if cached is None or now - cached[0] > COUNTS_TTL_S:
         found = await blocking(
-            views.inbox,
+            inbox_view.inbox,
             console.journal,
             console.context.tools_if_configured,
             secret_keys=console.settings.secret_keys(),
@@ -214,18 +215,20 @@ def next_step(request: Request) -> str | None:
 async def inbox_page(request: Request) -> Response:
     who = principal(request)
     console = console_of(request)
-    limit = views.inbox_limit(request.query_params.get("limit"))
+    limit = inbox_view.inbox_limit(request.query_params.get("limit"))
     found = await blocking(
-        views.inbox,
+        inbox_view.inbox,
         console.journal,
         console.context.tools_if_configured,
         secret_keys=console.settings.secret_keys(),
         limit=limit,
     )
-    if limit == views.INBOX_LIMIT:  # the header counts what the default inbox lists, not a shorter page
+    if limit == inbox_view.INBOX_LIMIT:  # the header counts what the default inbox lists, not a shorter page
         console._inbox_counts = (time.monotonic(), {"total": found["total"], **found["counts"]})  # type: ignore[attr-defined]
     await inbox_counts(request)
-    return render(request, "inbox.html", who, inbox=found, kinds=views.INBOX_KINDS, done=next_step(request))
+    return render(
+        request, "inbox.html", who, inbox=found, kinds=inbox_view.INBOX_KINDS, done=next_step(request)
+    )
 
 
 async def runs_list(request: Request) -> Response:
@@ -236,7 +239,7 @@ async def runs_list(request: Request) -> Response:
     journal = console_of(request).journal
     page = await blocking(views.runs_page, journal, query)
     waiting = (
-        await blocking(views.waiting_runs, journal)
+        await blocking(inbox_view.waiting_runs, journal)
         if any(r.status.value == "running" for r in page.runs)
         else set()
     )

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from ..core.checks import check_run_id
 from ..errors import InvalidInputError
 from ..executor.context import WorkerContext
-from ..journal.base import Journal
+from ..journal.roles import OperatorJournal
 from ..operating import actions
 from ..operating.actions import ActionRefusedError, Enqueue, Workers
 from ..settings import SagaSettings
@@ -57,7 +57,8 @@ class Console:
     signer: Signer  # SAGA_CONSOLE_SECRET's: session cookies and the notices a redirect carries
 
     @property
-    def journal(self) -> Journal:
+    def journal(self) -> OperatorJournal:
+        """The worker context's journal as the pages, the API and the actions read and act on it."""
         return self.context.journal
 
 

@@ -30,8 +30,8 @@ from ..compensation.sweeper import UnwindsAndTrail, unfinished_unwinds
 from ..core.checks import check_actor, check_reason, check_run_id
 from ..errors import InvalidInputError, SagaError, UnknownRunError
 from ..executor.context import WorkerContext
-from ..journal.base import Journal
 from ..journal.records import AuditAction, AuditRecord, NewAudit, UnwindState
+from ..journal.roles import OperatorJournal
 from . import approvals
 
 log = logging.getLogger(__name__)
@@ -115,7 +115,7 @@ def plan(run_id: str, *, context: WorkerContext) -> CompensationReport:
     )
 
 
-def _known(journal: Journal, run_id: str) -> Any:
+def _known(journal: OperatorJournal, run_id: str) -> Any:
     check_run_id(run_id)
     run = journal.get_run(run_id)
     if run is None:
@@ -197,7 +197,7 @@ class UnwindQueuedError(SagaError):
         self.task_id, self.age = task_id, age
 
 
-def queued_unwind(journal: Journal, run_id: str, pending_for: float) -> AuditRecord | None:
+def queued_unwind(journal: OperatorJournal, run_id: str, pending_for: float) -> AuditRecord | None:
     """The run's newest ``unwind-queued`` row if its task has not started an unwind and was queued
     less than ``pending_for`` seconds ago (after that, its message is taken to be lost)."""
     rows = [r for r in journal.read_audit(run_id) if r.action is AuditAction.UNWIND_QUEUED]
@@ -212,7 +212,7 @@ def queued_unwind(journal: Journal, run_id: str, pending_for: float) -> AuditRec
 def request_unwind(
     run_id: str,
     *,
-    journal: Journal,
+    journal: OperatorJournal,
     enqueue: Enqueue,
     actor: str,
     reason: str,
@@ -255,7 +255,13 @@ def request_unwind(
 
 
 def redrive(
-    run_id: str, *, journal: Journal, enqueue: Enqueue, actor: str, claim_ttl: float, via: str = "console"
+    run_id: str,
+    *,
+    journal: OperatorJournal,
+    enqueue: Enqueue,
+    actor: str,
+    claim_ttl: float,
+    via: str = "console",
 ) -> str:
     """Hand a run flagged ``attention`` (the sweeper spent its budget) back to the workers once.
 
@@ -277,7 +283,7 @@ def redrive(
 
 
 def decide(
-    decision: str, run_id: str, target: str, *, journal: Journal, actor: str, reason: str, via: str
+    decision: str, run_id: str, target: str, *, journal: OperatorJournal, actor: str, reason: str, via: str
 ) -> Any:
     """Approve or deny a suspended call (``target`` its tool call id) or an approval-gated
     compensation (``target`` the step's suffix). Deciding again as before is a no-op; the library

@@ -11,12 +11,9 @@ changes nothing and writes nothing.
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from ..compensation.actors import check_via
 from ..core.checks import check_actor, check_reason, check_run_id
 from ..errors import ApprovalError, CompensatedRunError, RunEndedError, UnknownRunError
-from ..journal.parts import AuditPart, RecordsPart, RunsPart
 from ..journal.records import (
     AuditAction,
     AuditVia,
@@ -26,21 +23,18 @@ from ..journal.records import (
     RecordStatus,
     ToolRecord,
 )
+from ..journal.roles import OperatorJournal
 
 _UNDOABLE = (RecordStatus.SUCCEEDED, RecordStatus.FAILED, RecordStatus.RUNNING)
 
 
-class ApprovalsJournal(RunsPart, RecordsPart, AuditPart, Protocol):
-    """What approvals read and write: runs, their calls and the audit trail (any journal)."""
-
-
-def pending_calls(journal: ApprovalsJournal, run_id: str) -> list[ToolRecord]:
+def pending_calls(journal: OperatorJournal, run_id: str) -> list[ToolRecord]:
     """The run's calls waiting for a person (``suspended``), in execution order."""
     return journal.list_records(check_run_id(run_id), [RecordStatus.SUSPENDED])
 
 
 def approve(
-    journal: ApprovalsJournal,
+    journal: OperatorJournal,
     run_id: str,
     tool_call_id: str,
     *,
@@ -57,7 +51,7 @@ def approve(
 
 
 def deny(
-    journal: ApprovalsJournal,
+    journal: OperatorJournal,
     run_id: str,
     tool_call_id: str,
     *,
@@ -71,7 +65,7 @@ def deny(
 
 
 def _decide(
-    journal: ApprovalsJournal,
+    journal: OperatorJournal,
     run_id: str,
     tool_call_id: str,
     decision: RecordStatus,
@@ -114,12 +108,12 @@ def _decide(
     raise ApprovalError(run_id, tool_call_id, f"the call is {status}, not waiting for approval")
 
 
-def _still_suspended(journal: ApprovalsJournal, run_id: str, record: ToolRecord) -> bool:
+def _still_suspended(journal: OperatorJournal, run_id: str, record: ToolRecord) -> bool:
     return (journal.get_record(run_id, record.suffix) or record).status is RecordStatus.SUSPENDED
 
 
 def _decided_so(
-    journal: ApprovalsJournal, run_id: str, record: ToolRecord, decision: RecordStatus, action: AuditAction
+    journal: OperatorJournal, run_id: str, record: ToolRecord, decision: RecordStatus, action: AuditAction
 ) -> ToolRecord | None:
     """The call as it is now, if it was decided ``decision`` already; else None."""
     now = journal.get_record(run_id, record.suffix) or record
@@ -130,7 +124,7 @@ def _decided_so(
     return None
 
 
-def _find_call(journal: ApprovalsJournal, run_id: str, tool_call_id: str) -> ToolRecord:
+def _find_call(journal: OperatorJournal, run_id: str, tool_call_id: str) -> ToolRecord:
     if not isinstance(tool_call_id, str) or not tool_call_id:
         raise ApprovalError(run_id, str(tool_call_id), "a tool call id is a non-empty string")
     for record in journal.list_records(run_id):
@@ -140,7 +134,7 @@ def _find_call(journal: ApprovalsJournal, run_id: str, tool_call_id: str) -> Too
 
 
 def approve_compensation(
-    journal: ApprovalsJournal,
+    journal: OperatorJournal,
     run_id: str,
     suffix: str,
     *,
@@ -155,7 +149,7 @@ def approve_compensation(
 
 
 def deny_compensation(
-    journal: ApprovalsJournal,
+    journal: OperatorJournal,
     run_id: str,
     suffix: str,
     *,
@@ -169,7 +163,7 @@ def deny_compensation(
 
 
 def _gate(
-    journal: ApprovalsJournal,
+    journal: OperatorJournal,
     run_id: str,
     suffix: str,
     decision: GateDecision,

@@ -61,11 +61,12 @@ def bearer(token: str) -> dict[str, str]:
 
 
 def console_journal(client: TestClient) -> Journal:
-    """The journal the console behind ``client`` reads and writes."""
+    """The journal the console behind ``client`` reads and writes, whole (its worker context's: a
+    test also runs and condemns runs through it)."""
     app = client.app
     assert isinstance(app, Starlette), app
     console: Console = app.state.console
-    return console.journal
+    return console.context.journal
 
 
 def csrf_of(html: str) -> str:

@@ -277,7 +277,7 @@ def test_hundreds_of_condemned_runs_whose_calls_were_suspended_do_not_hide_the_c
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from saga_worker.cli import main
-    from saga_worker.operating import views
+    from saga_worker.operating import inbox as inbox_view
     from saga_worker.settings import get_settings
 
     journal = journal_of(any_app)
@@ -309,13 +309,13 @@ def test_hundreds_of_condemned_runs_whose_calls_were_suspended_do_not_hide_the_c
 
     nothing = api()
     assert (nothing["total"], nothing["more"]) == (0, False)  # nothing waits, and it says so
-    assert views.inbox(journal)["more"] is False
+    assert inbox_view.inbox(journal)["more"] is False
     text = cli()
     assert text is None or (text.startswith("waiting for a person: 0 ") and "more wait" not in text)
 
     waiting = [suspended(any_app, tools) for _ in range(5)]
     any_app.post("/login", data={"token": tokens.operator})
-    body, found = api(), views.inbox(journal)
+    body, found = api(), inbox_view.inbox(journal)
     page = any_app.get("/inbox").text
     as_json = cli("--json")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from saga_worker import MemoryJournal
-from saga_worker.operating.views import list_unwinds
+from saga_worker.operating.unwinds import list_unwinds
 
 KNOWN = {"s1": {"tool_name": "reserve", "compensation_key": "key-s1"}}
 

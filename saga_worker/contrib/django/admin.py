@@ -21,6 +21,7 @@ from ... import executor
 from ...errors import SagaError
 from ...journal.records import RunQuery, RunStatus, UnwindState, contains_words
 from ...operating import actions, views
+from ...operating import inbox as inbox_view
 from ...settings import get_settings
 from . import journal
 from .models import Run
@@ -45,7 +46,7 @@ def _needing_a_person(query: RunQuery) -> list[dict[str, Any]]:
     """The runs the inbox lists (a call or a compensation waiting for a decision, an unwind given up
     on, a call left uncertain) that match the other filters, newest first: one page, as the inbox is
     bounded."""
-    box = views.inbox(journal(), _tools())
+    box = inbox_view.inbox(journal(), _tools())
     suspended = {i["run_id"] for i in box["items"] if i["kind"] == "suspended"}
     found = [journal().get_run(run_id) for run_id in sorted({i["run_id"] for i in box["items"]})]
     runs = [views.run_summary(r, r.run_id in suspended) for r in found if r is not None]
@@ -122,7 +123,7 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[misc]
                 runs, next_cursor = _needing_a_person(query), None
             else:
                 page = views.runs_page(journal(), query)
-                waiting = views.waiting_runs(journal())
+                waiting = inbox_view.waiting_runs(journal())
                 runs = [views.run_summary(r, r.run_id in waiting) for r in page.runs]
                 next_cursor = page.next_cursor
         except SagaError as exc:
