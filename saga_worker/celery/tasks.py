@@ -32,6 +32,7 @@ from ..errors import JournalUnavailableError
 from ..operating import actions
 from . import result_store
 from .redeliveries import DeliveriesExhausted, counted
+from .sending import celery_enqueue
 from .task_base import saga_task_base
 from .task_ids import step_task_id
 from .undecodable import UndecodableSagaMessages
@@ -233,7 +234,7 @@ def retry_uncertain(self: Task[Any, Any]) -> dict[str, list[str]]:
     Each re-drive is sent as every unwind request is (``actions.sweeper_redrive``), through this app."""
     ctx = executor.current()
     start = self.app.tasks[COMPENSATE_RUN]
-    enqueue = actions.celery_enqueue(start)
+    enqueue = celery_enqueue(start)
 
     def redrive(run_id: str) -> list[str]:
         answered = partial(result_store.answered, start)

@@ -34,6 +34,8 @@ def demo(run_id: str | None, as_json: bool) -> None:
     _place_order(settings, run_id)
 
     out.rule("[bold]2. unwinding it on an embedded Celery worker[/]")
+    from ..celery import compensate_run
+    from ..celery.sending import celery_enqueue
     from ..operating import actions
 
     app = celery()
@@ -41,7 +43,7 @@ def demo(run_id: str | None, as_json: bool) -> None:
     # Sent as every unwind request is (checked first: a bad SAGA_ACTOR is refused before any worker
     # starts); the message waits in the embedded broker for the worker started next.
     task_id = actions.enqueue_unwind(
-        run_id, enqueue=actions.celery_enqueue(), actor=None, reason=DEMO_REASON, via="cli"
+        run_id, enqueue=celery_enqueue(compensate_run), actor=None, reason=DEMO_REASON, via="cli"
     )
     async_result = app.compensate_run.AsyncResult(task_id)
     log_path = str(settings.home.resolve() / "demo-worker.log")

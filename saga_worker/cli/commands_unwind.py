@@ -34,6 +34,8 @@ def compensate(
     Exit 0 when the unwind went through, 2 when a step failed or was busy (the report says which),
     3 when it stopped at a compensation awaiting a person's approval (saga-worker
     approve-compensation), 1 for an error. The audit trail names SAGA_ACTOR, else the OS user."""
+    from ..celery import compensate_run
+    from ..celery.sending import celery_enqueue
     from ..operating import actions
 
     settings = get_settings()
@@ -59,7 +61,7 @@ def compensate(
         _exit_for(result.model_dump(mode="json"))
         return
     task_id = actions.enqueue_unwind(
-        run_id, enqueue=actions.celery_enqueue(), actor=None, reason=reason, via="cli", dry_run=dry_run
+        run_id, enqueue=celery_enqueue(compensate_run), actor=None, reason=reason, via="cli", dry_run=dry_run
     )
     async_result = celery().compensate_run.AsyncResult(task_id)
     if not wait:
@@ -94,6 +96,8 @@ def _exit_for(data: dict[str, Any]) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def redrive(run_id: str, as_json: bool) -> None:
     """Hand a run flagged for attention (the sweeper gave up) back to the workers once."""
+    from ..celery import compensate_run
+    from ..celery.sending import celery_enqueue
     from ..operating import actions
 
     settings = get_settings()
@@ -101,7 +105,7 @@ def redrive(run_id: str, as_json: bool) -> None:
         task_id = actions.redrive(
             run_id,
             journal=journal,
-            enqueue=actions.celery_enqueue(),
+            enqueue=celery_enqueue(compensate_run),
             actor=default_actor(),
             claim_ttl=settings.claim_ttl,
             via="cli",

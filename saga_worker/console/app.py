@@ -30,6 +30,8 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Scope
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
+from ..celery import compensate_run
+from ..celery.sending import celery_enqueue, celery_workers
 from ..core.redact import redact_text, redact_url
 from ..errors import (
     ApprovalError,
@@ -43,7 +45,7 @@ from ..errors import (
 from ..executor.context import WorkerContext
 from ..observing import metrics
 from ..operating import inbox as inbox_view
-from ..operating.actions import ActionRefusedError, Enqueue, Workers, celery_enqueue, celery_workers
+from ..operating.actions import ActionRefusedError, Enqueue, Workers
 from ..settings import SagaSettings, get_settings
 from . import api, pages
 from .auth import Tokens
@@ -214,12 +216,12 @@ def create_app(
         settings=settings,
         tokens=tokens,
         context=context if context is not None else _existing_journal(settings),
-        enqueue=enqueue if enqueue is not None else celery_enqueue(),
+        enqueue=enqueue if enqueue is not None else celery_enqueue(compensate_run),
         sessions=Sessions(settings.console_session_ttl, signer),
         signer=signer,
         limiter=LoginLimiter(settings.console_login_attempts),
         network=network,
-        workers=workers if workers is not None else celery_workers(settings.queue),
+        workers=workers if workers is not None else celery_workers(compensate_run, settings.queue),
     )
     app = Starlette(
         routes=[

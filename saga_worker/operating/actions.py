@@ -16,7 +16,6 @@ runs one in this process (``saga-worker compensate --local``). Both check the re
 
 from __future__ import annotations
 
-import importlib
 import logging
 import uuid
 from collections.abc import Callable
@@ -63,44 +62,7 @@ class ActionRefusedError(SagaError):
         self._rebuilds_from(run_id, action, why)
 
 
-def celery_enqueue(task: Any = None) -> Enqueue:
-    """Enqueue on the workers with ``saga.compensate_run``, as ``saga-worker compensate`` does:
-    through ``task`` (the sweeper's: the task of the app it runs on), else through the app
-    ``saga_worker.celery.compensate_run`` sends with."""
-    start: Any = task if task is not None else importlib.import_module("saga_worker.celery").compensate_run
-
-    def enqueue(
-        run_id: str, dry_run: bool, *, actor: str, reason: str, via: str, task_id: str | None = None
-    ) -> str:
-        kwargs = {"dry_run": dry_run, "actor": actor, "reason": reason, "via": via}
-        result = start.apply_async((run_id,), kwargs, task_id=task_id)
-        return str(result.id)
-
-    return enqueue
-
-
 Workers = Callable[[], "list[str] | None"]
-
-
-def celery_workers(queue: str, timeout: float = 1.0) -> Workers:
-    """The names of the workers that consume ``queue`` (asked over the broker, answering within
-    ``timeout`` seconds), or None when the broker cannot tell (its transport has no broadcast, as
-    the embedded SQLite broker)."""
-    tasks: Any = importlib.import_module("saga_worker.celery")
-
-    def alive() -> list[str] | None:
-        app = tasks.compensate_run.app
-        try:
-            with app.connection_for_read() as connection:
-                if "fanout" not in connection.transport.implements.exchange_type:
-                    return None  # a broadcast would go nowhere and read as "no worker"
-            replies = app.control.inspect(timeout=timeout).active_queues() or {}
-        except Exception:  # noqa: BLE001 - broker down: "cannot tell", not an error page
-            log.debug("cannot ask the workers which queues they consume", exc_info=True)
-            return None
-        return sorted(w for w, queues in replies.items() if any(q.get("name") == queue for q in queues or []))
-
-    return alive
 
 
 def plan(run_id: str, *, context: WorkerContext) -> CompensationReport:

@@ -18,6 +18,8 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from ... import executor
+from ...celery import compensate_run
+from ...celery.sending import celery_enqueue
 from ...errors import SagaError
 from ...journal.records import RunQuery, RunStatus, UnwindState, contains_words
 from ...operating import actions, views
@@ -206,7 +208,7 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[misc]
             task_id = actions.request_unwind(
                 run_id,
                 journal=journal(),
-                enqueue=actions.celery_enqueue(),
+                enqueue=celery_enqueue(compensate_run),
                 actor=self._actor(request),
                 reason=reason,
                 via="console",
@@ -225,7 +227,7 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[misc]
             task_id = actions.redrive(
                 run_id,
                 journal=journal(),
-                enqueue=actions.celery_enqueue(),
+                enqueue=celery_enqueue(compensate_run),
                 actor=self._actor(request),
                 claim_ttl=get_settings().claim_ttl,
                 via="console",
