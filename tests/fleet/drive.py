@@ -1,0 +1,274 @@
+"""The fleet's client: ``python -m tests.fleet.drive`` inside the ``client`` namespace (``tests.fleet``
+starts it there). It brings up the hosts' servers and workers, keeps runs flowing (each run executes
+its steps here, then is condemned with ``compensate_run`` sent through the broker, as an app does),
+lands every fault kind in turn while unwinds are in flight, settles, judges with the fault suite's
+checker over the provider's ledger, and prints the per-kind table and one ``fleet:`` line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from saga_worker import Journal, open_journal
+from saga_worker.journal.records import ClaimStatus
+from tests.faults.checker import Verdict, check
+from tests.faults.deployment import SAGA
+from tests.faults.harness import start_run
+from tests.faults.ledger import Ledger
+from tests.faults.soak import _pct
+
+from .faults import KINDS, Faults, Landed
+from .hosts import SKEW_S, SKEWED, Fleet, namespace_pids
+from .network import HOSTS, Network
+
+SKEW_KIND = f"clock skew (+{SKEW_S} s on {SKEWED})"
+
+
+@dataclass
+class Plan:
+    runs: int
+    repeats: int  # of each fault kind
+    steps: int = 4
+    in_flight: int = 12
+    seed: int = 46
+    settle_s: float = 180.0
+    limit_s: float = 1800.0
+
+
+@dataclass
+class Heal:
+    """One fault's effect on the runs it met: when each could first be finished again (the later of
+    the heal and every lease or sweep hold it left), by run."""
+
+    landed: Landed
+    reference: dict[str, float] = field(default_factory=dict)
+
+
+class Drive:
+    def __init__(self, fleet: Fleet, net: Network, journal: Journal, ledger: Ledger, plan: Plan) -> None:
+        self.fleet, self.net, self.journal, self.ledger, self.plan = fleet, net, journal, ledger, plan
+        self.rng = random.Random(plan.seed)
+        self.faults = Faults(fleet, net, ledger, self.rng)
+        self.pending: dict[str, float] = {}
+        self.all_runs: list[str] = []
+        self.results: list[tuple[str, Any]] = []
+        self.heals: list[Heal] = []
+        self.host_of: dict[int, str] = {}
+        self.crashes: list[str] = []
+        self.began = time.monotonic()
+
+    # -- runs ---------------------------------------------------------------------------------------
+    def start_one(self, index: int) -> None:
+        run_id = f"fleet-{index}-{uuid.uuid4().hex[:6]}"
+        with contextlib.suppress(Exception):  # the journal may be restarting: condemn what is there
+            start_run(self.journal, run_id, self.plan.steps, comp_sleep=0.05 if index % 3 else 0.3)
+        self.all_runs.append(run_id)
+        self.pending[run_id] = time.monotonic()
+        self.send(run_id)
+
+    def send(self, run_id: str) -> None:
+        with contextlib.suppress(Exception):  # the broker is down: sent again by poll()
+            self.results.append((run_id, self.fleet.dep.send(run_id)))
+
+    def poll(self) -> None:
+        with contextlib.suppress(Exception):
+            for run_id in list(self.pending):
+                run = self.journal.get_run(run_id)
+                if run is None or not run.condemned:
+                    if time.monotonic() - self.pending[run_id] > 15:  # lost before its tombstone
+                        self.pending[run_id] = time.monotonic()
+                        self.send(run_id)
+                    continue
+                if run.unwind_state.value in ("complete", "attention"):
+                    del self.pending[run_id]
+
+    def note_hosts(self) -> None:
+        for name in ("worker-a", "worker-b"):
+            for pid in namespace_pids(HOSTS[name].ns):
+                self.host_of[pid] = name
+
+    def supervise(self) -> None:
+        with contextlib.suppress(Exception):
+            self.crashes += self.fleet.dep.supervise()
+
+    # -- faults -------------------------------------------------------------------------------------
+    def references(self, landed: Landed, runs: list[str]) -> Heal:
+        heal = Heal(landed)
+        for run_id in runs:
+            ref = landed.healed
+            with contextlib.suppress(Exception):
+                run = self.journal.get_run(run_id)
+                if run is not None and run.unwind_next_at is not None:
+                    ref = max(ref, run.unwind_next_at)
+                for r in self.journal.list_records(run_id):
+                    claim = self.journal.get_claim(r.origin_run_id, r.suffix)
+                    if claim is not None and claim.status is ClaimStatus.CLAIMED:
+                        ref = max(ref, claim.lease_expires_at)
+            heal.reference[run_id] = ref
+        return heal
+
+    def run(self) -> None:
+        plan = self.plan
+        schedule = [k for k in KINDS for _ in range(plan.repeats)]
+        self.rng.shuffle(schedule)
+        made = 0
+        active: tuple[Landed, float, Callable[[], None], list[str]] | None = None
+        gap_until = time.monotonic() + 3.0
+        last_note = 0.0
+        while time.monotonic() - self.began < plan.limit_s:
+            now = time.monotonic()
+            if now - last_note > 1.0:
+                self.note_hosts()
+                self.supervise()
+                self.poll()
+                last_note = now
+            if active is not None and now >= active[1]:
+                landed, _, heal, met = active
+                heal()
+                landed.healed = time.time()
+                self.heals.append(self.references(landed, [r for r in met if r in self.pending]))
+                print(
+                    f"  {landed.kind} on {landed.target}: healed after {landed.healed - landed.began:.1f} s",
+                    flush=True,
+                )
+                active, gap_until = None, now + self.rng.uniform(1.0, 3.0)
+            elif active is None and schedule and now >= gap_until and self.pending:
+                met = list(self.pending)
+                landed, hold, heal = self.faults.apply(schedule.pop())
+                active = (landed, time.monotonic() + hold, heal, met)
+            if len(self.pending) < plan.in_flight and (made < plan.runs or schedule or active):
+                self.start_one(made)
+                made += 1
+            elif active is None and not schedule and made >= plan.runs:
+                break
+            time.sleep(0.01)
+        self.settle()
+
+    def settle(self) -> None:
+        self.net.heal_all()
+        deadline = time.monotonic() + self.plan.settle_s
+        while self.pending and time.monotonic() < deadline:
+            self.note_hosts()
+            self.supervise()
+            self.poll()
+            time.sleep(1.0)
+        for run_id, result in self.results:
+            with contextlib.suppress(Exception):
+                if result.ready() and result.successful():
+                    self.ledger.add_report(run_id, result.get(timeout=1))
+
+    # -- judging ------------------------------------------------------------------------------------
+    def latencies(self) -> list[float]:
+        out = []
+        for heal in self.heals:
+            for run_id, ref in heal.reference.items():
+                finished = [
+                    c.finished_at
+                    for r in self.journal.list_records(run_id)
+                    if (c := self.journal.get_claim(r.origin_run_id, r.suffix)) is not None and c.finished_at
+                ]
+                if finished:
+                    out.append(max(0.0, max(finished) - ref))
+        return out
+
+    def skew_handovers(self) -> int:
+        """Steps whose compensate hook ran on both the skewed worker and the other one: a lease judged
+        by two clocks that disagree by more than its length."""
+        hosts: dict[str, set[str]] = {}
+        for c in self.ledger.calls("compensate"):
+            hosts.setdefault(c.step, set()).add(self.host_of.get(c.pid, "?"))
+        return sum(1 for h in hosts.values() if {"worker-a", "worker-b"} <= h)
+
+    def report(self) -> tuple[Verdict, str]:
+        excused = [pid for heal in self.heals for pid in heal.landed.excused]
+        verdict = check(self.ledger, self.journal, self.all_runs, excused_pids=excused)
+        counts: dict[str, int] = {}
+        mid: dict[str, int] = {}
+        for heal in self.heals:
+            counts[heal.landed.kind] = counts.get(heal.landed.kind, 0) + 1
+            mid[heal.landed.kind] = mid.get(heal.landed.kind, 0) + int(heal.landed.mid_step)
+        counts[SKEW_KIND] = self.skew_handovers()
+        lat = self.latencies()
+        unfinished = len(self.pending)
+        attention = sum(
+            1
+            for r in self.all_runs
+            if (run := self.journal.get_run(r)) is not None and run.unwind_state.value == "attention"
+        )
+        lines = [
+            f"settings: SAGA_CLAIM_TTL={SAGA['claim_ttl']} SAGA_SWEEP_INTERVAL={SAGA['sweep_interval']} "
+            f"SAGA_SWEEP_BACKOFF={SAGA['sweep_backoff']} SAGA_SWEEP_BACKOFF_MAX={SAGA['sweep_backoff_max']} "
+            f"SAGA_VISIBILITY_TIMEOUT={SAGA['visibility_timeout']} SAGA_SWEEP_MAX_ATTEMPTS=30; "
+            f"2 workers x prefork 2, beat on worker-a",
+            f"runs driven: {len(self.all_runs)}; steps: {verdict.steps}; reports checked: {verdict.reports}",
+        ]
+        for kind in (*KINDS, SKEW_KIND):
+            extra = (
+                f" (mid-step {mid[kind]})"
+                if kind in mid
+                and kind in ("partition from PostgreSQL", "partition from Redis", "frozen host")
+                else ""
+            )
+            lines.append(f"fault: {kind}: {counts.get(kind, 0)}{extra}")
+        lines += [
+            f"unwinds measured after a heal: {len(lat)}; p50 {_pct(lat, 0.5):.2f} s, p99 {_pct(lat, 0.99):.2f} s, "
+            f"max {max(lat, default=0.0):.2f} s",
+            f"runs flagged attention: {attention}; unfinished: {unfinished}; worker crashes restarted: {len(self.crashes)}",
+            f"wall time: {time.monotonic() - self.began:.0f} s",
+        ]
+        kinds = sum(1 for v in counts.values() if v)
+        lines.append(
+            f"fleet: runs={len(self.all_runs)} steps={verdict.steps} faults={sum(counts.values())} kinds={kinds} "
+            f"lost={len(verdict.lost)} doubled={len(verdict.double)} after_tombstone={len(verdict.after_tombstone)} "
+            f"mismatches={len(verdict.mismatches)} heal_p99_s={_pct(lat, 0.99):.2f}"
+            + (f" unfinished={unfinished}" if unfinished else "")
+        )
+        return verdict, "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=120)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=46)
+    args = parser.parse_args()
+    plan = Plan(runs=args.runs, repeats=args.repeats, seed=args.seed)
+    fleet, net = Fleet(), Network()
+    journal: Journal | None = None
+    try:
+        fleet.start()
+        os.environ["FAULT_LEDGER_URL"] = fleet.ledger_pg.url  # the client's own execute hooks report there
+        ledger = Ledger(fleet.ledger_pg.url)
+        ledger.setup()
+        journal = open_journal(fleet.journal_pg.url, migrate=True)
+        fleet.start_workers()
+        print(f"fleet up: journal {fleet.journal_pg.url}, redis {fleet.dep.redis.url}", flush=True)
+        drive = Drive(fleet, net, journal, ledger, plan)
+        drive.run()
+        verdict, text = drive.report()
+        if not verdict.clean:
+            print(verdict.summary(), flush=True)
+        for crash in drive.crashes[:3]:
+            print("worker crash (restarted):\n" + crash, flush=True)
+        print(text, flush=True)
+        return 0
+    finally:
+        with contextlib.suppress(Exception):
+            net.heal_all()
+        if journal is not None:
+            with contextlib.suppress(Exception):
+                journal.close()
+        fleet.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
