@@ -30,6 +30,7 @@ from .faults import KINDS, Faults, Landed
 from .hosts import SKEW_S, SKEWED, Fleet, namespace_pids
 from .network import HOSTS, Network
 
+SLOW_S = 10.0  # an unwind slower than this after its fault gets its timeline printed
 SKEW_KIND = f"clock skew (+{SKEW_S} s on {SKEWED})"
 
 
@@ -62,8 +63,11 @@ class Drive:
         self.all_runs: list[str] = []
         self.results: list[tuple[str, Any]] = []
         self.heals: list[Heal] = []
+        self.resent: set[str] = set()  # condemn requests lost before their tombstone, sent again
         self.host_of: dict[int, str] = {}
         self.crashes: list[str] = []
+        self.slow: list[str] = []
+        self.from_heal: list[float] = []  # the same unwinds, timed from the heal alone
         self.began = time.monotonic()
 
     # -- runs ---------------------------------------------------------------------------------------
@@ -86,6 +90,7 @@ class Drive:
                 if run is None or not run.condemned:
                     if time.monotonic() - self.pending[run_id] > 15:  # lost before its tombstone
                         self.pending[run_id] = time.monotonic()
+                        self.resent.add(run_id)
                         self.send(run_id)
                     continue
                 if run.unwind_state.value in ("complete", "attention"):
@@ -167,18 +172,46 @@ class Drive:
                     self.ledger.add_report(run_id, result.get(timeout=1))
 
     # -- judging ------------------------------------------------------------------------------------
-    def latencies(self) -> list[float]:
-        out = []
+    def latencies(self) -> dict[str, list[float]]:
+        """Seconds from the reference (heal, lease, hold) of the last fault each unwind met to its
+        end, by that fault's kind. An unwind whose condemn request was lost before its tombstone (with
+        the broker) and sent again by the client is not counted: no unwind existed to heal."""
+        last: dict[str, tuple[Heal, float]] = {}
         for heal in self.heals:
             for run_id, ref in heal.reference.items():
-                finished = [
-                    c.finished_at
-                    for r in self.journal.list_records(run_id)
-                    if (c := self.journal.get_claim(r.origin_run_id, r.suffix)) is not None and c.finished_at
-                ]
-                if finished:
-                    out.append(max(0.0, max(finished) - ref))
+                last[run_id] = (heal, ref)
+        out: dict[str, list[float]] = {}
+        for run_id, (heal, ref) in last.items():
+            if run_id in self.resent:
+                continue
+            finished = [
+                c.finished_at
+                for r in self.journal.list_records(run_id)
+                if (c := self.journal.get_claim(r.origin_run_id, r.suffix)) is not None and c.finished_at
+            ]
+            if finished:
+                out.setdefault(heal.landed.kind, []).append(max(0.0, max(finished) - ref))
+                self.from_heal.append(max(0.0, max(finished) - heal.landed.healed))
+                if max(finished) - ref > SLOW_S:
+                    self.slow.append(self.timeline(run_id, heal, ref))
         return out
+
+    def timeline(self, run_id: str, heal: Heal, ref: float) -> str:
+        """What the journal says of an unwind that took long after its fault, times from the fault."""
+        t0 = heal.landed.began
+        run = self.journal.get_run(run_id)
+        lines = [
+            f"slow: {run_id} after {heal.landed.kind} on {heal.landed.target} (healed +{heal.landed.healed - t0:.1f} s, "
+            f"reference +{ref - t0:.1f} s); unwind attempts {run.unwind_attempts if run else '?'}"
+        ]
+        for r in self.journal.list_records(run_id):
+            c = self.journal.get_claim(r.origin_run_id, r.suffix)
+            if c is not None:
+                end = f"+{c.finished_at - t0:.1f}" if c.finished_at else "-"
+                lines.append(
+                    f"   {r.suffix}: claimed +{c.started_at - t0:.1f} s finished {end} s attempts {c.attempts} {c.status.value}"
+                )
+        return "\n".join(lines)
 
     def skew_handovers(self) -> int:
         """Steps whose compensate hook ran on both the skewed worker and the other one: a lease judged
@@ -197,7 +230,8 @@ class Drive:
             counts[heal.landed.kind] = counts.get(heal.landed.kind, 0) + 1
             mid[heal.landed.kind] = mid.get(heal.landed.kind, 0) + int(heal.landed.mid_step)
         counts[SKEW_KIND] = self.skew_handovers()
-        lat = self.latencies()
+        by_kind = self.latencies()
+        lat = [x for values in by_kind.values() for x in values]
         unfinished = len(self.pending)
         attention = sum(
             1
@@ -218,10 +252,18 @@ class Drive:
                 and kind in ("partition from PostgreSQL", "partition from Redis", "frozen host")
                 else ""
             )
-            lines.append(f"fault: {kind}: {counts.get(kind, 0)}{extra}")
+            met = by_kind.get(kind, [])
+            timing = (
+                f"; unwinds it met {len(met)}, p50 {_pct(met, 0.5):.2f} s, p99 {_pct(met, 0.99):.2f} s"
+                if met
+                else ""
+            )
+            lines.append(f"fault: {kind}: {counts.get(kind, 0)}{extra}{timing}")
         lines += [
             f"unwinds measured after a heal: {len(lat)}; p50 {_pct(lat, 0.5):.2f} s, p99 {_pct(lat, 0.99):.2f} s, "
-            f"max {max(lat, default=0.0):.2f} s",
+            f"max {max(lat, default=0.0):.2f} s (from the later of the heal and the leases and holds it left); "
+            f"from the heal alone p50 {_pct(self.from_heal, 0.5):.2f} s, p99 {_pct(self.from_heal, 0.99):.2f} s",
+            f"condemn requests lost with the broker before their tombstone, sent again by the client: {len(self.resent)}",
             f"runs flagged attention: {attention}; unfinished: {unfinished}; worker crashes restarted: {len(self.crashes)}",
             f"wall time: {time.monotonic() - self.began:.0f} s",
         ]
@@ -235,32 +277,38 @@ class Drive:
         return verdict, "\n".join(lines)
 
 
-def main() -> int:
+def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=120)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=46)
+    parser.add_argument(
+        "--break", dest="breaks", default="", help="tests/faults/breaks.py names, comma-separated"
+    )
     args = parser.parse_args()
     plan = Plan(runs=args.runs, repeats=args.repeats, seed=args.seed)
     fleet, net = Fleet(), Network()
     journal: Journal | None = None
+    code = 1
     try:
         fleet.start()
         os.environ["FAULT_LEDGER_URL"] = fleet.ledger_pg.url  # the client's own execute hooks report there
         ledger = Ledger(fleet.ledger_pg.url)
         ledger.setup()
         journal = open_journal(fleet.journal_pg.url, migrate=True)
-        fleet.start_workers()
+        fleet.start_workers(args.breaks)
         print(f"fleet up: journal {fleet.journal_pg.url}, redis {fleet.dep.redis.url}", flush=True)
         drive = Drive(fleet, net, journal, ledger, plan)
         drive.run()
         verdict, text = drive.report()
         if not verdict.clean:
             print(verdict.summary(), flush=True)
+        for slow in drive.slow[:8]:
+            print(slow, flush=True)
         for crash in drive.crashes[:3]:
             print("worker crash (restarted):\n" + crash, flush=True)
         print(text, flush=True)
-        return 0
+        code = 0
     finally:
         with contextlib.suppress(Exception):
             net.heal_all()
@@ -268,7 +316,11 @@ def main() -> int:
             with contextlib.suppress(Exception):
                 journal.close()
         fleet.close()
+    # Exit at once: the Celery client's pending results would try, at interpreter exit, to unsubscribe
+    # from a Redis the fleet has just stopped, and print a traceback under the ``fleet:`` line.
+    sys.stdout.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

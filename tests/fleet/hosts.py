@@ -104,7 +104,9 @@ class Fleet:
         )
         self.dep = Deployment(STATE, self.journal_pg.url, env, redis)
 
-    def start_workers(self) -> None:
+    def start_workers(self, breaks: str = "") -> None:
+        """``breaks``: names from tests/faults/breaks.py to break the workers with (proving the
+        fleet's checker bites: ``python -m tests.fleet --break no-fencing`` must report the damage)."""
         for name in ("worker-a", "worker-b"):
             proc = Proc(
                 [
@@ -120,12 +122,17 @@ class Fleet:
             )
             self.delayers.append(proc)
         self.dep.start_worker(
-            beat=True, concurrency=2, prefix=HOSTS["worker-a"].exec_prefix(), SAGA_SWEEP_MAX_ATTEMPTS="30"
+            beat=True,
+            concurrency=2,
+            prefix=HOSTS["worker-a"].exec_prefix(),
+            SAGA_SWEEP_MAX_ATTEMPTS="30",
+            FAULT_BREAK=breaks,
         )
         self.dep.start_worker(
             concurrency=2,
             prefix=HOSTS[SKEWED].exec_prefix(),
             SAGA_SWEEP_MAX_ATTEMPTS="30",
+            FAULT_BREAK=breaks,
             LD_PRELOAD=faketime_lib(),
             FAKETIME=f"+{SKEW_S}",
         )
