@@ -16,10 +16,11 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from saga_worker import Journal, open_journal
+from saga_worker.celery import make_app
 from saga_worker.journal.records import ClaimStatus
+from saga_worker.settings import SagaSettings
 from tests.faults.checker import Verdict, check
 from tests.faults.deployment import SAGA
 from tests.faults.harness import start_run
@@ -30,6 +31,7 @@ from .faults import KINDS, Faults, Landed
 from .hosts import SKEW_S, SKEWED, Fleet, namespace_pids
 from .network import HOSTS, Network
 
+RECOVER_CAP_S = 30.0
 SLOW_S = 10.0  # an unwind slower than this after its fault gets its timeline printed
 SKEW_KIND = f"clock skew (+{SKEW_S} s on {SKEWED})"
 
@@ -61,7 +63,7 @@ class Drive:
         self.faults = Faults(fleet, net, ledger, self.rng)
         self.pending: dict[str, float] = {}
         self.all_runs: list[str] = []
-        self.results: list[tuple[str, Any]] = []
+        self.results: list[tuple[str, str]] = []  # (run id, task id of its compensate_run)
         self.heals: list[Heal] = []
         self.resent: set[str] = set()  # condemn requests lost before their tombstone, sent again
         self.host_of: dict[int, str] = {}
@@ -81,7 +83,7 @@ class Drive:
 
     def send(self, run_id: str) -> None:
         with contextlib.suppress(Exception):  # the broker is down: sent again by poll()
-            self.results.append((run_id, self.fleet.dep.send(run_id)))
+            self.results.append((run_id, str(self.fleet.dep.send(run_id).id)))
 
     def poll(self) -> None:
         with contextlib.suppress(Exception):
@@ -128,6 +130,8 @@ class Drive:
         made = 0
         active: tuple[Landed, float, Callable[[], None], list[str]] | None = None
         gap_until = time.monotonic() + 3.0
+        recovering: set[str] = set()
+        recover_until = 0.0
         last_note = 0.0
         while time.monotonic() - self.began < plan.limit_s:
             now = time.monotonic()
@@ -145,8 +149,17 @@ class Drive:
                     f"  {landed.kind} on {landed.target}: healed after {landed.healed - landed.began:.1f} s",
                     flush=True,
                 )
+                # The next fault waits until the unwinds this one met are over (at most RECOVER_CAP_S),
+                # so each unwind's time is its own fault's, then 1-3 s more.
+                recovering, recover_until = set(self.heals[-1].reference), now + RECOVER_CAP_S
                 active, gap_until = None, now + self.rng.uniform(1.0, 3.0)
-            elif active is None and schedule and now >= gap_until and self.pending:
+            elif (
+                active is None
+                and schedule
+                and now >= gap_until
+                and self.pending
+                and (now >= recover_until or not recovering & set(self.pending))
+            ):
                 met = list(self.pending)
                 landed, hold, heal = self.faults.apply(schedule.pop())
                 active = (landed, time.monotonic() + hold, heal, met)
@@ -166,10 +179,17 @@ class Drive:
             self.supervise()
             self.poll()
             time.sleep(1.0)
-        for run_id, result in self.results:
-            with contextlib.suppress(Exception):
-                if result.ready() and result.successful():
-                    self.ledger.add_report(run_id, result.get(timeout=1))
+        # Read every report from the result backend afresh: the client's own result consumer gives up
+        # after a Redis restart ("the Celery application must be restarted").
+        app = make_app(SagaSettings(**self.fleet.dep.saga()), main="fleet-reports")  # type: ignore[arg-type]  # strings, as the environment gives them
+        try:
+            for run_id, task_id in self.results:
+                with contextlib.suppress(Exception):
+                    meta = app.backend.get_task_meta(task_id)
+                    if meta.get("status") == "SUCCESS" and isinstance(meta.get("result"), dict):
+                        self.ledger.add_report(run_id, meta["result"])
+        finally:
+            app.close()
 
     # -- judging ------------------------------------------------------------------------------------
     def latencies(self) -> dict[str, list[float]]:
