@@ -263,7 +263,8 @@ class Drive:
             f"SAGA_SWEEP_BACKOFF={SAGA['sweep_backoff']} SAGA_SWEEP_BACKOFF_MAX={SAGA['sweep_backoff_max']} "
             f"SAGA_VISIBILITY_TIMEOUT={SAGA['visibility_timeout']} SAGA_SWEEP_MAX_ATTEMPTS=30; "
             f"2 workers x prefork 2, beat on worker-a",
-            f"runs driven: {len(self.all_runs)}; steps: {verdict.steps}; reports checked: {verdict.reports}",
+            f"runs driven: {len(self.all_runs)}; steps: {verdict.steps}; reports checked: {verdict.reports}; "
+            f"raw compensate calls per step: mean {verdict.calls_mean_max()[0]:.3f}, max {verdict.calls_mean_max()[1]}",
         ]
         for kind in (*KINDS, SKEW_KIND):
             extra = (
