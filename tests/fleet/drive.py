@@ -25,7 +25,7 @@ from tests.faults.checker import Verdict, check
 from tests.faults.deployment import SAGA
 from tests.faults.harness import start_run
 from tests.faults.ledger import Ledger
-from tests.faults.soak import _pct
+from tests.faults.soak import percentile
 
 from .faults import KINDS, Faults, Landed
 from .hosts import SKEW_S, SKEWED, Fleet, namespace_pids
@@ -275,15 +275,15 @@ class Drive:
             )
             met = by_kind.get(kind, [])
             timing = (
-                f"; unwinds it met {len(met)}, p50 {_pct(met, 0.5):.2f} s, p99 {_pct(met, 0.99):.2f} s"
+                f"; unwinds it met {len(met)}, p50 {percentile(met, 0.5):.2f} s, p99 {percentile(met, 0.99):.2f} s"
                 if met
                 else ""
             )
             lines.append(f"fault: {kind}: {counts.get(kind, 0)}{extra}{timing}")
         lines += [
-            f"unwinds measured after a heal: {len(lat)}; p50 {_pct(lat, 0.5):.2f} s, p99 {_pct(lat, 0.99):.2f} s, "
+            f"unwinds measured after a heal: {len(lat)}; p50 {percentile(lat, 0.5):.2f} s, p99 {percentile(lat, 0.99):.2f} s, "
             f"max {max(lat, default=0.0):.2f} s (from the later of the heal and the leases and holds it left); "
-            f"from the heal alone p50 {_pct(self.from_heal, 0.5):.2f} s, p99 {_pct(self.from_heal, 0.99):.2f} s",
+            f"from the heal alone p50 {percentile(self.from_heal, 0.5):.2f} s, p99 {percentile(self.from_heal, 0.99):.2f} s",
             f"condemn requests lost with the broker before their tombstone, sent again by the client: {len(self.resent)}",
             f"runs flagged attention: {attention}; unfinished: {unfinished}; worker crashes restarted: {len(self.crashes)}",
             f"wall time: {time.monotonic() - self.began:.0f} s",
@@ -292,7 +292,7 @@ class Drive:
         lines.append(
             f"fleet: runs={len(self.all_runs)} steps={verdict.steps} faults={sum(counts.values())} kinds={kinds} "
             f"lost={len(verdict.lost)} doubled={len(verdict.double)} after_tombstone={len(verdict.after_tombstone)} "
-            f"mismatches={len(verdict.mismatches)} heal_p99_s={_pct(lat, 0.99):.2f}"
+            f"mismatches={len(verdict.mismatches)} heal_p99_s={percentile(lat, 0.99):.2f}"
             + (f" unfinished={unfinished}" if unfinished else "")
         )
         return verdict, "\n".join(lines)
