@@ -22,16 +22,14 @@ from saga_worker.celery import make_app
 from saga_worker.journal.records import ClaimStatus
 from saga_worker.settings import SagaSettings
 from tests.faults.checker import Verdict, check
-from tests.faults.deployment import SAGA
 from tests.faults.harness import start_run
 from tests.faults.ledger import Ledger
 from tests.faults.soak import percentile
 
 from .faults import KINDS, Faults, Landed
-from .hosts import SKEW_S, SKEWED, Fleet, namespace_pids
+from .hosts import DEFAULT_TIMING, FLEET_TIMING, SKEW_S, SKEWED, Fleet, namespace_pids
 from .network import HOSTS, Network
 
-RECOVER_CAP_S = 30.0
 SLOW_S = 10.0  # an unwind slower than this after its fault gets its timeline printed
 SKEW_KIND = f"clock skew (+{SKEW_S} s on {SKEWED})"
 
@@ -61,6 +59,8 @@ class Drive:
         self.fleet, self.net, self.journal, self.ledger, self.plan = fleet, net, journal, ledger, plan
         self.rng = random.Random(plan.seed)
         self.faults = Faults(fleet, net, ledger, self.rng)
+        # How long the next fault waits for the last one's unwinds: past a sweep hold and a backoff.
+        self.recover_cap_s = 30.0 + 4 * self.faults.claim_ttl
         self.pending: dict[str, float] = {}
         self.all_runs: list[str] = []
         self.results: list[tuple[str, str]] = []  # (run id, task id of its compensate_run)
@@ -149,9 +149,9 @@ class Drive:
                     f"  {landed.kind} on {landed.target}: healed after {landed.healed - landed.began:.1f} s",
                     flush=True,
                 )
-                # The next fault waits until the unwinds this one met are over (at most RECOVER_CAP_S),
+                # The next fault waits until the unwinds this one met are over (at most recover_cap_s),
                 # so each unwind's time is its own fault's, then 1-3 s more.
-                recovering, recover_until = set(self.heals[-1].reference), now + RECOVER_CAP_S
+                recovering, recover_until = set(self.heals[-1].reference), now + self.recover_cap_s
                 active, gap_until = None, now + self.rng.uniform(1.0, 3.0)
             elif (
                 active is None
@@ -259,10 +259,8 @@ class Drive:
             if (run := self.journal.get_run(r)) is not None and run.unwind_state.value == "attention"
         )
         lines = [
-            f"settings: SAGA_CLAIM_TTL={SAGA['claim_ttl']} SAGA_SWEEP_INTERVAL={SAGA['sweep_interval']} "
-            f"SAGA_SWEEP_BACKOFF={SAGA['sweep_backoff']} SAGA_SWEEP_BACKOFF_MAX={SAGA['sweep_backoff_max']} "
-            f"SAGA_VISIBILITY_TIMEOUT={SAGA['visibility_timeout']} SAGA_SWEEP_MAX_ATTEMPTS=30; "
-            f"2 workers x prefork 2, beat on worker-a",
+            "settings: " + " ".join(f"SAGA_{k.upper()}={v}" for k, v in self.fleet.timing.items()) + "; "
+            "2 workers x prefork 2, beat on worker-a",
             f"runs driven: {len(self.all_runs)}; steps: {verdict.steps}; reports checked: {verdict.reports}; "
             f"raw compensate calls per step: mean {verdict.calls_mean_max()[0]:.3f}, max {verdict.calls_mean_max()[1]}",
         ]
@@ -303,12 +301,13 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=120)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=46)
+    parser.add_argument("--defaults", action="store_true", help="saga-worker's default timing settings")
     parser.add_argument(
         "--break", dest="breaks", default="", help="tests/faults/breaks.py names, comma-separated"
     )
     args = parser.parse_args()
     plan = Plan(runs=args.runs, repeats=args.repeats, seed=args.seed)
-    fleet, net = Fleet(), Network()
+    fleet, net = Fleet(timing=dict(DEFAULT_TIMING if args.defaults else FLEET_TIMING)), Network()
     journal: Journal | None = None
     code = 1
     try:

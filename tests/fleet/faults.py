@@ -14,13 +14,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tests.faults.deployment import SAGA
 from tests.faults.ledger import Ledger
 
 from .hosts import Fleet, namespace_pids
 from .network import HOSTS, Network
 
-CLAIM_TTL = float(SAGA["claim_ttl"])
 WORKERS = ("worker-a", "worker-b")
 PG_PORT, REDIS_PORT = 5432, 6379
 
@@ -48,6 +46,7 @@ class Landed:
 class Faults:
     def __init__(self, fleet: Fleet, net: Network, ledger: Ledger, rng: random.Random) -> None:
         self.fleet, self.net, self.ledger, self.rng = fleet, net, ledger, rng
+        self.claim_ttl = float(fleet.timing["claim_ttl"])  # holds scale with the lease they outlast
 
     def in_flight_on(self, host: str) -> bool:
         pids = set(namespace_pids(HOSTS[host].ns))
@@ -74,7 +73,7 @@ class Faults:
             landed = Landed(kind, worker, time.time(), mid_step=mid)
             return (
                 landed,
-                self.rng.uniform(CLAIM_TTL, 3 * CLAIM_TTL),
+                self.rng.uniform(self.claim_ttl, 3 * self.claim_ttl),
                 lambda: self.net.heal(worker, "db", PG_PORT),
             )
         if kind == "partition from Redis":
@@ -83,7 +82,7 @@ class Faults:
             landed = Landed(kind, worker, time.time(), mid_step=mid)
             return (
                 landed,
-                self.rng.uniform(CLAIM_TTL, 3 * CLAIM_TTL),
+                self.rng.uniform(self.claim_ttl, 3 * self.claim_ttl),
                 lambda: self.net.heal(worker, "db", REDIS_PORT),
             )
         if kind == "slow lossy network":
@@ -101,7 +100,7 @@ class Faults:
             mid = self.wait_mid_step(worker)
             pids = self.fleet.freeze(worker)
             landed = Landed(kind, worker, time.time(), mid_step=mid, excused=pids)
-            return landed, 2 * CLAIM_TTL + self.rng.uniform(0.5, 2.0), lambda: self.fleet.thaw(pids)
+            return landed, 2 * self.claim_ttl + self.rng.uniform(0.5, 2.0), lambda: self.fleet.thaw(pids)
         if kind == "PostgreSQL restarted":
             landed = Landed(kind, "db", time.time())
             self.fleet.journal_pg.restart(down_for=self.rng.uniform(0.5, 2.0))

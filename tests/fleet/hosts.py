@@ -22,8 +22,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from tests.faults.deployment import Deployment
+from tests.faults.deployment import SAGA, Deployment
 from tests.faults.harness import REPO, OwnPostgres, OwnRedis, Proc
 
 from .network import DELAY_QUEUE, HOSTS, SUBNET, Host, fleet_namespaces, sh
@@ -36,6 +37,24 @@ FAKETIME_LIBS = (
 )
 SKEWED = "worker-b"
 SKEW_S = 5  # worker-b's clocks ahead by this much, past the fleet's 2 s claim TTL
+
+# The settings that decide how soon an unwind is back after a fault: the fault suite's short ones
+# (as the soak runs), or saga-worker's defaults (``--defaults``: what an untuned fleet gets).
+FLEET_TIMING = {
+    **{
+        k: SAGA[k]
+        for k in ("claim_ttl", "sweep_interval", "sweep_backoff", "sweep_backoff_max", "visibility_timeout")
+    },
+    "sweep_max_attempts": "30",
+}
+DEFAULT_TIMING = {
+    "claim_ttl": "30",
+    "sweep_interval": "5",
+    "sweep_backoff": "2",
+    "sweep_backoff_max": "300",
+    "visibility_timeout": "300",
+    "sweep_max_attempts": "8",
+}
 
 
 def faketime_lib() -> str:
@@ -72,6 +91,7 @@ class Fleet:
     dep: Deployment = field(init=False)
     journal_pg: OwnPostgres = field(init=False)
     ledger_pg: OwnPostgres = field(init=False)
+    timing: dict[str, str] = field(default_factory=lambda: dict(FLEET_TIMING))
     delayers: list[Proc] = field(default_factory=list)
 
     def host(self, name: str) -> Host:
@@ -121,20 +141,17 @@ class Fleet:
                 log=STATE / f"delayer-{name}.log",
             )
             self.delayers.append(proc)
+        timing: dict[str, Any] = {f"SAGA_{k.upper()}": v for k, v in self.timing.items()}
         self.dep.start_worker(
-            beat=True,
-            concurrency=2,
-            prefix=HOSTS["worker-a"].exec_prefix(),
-            SAGA_SWEEP_MAX_ATTEMPTS="30",
-            FAULT_BREAK=breaks,
+            beat=True, concurrency=2, prefix=HOSTS["worker-a"].exec_prefix(), FAULT_BREAK=breaks, **timing
         )
         self.dep.start_worker(
             concurrency=2,
             prefix=HOSTS[SKEWED].exec_prefix(),
-            SAGA_SWEEP_MAX_ATTEMPTS="30",
             FAULT_BREAK=breaks,
             LD_PRELOAD=faketime_lib(),
             FAKETIME=f"+{SKEW_S}",
+            **timing,
         )
 
     def worker_pids(self, host: str) -> list[int]:
