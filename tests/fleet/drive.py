@@ -42,7 +42,11 @@ class Plan:
     in_flight: int = 12
     seed: int = 46
     settle_s: float = 180.0
-    limit_s: float = 1800.0
+
+    @property
+    def limit_s(self) -> float:
+        """The drive's bound: room for every fault, each with its hold and the wait for its unwinds."""
+        return 600.0 + 20.0 * self.repeats * len(KINDS)
 
 
 @dataclass
@@ -63,7 +67,9 @@ class Drive:
         self.recover_cap_s = 30.0 + 4 * self.faults.claim_ttl
         self.pending: dict[str, float] = {}
         self.all_runs: list[str] = []
-        self.results: list[tuple[str, str]] = []  # (run id, task id of its compensate_run)
+        self.task_ids: dict[str, list[str]] = {}  # run id -> the compensate_run task ids sent for it
+        self.to_collect: list[tuple[float, int, str]] = []  # (when, tries, run id): reports to keep
+        self.reports_app = make_app(SagaSettings(**fleet.dep.saga()), main="fleet-reports")  # type: ignore[arg-type]  # strings, as the environment gives them
         self.heals: list[Heal] = []
         self.resent: set[str] = set()  # condemn requests lost before their tombstone, sent again
         self.host_of: dict[int, str] = {}
@@ -83,7 +89,7 @@ class Drive:
 
     def send(self, run_id: str) -> None:
         with contextlib.suppress(Exception):  # the broker is down: sent again by poll()
-            self.results.append((run_id, str(self.fleet.dep.send(run_id).id)))
+            self.task_ids.setdefault(run_id, []).append(str(self.fleet.dep.send(run_id).id))
 
     def poll(self) -> None:
         with contextlib.suppress(Exception):
@@ -97,6 +103,7 @@ class Drive:
                     continue
                 if run.unwind_state.value in ("complete", "attention"):
                     del self.pending[run_id]
+                    self.to_collect.append((time.monotonic() + 1.0, 0, run_id))
 
     def note_hosts(self) -> None:
         for name in ("worker-a", "worker-b"):
@@ -139,6 +146,7 @@ class Drive:
                 self.note_hosts()
                 self.supervise()
                 self.poll()
+                self.collect()
                 last_note = now
             if active is not None and now >= active[1]:
                 landed, _, heal, met = active
@@ -178,18 +186,32 @@ class Drive:
             self.note_hosts()
             self.supervise()
             self.poll()
+            self.collect()
             time.sleep(1.0)
-        # Read every report from the result backend afresh: the client's own result consumer gives up
-        # after a Redis restart ("the Celery application must be restarted").
-        app = make_app(SagaSettings(**self.fleet.dep.saga()), main="fleet-reports")  # type: ignore[arg-type]  # strings, as the environment gives them
-        try:
-            for run_id, task_id in self.results:
+        self.collect(final=True)
+        with contextlib.suppress(Exception):
+            self.reports_app.close()
+
+    def collect(self, final: bool = False) -> None:
+        """Keep the report of every unwind that ended a moment ago (its last step stores it under the
+        client's task id), read from the result backend as it is then: a later Redis restart without
+        its data would lose it. A fresh Celery app reads it: the client's own result consumer gives up
+        after a Redis restart ("the Celery application must be restarted")."""
+        now, later = time.monotonic(), []
+        for due, tries, run_id in self.to_collect:
+            if due > now and not final:
+                later.append((due, tries, run_id))
+                continue
+            found = False
+            for task_id in self.task_ids.get(run_id, []):
                 with contextlib.suppress(Exception):
-                    meta = app.backend.get_task_meta(task_id)
+                    meta = self.reports_app.backend.get_task_meta(task_id)
                     if meta.get("status") == "SUCCESS" and isinstance(meta.get("result"), dict):
                         self.ledger.add_report(run_id, meta["result"])
-        finally:
-            app.close()
+                        found = True
+            if not found and tries < 3 and not final:
+                later.append((now + 2.0, tries + 1, run_id))
+        self.to_collect = later
 
     # -- judging ------------------------------------------------------------------------------------
     def latencies(self) -> dict[str, list[float]]:
