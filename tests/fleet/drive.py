@@ -332,6 +332,9 @@ def main() -> None:
     fleet, net = Fleet(timing=dict(DEFAULT_TIMING if args.defaults else FLEET_TIMING)), Network()
     journal: Journal | None = None
     code = 1
+    # The app runs under the fleet's settings too: its SAGA_CLAIM_TTL is the execute lease of the
+    # calls it runs, which an unwind waits out when a fault cut the app off mid-execute.
+    os.environ.update({f"SAGA_{k.upper()}": v for k, v in fleet.timing.items()})
     try:
         fleet.start()
         os.environ["FAULT_LEDGER_URL"] = fleet.ledger_pg.url  # the client's own execute hooks report there
