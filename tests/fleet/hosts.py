@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from saga_worker.settings import SagaSettings
 from tests.faults.deployment import SAGA, Deployment
 from tests.faults.harness import REPO, OwnPostgres, OwnRedis, Proc
 
@@ -40,21 +41,9 @@ SKEW_S = 5  # worker-b's clocks ahead by this much, past the fleet's 2 s claim T
 
 # The settings that decide how soon an unwind is back after a fault: the fault suite's short ones
 # (as the soak runs), or saga-worker's defaults (``--defaults``: what an untuned fleet gets).
-FLEET_TIMING = {
-    **{
-        k: SAGA[k]
-        for k in ("claim_ttl", "sweep_interval", "sweep_backoff", "sweep_backoff_max", "visibility_timeout")
-    },
-    "sweep_max_attempts": "30",
-}
-DEFAULT_TIMING = {
-    "claim_ttl": "30",
-    "sweep_interval": "5",
-    "sweep_backoff": "2",
-    "sweep_backoff_max": "300",
-    "visibility_timeout": "300",
-    "sweep_max_attempts": "8",
-}
+TIMING = ("claim_ttl", "sweep_interval", "sweep_backoff", "sweep_backoff_max", "visibility_timeout")
+FLEET_TIMING = {**{k: SAGA[k] for k in TIMING}, "sweep_max_attempts": "30"}
+DEFAULT_TIMING = {k: f"{SagaSettings.model_fields[k].default:g}" for k in (*TIMING, "sweep_max_attempts")}
 
 
 def faketime_lib() -> str:
