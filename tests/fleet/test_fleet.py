@@ -48,20 +48,37 @@ def parse(line: str) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=(\S+)", line))
 
 
-@pytest.mark.timeout(4 * 3600)
-def test_a_fleet_under_faults_loses_nothing_doubles_nothing_and_reports_true(tmp_path: Path) -> None:
+def fleet(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m tests.fleet ARGS``, or a skip (a failure under CI) when the machine lacks a part."""
     lacking = missing()
     if lacking:
         if os.environ.get("CI") == "true":
             pytest.fail(f"the fleet needs {lacking}")
         pytest.skip(f"the fleet needs {lacking}")
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.fleet", "--runs", str(RUNS), "--repeats", str(REPEATS)],
+    return subprocess.run(
+        [sys.executable, "-m", "tests.fleet", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=4 * 3600,
     )
+
+
+@pytest.mark.timeout(600)
+def test_the_fleet_reports_the_damage_of_a_build_without_stable_keys() -> None:
+    """The fleet's checker bites: workers that undo each step under a fresh key are counted doubled."""
+    proc = fleet("--runs", "10", "--repeats", "0", "--break", "unstable-key")
+    lines = proc.stdout.strip().splitlines()
+    assert proc.returncode == 0 and lines and lines[-1].startswith("fleet: "), (
+        proc.stdout[-4000:] + proc.stderr[-4000:]
+    )
+    got = parse(lines[-1])
+    assert int(got["doubled"]) > 0 and int(got["mismatches"]) > 0, lines[-1]
+
+
+@pytest.mark.timeout(4 * 3600)
+def test_a_fleet_under_faults_loses_nothing_doubles_nothing_and_reports_true(tmp_path: Path) -> None:
+    proc = fleet("--runs", str(RUNS), "--repeats", str(REPEATS))
     print(proc.stdout[-20000:])
     table = Path(os.environ.get("SAGA_FLEET_TABLE", str(tmp_path / "fleet.txt")))
     lines = proc.stdout.strip().splitlines()
