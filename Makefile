@@ -119,7 +119,7 @@ soak: $(STAMP)
 
 # The fleet under faults (tests/fleet, docs/operations/fleet.md): hosts as network namespaces, every
 # fault kind landed SAGA_FLEET_REPEATS times while at least SAGA_FLEET_RUNS runs unwind; ends with the
-# `fleet:` line. The short tier (~5 minutes) runs in CI; fleet-long is the 1,000-run, 300-fault one.
+# `fleet:` line. The short tier (~6 minutes) runs in CI; fleet-long is the 1,000-run, 300-fault one.
 FLEET_TABLE ?= /tmp/saga-fleet-table.txt
 fleet: $(STAMP)
 	bash .ci/programs
