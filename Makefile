@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The demo needs the package alone (no dev extras: no agent frameworks, no browser, no docs tools).
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: screenshots install demo test test-core test-core-quick test-fast lint typecheck docs dist bench bench-peers soak clean services browser
+.PHONY: screenshots install demo test test-core test-core-quick test-fast lint typecheck docs dist bench bench-peers soak fleet fleet-long clean services browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -120,6 +120,18 @@ screenshots: $(STAMP) browser
 
 soak: $(STAMP)
 	$(BIN)/python -m pytest tests/faults -m soak -p no:randomly -s
+
+# The fleet under faults (tests/fleet, docs/operations/fleet.md): hosts as network namespaces, every
+# fault kind landed SAGA_FLEET_REPEATS times while at least SAGA_FLEET_RUNS runs unwind; ends with the
+# `fleet:` line. The short tier (~6 minutes) runs in CI; fleet-long is the 1,000-run, 300-fault one.
+FLEET_TABLE ?= /tmp/saga-fleet-table.txt
+fleet: $(STAMP)
+	bash .ci/programs
+	SAGA_FLEET_TABLE=$(FLEET_TABLE) $(BIN)/python -m pytest tests/fleet -m fleet -p no:randomly -s
+	@tail -n 1 $(FLEET_TABLE)
+
+fleet-long: $(STAMP)
+	SAGA_FLEET_RUNS=1000 SAGA_FLEET_REPEATS=43 $(MAKE) fleet
 
 services:
 	bash .ci/services

@@ -28,11 +28,14 @@ class WorkerProcess:
         name: str = "t",
         python: str = sys.executable,
         cwd: Path = REPO,
+        prefix: Sequence[str] = (),
     ) -> None:
         """``command`` is what follows ``python -m`` up to the worker's options (for example
-        ``["celery", "-A", "saga_worker.celery:app", "worker"]``)."""
+        ``["celery", "-A", "saga_worker.celery:app", "worker"]``); ``prefix`` what the whole runs under
+        (``ip netns exec NS`` puts it on a host of tests/fleet)."""
         self.log = log
         argv = [
+            *prefix,
             python,
             "-m",
             *command,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -61,12 +62,16 @@ class Deployment:
         env.update(extra)
         return env
 
-    def start_worker(self, *, beat: bool = False, concurrency: int = 1, **extra: str) -> CeleryWorker:
+    def start_worker(
+        self, *, beat: bool = False, concurrency: int = 1, prefix: Sequence[str] = (), **extra: str
+    ) -> CeleryWorker:
+        """``prefix``: what the worker runs under (``ip netns exec NS``: a host of tests/fleet)."""
         worker = CeleryWorker(
             self.env(**extra),
             self.tmp / f"worker-{len(self.workers)}.log",
             beat=beat,
             concurrency=concurrency,
+            prefix=prefix,
         )
         self.workers.append(worker)
         return worker.wait_ready()
@@ -85,6 +90,7 @@ class Deployment:
                 self.tmp / f"worker-{len(self.workers)}.log",
                 beat=worker.beat,
                 concurrency=worker.concurrency,
+                prefix=worker.prefix,
             )
             self.workers.append(fresh)
             fresh.wait_ready()

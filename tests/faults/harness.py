@@ -13,7 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -156,16 +156,28 @@ def child(command: str, *run_ids: str, env: Mapping[str, str], extra: list[str] 
 class OwnRedis:
     """A redis-server of the suite's own on a spare loopback port; restartable, with or without persistence."""
 
-    def __init__(self, *, persistent: bool, port: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        persistent: bool,
+        port: int | None = None,
+        host: str = "127.0.0.1",
+        directory: Path | None = None,
+        prefix: Sequence[str] = (),
+    ) -> None:
+        """``host``, ``directory`` and ``prefix`` (what its command runs under, such as ``ip netns exec
+        NS``) place it on another host of the fleet (tests/fleet); there it answers other hosts, so it
+        runs with ``--protected-mode no``."""
+        self.host, self.prefix = host, list(prefix)
         self.port = port or free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix="fault-redis-"))
+        self.dir = directory or Path(tempfile.mkdtemp(prefix="fault-redis-"))
         self.persistent = persistent
         self.proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def start(self) -> None:
         persist = (
@@ -173,9 +185,10 @@ class OwnRedis:
         )
         self.proc = subprocess.Popen(
             [
+                *self.prefix,
                 "redis-server",
                 "--bind",
-                "127.0.0.1",
+                self.host,
                 "--port",
                 str(self.port),
                 "--dir",
@@ -183,7 +196,7 @@ class OwnRedis:
                 "--save",
                 "",
                 "--protected-mode",
-                "yes",
+                "yes" if self.host == "127.0.0.1" else "no",
                 *persist,
             ],
             stdout=subprocess.DEVNULL,
@@ -194,7 +207,7 @@ class OwnRedis:
 
     def _up(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+            with socket.create_connection((self.host, self.port), timeout=0.5) as s:
                 s.sendall(b"PING\r\n")
                 return s.recv(16).startswith(b"+PONG")
         except OSError:
@@ -222,28 +235,48 @@ class OwnPostgres:
 
     The shared server on 5432 is never restarted: other suites use it."""
 
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix="fault-pg-"))
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int | None = None,
+        directory: Path | None = None,
+        prefix: Sequence[str] = (),
+        clients: str = "",
+    ) -> None:
+        """``host``, ``port``, ``directory`` and ``prefix`` (what its commands run under, such as ``ip
+        netns exec NS``) place it on another host of the fleet (tests/fleet); ``clients`` is the
+        address range a ``pg_hba`` line lets in (trust) besides loopback."""
+        self.host, self.prefix, self.clients = host, list(prefix), clients
+        self.port = port or free_port()
+        self.dir = directory or Path(tempfile.mkdtemp(prefix="fault-pg-"))
+        self.dir.mkdir(parents=True, exist_ok=True)
         self.data = self.dir / "data"
         self.restarts = 0
         shutil.chown(self.dir, "postgres", "postgres")
 
     @property
     def url(self) -> str:
-        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+        return f"postgresql+psycopg://postgres@{self.host}:{self.port}/postgres"
 
     def _as_postgres(self, *cmd: str, timeout: float = 120) -> None:
         prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
         subprocess.run(
-            [*prefix, *cmd], check=True, timeout=timeout, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            [*self.prefix, *prefix, *cmd],
+            check=True,
+            timeout=timeout,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
 
     def init(self) -> None:
         self._as_postgres("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+        if self.clients:
+            with open(self.data / "pg_hba.conf", "a") as fh:
+                fh.write(f"host all all {self.clients} trust\n")
         with open(self.data / "postgresql.conf", "a") as fh:
             fh.write(
-                f"listen_addresses = '127.0.0.1'\nport = {self.port}\nunix_socket_directories = '{self.dir}'\n"
+                f"listen_addresses = '{self.host}'\nport = {self.port}\nunix_socket_directories = '{self.dir}'\n"
                 # fsync off only skips flushing the OS cache, which a restart of PostgreSQL (not of
                 # the machine) keeps; commits stay synchronous: an acknowledged commit survives.
                 "fsync = off\nsynchronous_commit = on\nshared_buffers = 32MB\n"
@@ -275,12 +308,24 @@ class CeleryWorker(WorkerProcess):
     """A real Celery worker for the fault tests, remembering how it was started (to start it again)."""
 
     def __init__(
-        self, env: Mapping[str, str], log: Path, *, concurrency: int = 1, beat: bool = False
+        self,
+        env: Mapping[str, str],
+        log: Path,
+        *,
+        concurrency: int = 1,
+        beat: bool = False,
+        prefix: Sequence[str] = (),
     ) -> None:
-        self.env, self.beat, self.concurrency = dict(env), beat, concurrency
+        self.env, self.beat, self.concurrency, self.prefix = dict(env), beat, concurrency, list(prefix)
         self.replaced = False
         super().__init__(
-            ["tests.faults.celery_worker"], env, log, concurrency=concurrency, beat=beat, name="f"
+            ["tests.faults.celery_worker"],
+            env,
+            log,
+            concurrency=concurrency,
+            beat=beat,
+            name="f",
+            prefix=prefix,
         )
 
     def wait_ready(self, timeout: float = 60) -> CeleryWorker:

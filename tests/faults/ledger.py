@@ -131,6 +131,13 @@ class Ledger:
     def now(self) -> float:
         return float(self._exec(f"SELECT {NOW}")[0][0])
 
+    def in_flight(self, kind: str) -> list[int]:
+        """The pids of the ``kind`` hook calls begun and not ended (still inside, or died inside)."""
+        return [
+            int(r[0])
+            for r in self._exec("SELECT pid FROM fault_calls WHERE kind = %s AND ended_at IS NULL", (kind,))
+        ]
+
     # -- what the checker reads --------------------------------------------------------------------
     def calls(self, kind: str | None = None) -> list[Call]:
         rows = self._exec(
@@ -203,6 +210,9 @@ class MemLedger(Ledger):
 
     def now(self) -> float:
         return float(self.clock())
+
+    def in_flight(self, kind: str) -> list[int]:
+        return [c.pid for c in self._calls if c.kind == kind and c.ended_at is None]
 
     def calls(self, kind: str | None = None) -> list[Call]:
         return [c for c in self._calls if kind is None or c.kind == kind]

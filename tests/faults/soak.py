@@ -63,7 +63,8 @@ class Figures:
         self.faults[kind] = self.faults.get(kind, 0) + n
 
 
-def _pct(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile of ``values`` (nearest rank; 0 when there are none)."""
     if not values:
         return 0.0
     ordered = sorted(values)
@@ -365,8 +366,8 @@ class Soak:
             ("raw hook calls per step (mean)", f"{mean:.3f}"),
             ("raw hook calls per step (max)", peak),
             ("re-drives measured", len(self.fig.latencies)),
-            ("re-drive latency p50 (s)", f"{_pct(self.fig.latencies, 0.5):.2f}"),
-            ("re-drive latency p99 (s)", f"{_pct(self.fig.latencies, 0.99):.2f}"),
+            ("re-drive latency p50 (s)", f"{percentile(self.fig.latencies, 0.5):.2f}"),
+            ("re-drive latency p99 (s)", f"{percentile(self.fig.latencies, 0.99):.2f}"),
             ("re-drive latency max (s)", f"{max(self.fig.latencies, default=0.0):.2f}"),
             ("runs flagged attention", self.fig.attention),
             ("runs unfinished at the end", self.fig.unfinished),
