@@ -103,13 +103,15 @@ def _no_tombstone_check(setter: Setter) -> None:
 
 def _unstable_key(setter: Setter) -> None:
     """The compensation key changes on every attempt, so the provider cannot deduplicate a retry."""
-    from saga_worker.compensation import attempt
+    from saga_worker.compensation import attempt, entries
     from saga_worker.core.keys import compensate_key as stable
 
     def fresh(origin: str, suffix: str) -> str:
         return f"{stable(origin, suffix)}-{uuid.uuid4().hex[:8]}"
 
-    setter(attempt, "compensate_key", fresh)
+    # Everywhere the unwind names a step's key: the hook's call (attempt) and the report's entry.
+    for module in (attempt, entries):
+        setter(module, "compensate_key", fresh)
 
 
 def _no_reject_on_worker_lost(setter: Setter) -> None:
