@@ -149,10 +149,26 @@ def _package_modules() -> set[str]:
     return names - {""}
 
 
+# The agent adapters' frameworks, by adapter: optional extras that the core suite on other Pythons
+# (make test-core-quick) leaves out; the main suite installs them, so there each reference resolves.
+FRAMEWORKS = {"langchain": "langchain", "openai_agents": "agents", "pydantic_ai": "pydantic_ai"}
+
+
+def _framework_missing(reference: str) -> str | None:
+    parts = reference.split(".")
+    if parts[:2] != ["saga_worker", "integrations"] or len(parts) < 3 or parts[2] not in FRAMEWORKS:
+        return None
+    framework = FRAMEWORKS[parts[2]]
+    return framework if importlib.util.find_spec(framework) is None else None
+
+
 @pytest.mark.parametrize("reference", sorted(cited()))
 def test_every_reference_in_the_docs_resolves(reference: str) -> None:
     if reference == "saga_worker.__file__":
         return  # the module's own attribute, named in a snippet
+    missing = _framework_missing(reference)
+    if missing is not None:
+        pytest.skip(f"{missing!r}, an optional extra, is not installed in this suite (the main suite has it)")
     assert resolve(reference) is not None
 
 
