@@ -379,8 +379,11 @@ def test_a_megabyte_id_reason_or_error_text_is_answered_acknowledged_and_the_wor
         assert scenarios.compensations(ledger, run_id) == {s: 1 for s in scenarios.SUFFIXES}
         # Nothing of the refused messages waits to be delivered again: not queued, not unacked.
         assert broker.llen(setup.saga["queue"]) == 0
-        held = unacked(broker)
-        assert all(t.id.encode() not in held for t in (huge_id, huge_reason, long_id))
+        wait_for(
+            lambda: all(t.id.encode() not in unacked(broker) for t in (huge_id, huge_reason, long_id)),
+            30,
+            "the refused messages' acknowledgements",
+        )
     finally:
         broker.close()
         ledger.close()
@@ -453,7 +456,9 @@ def test_a_saga_message_whose_headers_pass_the_size_limit_is_refused_acknowledge
         assert "refused, nothing was done" in str(got.value) and len(str(got.value)) < 400
         run = journal.get_run(run_id)
         assert run is not None and not run.condemned
-        assert sent.id.encode() not in unacked(broker) and broker.llen(running.saga["queue"]) == 0
+        # Celery stores a task's error before it acknowledges the message: wait for the ack itself.
+        wait_for(lambda: sent.id.encode() not in unacked(broker), 30, "the refused message's acknowledgement")
+        assert broker.llen(running.saga["queue"]) == 0
         report = scenarios.unwind(client, run_id)
         assert scenarios.statuses(report) == ["compensated"] * 3
     finally:
@@ -493,7 +498,7 @@ def test_a_saga_message_whose_json_body_cannot_be_decoded_ends_acked_with_a_stor
         report = scenarios.unwind(client, run_id)  # the same worker, still serving
         assert scenarios.statuses(report) == ["compensated"] * len(scenarios.SUFFIXES)
         assert broker.llen(setup.saga["queue"]) == 0
-        assert task_id.encode() not in unacked(broker)
+        wait_for(lambda: task_id.encode() not in unacked(broker), 30, "the refused message's acknowledgement")
         log = worker.log.read_text(errors="replace")
         assert f"saga.compensate_run [{task_id}]" in log and "body is not valid JSON" in log
     finally:
