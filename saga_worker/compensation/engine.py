@@ -34,6 +34,7 @@ from ..recording.tools import Tool, check_tools
 from ..settings import get_settings
 from .actors import check_via, default_actor
 from .attempt import StepAttempt, Unwinding
+from .carry import OutcomeCarry
 from .entries import entry_for
 from .report import SETTLED, CompensationEntry, CompensationReport, CompensationStatus, until_halt
 
@@ -272,16 +273,41 @@ def undo_steps(
     if claims is None:
         claims = journal.get_claims([(r.origin_run_id, r.suffix) for r in worklist])
     ttl = claim_ttl if claim_ttl is not None else get_settings().claim_ttl
+    # n+1 commits: each step's outcome goes with the next step's claim (carry.py).
+    carry = None if dry_run else OutcomeCarry(journal)
     unwinding = Unwinding(
-        journal, run_id, tools, ttl, dry_run, lock, tools_named="the tools given to compensate_run"
+        journal,
+        run_id,
+        tools,
+        ttl,
+        dry_run,
+        lock,
+        tools_named="the tools given to compensate_run",
+        carry=carry,
     )
+    done: list[CompensationEntry] = []
 
-    def attempt(record: ToolRecord) -> CompensationEntry:
+    def attempt(record: ToolRecord) -> CompensationEntry | None:
+        held = None if carry is None else carry.held
         entry = StepAttempt(unwinding, record, claims=claims).verdict()
         assert entry is not None  # only a twin delivery stands down, and there are none in process
+        if carry is not None and carry.held is held:
+            carry.flush()  # this step took no claim: the previous outcome is written before its entry
+        if carry is not None and carry.lost is not None:
+            done[-1] = carry.lost  # the step before lost its claim after all: it halts the unwind
+            return None  # this step is not-attempted (it claimed nothing)
+        done.append(entry)
         return entry
 
-    return until_halt(worklist, attempt, lambda record: entry_for(record, CompensationStatus.NOT_ATTEMPTED))
+    def not_attempted(record: ToolRecord) -> CompensationEntry:
+        return entry_for(record, CompensationStatus.NOT_ATTEMPTED)
+
+    until_halt(worklist, attempt, not_attempted)  # where to stop; ``done`` has what was decided
+    if carry is not None:
+        carry.flush()  # the last step's outcome, before the report says it
+        if carry.lost is not None:
+            done[-1] = carry.lost
+    return done + [not_attempted(record) for record in worklist[len(done) :]]
 
 
 def build_report(
