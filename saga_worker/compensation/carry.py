@@ -1,11 +1,12 @@
 """The in-process unwind's n+1 commits: a step's outcome carried to the next step's claim.
 
 After hook n returns, its outcome is not committed on its own: it is held here and written with the
-claim of step n+1, in one commit (``Journal.finish_and_claim``). The contract's points stay where
-they are: the claim of a step is committed before its hook (it is the same commit), and every
-outcome is committed before the report says it (``flush`` at the end of each step that takes no
-claim, and at the end of the unwind). Nothing of the next step that calls the app's code (``recover``,
-an approval rule) runs while an outcome is held: the attempt flushes it first.
+claim of step n+1, in one commit (``Journal.finish_and_claim``); the last step's, with the unwind's
+complete state (``Journal.finish_last_step``, in ``engine``). The contract's points stay where they
+are: the claim of a step is committed before its hook (it is the same commit), and every outcome is
+committed before the report says it (``flush`` at the end of each step that takes no claim, and
+before the state of an unwind that is not complete). Nothing of the next step that calls the app's
+code (``recover``, an approval rule) runs while an outcome is held: the attempt flushes it first.
 
 An outcome held is a claim whose lease is no longer renewed. The next claim follows within the
 same few journal reads, so the lease cannot lapse meanwhile unless the process stalls for the whole

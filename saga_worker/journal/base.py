@@ -170,6 +170,21 @@ class Journal(RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsP
             idempotency_key=idempotency_key,
         )
 
+    def finish_last_step(
+        self, finished: FinishedClaim, run_id: str, *, epoch: int | None, audit: NewAudit
+    ) -> bool:
+        """The last step's outcome (``finish_claim(finished)``) and, if it was written, the run's
+        unwind state ``complete`` with its ``unwound`` audit row (``set_unwind_state``): one commit
+        where a backend can (the in-process unwind ends with it). False when the outcome was not
+        written (``finished.owner`` lost the claim): nothing is written then. This default writes
+        them one after the other."""
+        written = self.finish_claim(
+            finished.origin_run_id, finished.suffix, finished.owner, finished.status, finished.error
+        )
+        if written:
+            self.set_unwind_state(run_id, UnwindState.COMPLETE, epoch=epoch, audit=audit)
+        return written
+
     def read_step(self, unwind_id: str, run_id: str, suffix: str) -> StepView:
         """The unwind, this step's stored entry, its tool record and its claim (see ``StepView``)."""
         unwind = self.get_unwind(unwind_id)

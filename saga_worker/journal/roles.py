@@ -179,6 +179,10 @@ class UnwindJournal(_RunAndRecord, _Guard, _Trail, _UnwindProgress, Protocol):
         idempotency_key: str,
     ) -> ClaimAttempt | None: ...
 
+    def finish_last_step(
+        self, finished: FinishedClaim, run_id: str, *, epoch: int | None, audit: NewAudit
+    ) -> bool: ...
+
     def lease_left(self, claim: CompensationClaim) -> float: ...
 
     def set_unwind_state(

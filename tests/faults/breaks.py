@@ -79,8 +79,10 @@ def _no_fencing(setter: Setter) -> None:
 
     for cls in (sql.SqlJournal, memory.MemoryJournal):
         setter(cls, "finish_step", finish_step_anyway)
-        # The in-process unwind's outcome with the next claim, through the two broken methods above.
+        # The in-process unwind's outcomes with the next claim and with the end state, through the
+        # broken methods above.
         setter(cls, "finish_and_claim", Journal.finish_and_claim)
+        setter(cls, "finish_last_step", Journal.finish_last_step)
 
 
 def _no_tombstone_check(setter: Setter) -> None:

@@ -1,11 +1,20 @@
 """A step's outcome and the next step's claim in one commit (``Journal.finish_and_claim``, the
-in-process unwind's n+1 commits), on every backend: the outcome is written only by the claim's owner,
-nothing is claimed without it, and a next step that is busy or done keeps the outcome written."""
+in-process unwind's n+1 commits), and the last step's outcome with the unwind's complete state
+(``Journal.finish_last_step``), on every backend: an outcome is written only by the claim's owner,
+nothing else is written without it, and a next step that is busy or done keeps the outcome written."""
 
 from __future__ import annotations
 
 from saga_worker import Journal
-from saga_worker.journal.records import ClaimAttempt, ClaimStatus, FinishedClaim
+from saga_worker.journal.records import (
+    AuditAction,
+    AuditVia,
+    ClaimAttempt,
+    ClaimStatus,
+    FinishedClaim,
+    NewAudit,
+    UnwindState,
+)
 
 
 def _claim(journal: Journal, run_id: str, suffix: str, owner: str) -> ClaimAttempt | None:
@@ -86,3 +95,48 @@ def test_a_failed_next_step_is_taken_again_with_its_attempts_counted(journal: Jo
 
     assert taken is not None and taken.acquired and taken.claim is not None
     assert (taken.claim.owner, taken.claim.attempts, taken.claim.error) == ("me-2", 2, None)
+
+
+def _unwound(run_id: str) -> NewAudit:
+    return NewAudit(
+        run_id,
+        AuditAction.UNWOUND,
+        "me",
+        AuditVia.LIBRARY,
+        "",
+        detail={"complete": True},
+        event_key=f"unwound:{run_id}",
+    )
+
+
+def test_the_last_outcome_and_the_complete_state_are_written_together(journal: Journal, run_id: str) -> None:
+    journal.start_run(run_id, "p")
+    journal.condemn(run_id)
+    assert _claim(journal, run_id, "call-2", "me-1") is not None
+    done = FinishedClaim(run_id, "call-2", "me-1", ClaimStatus.COMPENSATED)
+
+    assert journal.finish_last_step(done, run_id, epoch=None, audit=_unwound(run_id))
+
+    run = journal.get_run(run_id)
+    assert run is not None and run.unwind_state is UnwindState.COMPLETE
+    assert [a.action for a in journal.read_audit(run_id)][-1] is AuditAction.UNWOUND
+    finished = journal.get_claim(run_id, "call-2")
+    assert finished is not None and finished.status is ClaimStatus.COMPENSATED
+
+
+def test_a_last_outcome_of_a_lost_claim_writes_neither_it_nor_the_state(
+    journal: Journal, run_id: str
+) -> None:
+    journal.start_run(run_id, "p")
+    journal.condemn(run_id)
+    before = journal.get_run(run_id)
+    assert _claim(journal, run_id, "call-2", "someone-else") is not None
+    done = FinishedClaim(run_id, "call-2", "me-1", ClaimStatus.COMPENSATED)
+
+    assert not journal.finish_last_step(done, run_id, epoch=None, audit=_unwound(run_id))
+
+    run = journal.get_run(run_id)
+    assert before is not None and run is not None and run.unwind_state is before.unwind_state
+    assert AuditAction.UNWOUND not in [a.action for a in journal.read_audit(run_id)]
+    held = journal.get_claim(run_id, "call-2")
+    assert held is not None and held.status is ClaimStatus.CLAIMED
