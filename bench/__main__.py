@@ -22,9 +22,11 @@ from bench.common import Row, Table
 from bench.config import Config
 
 GROUPS = (
+    "commits",
+    "peers",
+    "concurrency",
     "floors",
     "inprocess",
-    "peers",
     "fsyncs",
     "profile",
     "scaling",

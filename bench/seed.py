@@ -138,11 +138,13 @@ RECORD_COLUMNS = [
     "created_at",
     "updated_at",
 ]
+# By name too: the boot clock's lease columns (added later, SQLite's) stay NULL, as PostgreSQL writes them.
+CLAIM_COLUMNS = [c.name for c in claims.c if not c.name.startswith("lease_boot_")]
 TABLES: list[tuple[sa.Table, list[str]]] = [
     (runs, RUN_COLUMNS),
     (decisions, ["run_id", "step", "payload", "created_at"]),
     (records, RECORD_COLUMNS),
-    (claims, [c.name for c in claims.c]),
+    (claims, CLAIM_COLUMNS),
 ]
 
 

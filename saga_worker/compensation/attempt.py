@@ -25,8 +25,10 @@ from ..core.keys import compensate_key
 from ..core.leases import keeper, new_owner
 from ..core.storable import exception_text
 from ..journal.records import (
+    ClaimAttempt,
     ClaimStatus,
     CompensationClaim,
+    FinishedClaim,
     GateDecision,
     RecordStatus,
     ToolRecord,
@@ -36,6 +38,7 @@ from ..journal.roles import UnwindJournal
 from ..locks.base import StepLock
 from ..observing import metrics, tracing
 from ..recording.tools import CallOptions, Tool, call_hook
+from .carry import HeldOutcome, OutcomeCarry
 from .entries import entry_for
 from .hookcall import HookCall
 from .recovery import Settled, what_happened
@@ -100,6 +103,8 @@ class Unwinding:
     lock: StepLock | None = None
     # How an entry names the tools the unwinder has, when a step's tool is not among them.
     tools_named: str = "the tools given"
+    # The in-process unwind's: a step's outcome written with the next step's claim (``carry.py``).
+    carry: OutcomeCarry | None = None
 
 
 def _lock_op(op: Callable[..., Any], *args: Any) -> Any:
@@ -198,6 +203,12 @@ class StepAttempt:
         # 2. What happened: an interrupted or failed call may or may not have had its effect.
         u = self.unwinding
         tool = u.tools.get(self.record.tool_name)
+        if u.carry is not None and not self._straight_to_claim(tool):
+            # The previous step's outcome first, on its own: this step calls the app's code before any
+            # claim (recover, an approval rule), or takes none.
+            u.carry.flush()
+            if u.carry.lost is not None:
+                return entry_for(self.record, S.NOT_ATTEMPTED)
         self.record, happened = what_happened(u.journal, u.run_id, self.record, tool)
         if isinstance(happened, Settled):
             return self._entry(happened.status, happened.error)
@@ -219,6 +230,29 @@ class StepAttempt:
         # 5./6. Claim, then call the hook under a lease kept alive while it runs.
         entry = self._claim_and_undo(tool, happened.output, claim)
         return entry.model_copy(update={"needs_approval": True}) if gated else entry
+
+    def _straight_to_claim(self, tool: Tool | None) -> bool:
+        """Does this step go from here to its claim with no code of the app's called and nothing
+        written (a succeeded call, a compensate hook, no approval rule to ask)?"""
+        return (
+            self.record.status is RecordStatus.SUCCEEDED
+            and tool is not None
+            and tool.compensate is not None
+            and tool.compensate_needs_approval is False
+            and not self.unwinding.dry_run
+        )
+
+    def _claim(self) -> ClaimAttempt | None:
+        """Claim the step (with the previous step's outcome, when one is carried); None when that
+        outcome turned out not written (nothing claimed)."""
+        u = self.unwinding
+        if u.carry is not None:
+            return u.carry.claim(
+                *self._where, via_run_id=u.run_id, owner=self.owner, ttl=u.ttl, idempotency_key=self.key
+            )
+        return u.journal.claim_compensation(
+            *self._where, via_run_id=u.run_id, owner=self.owner, ttl=u.ttl, idempotency_key=self.key
+        )
 
     def _missing_tool(self) -> CompensationEntry:
         names = sorted(self.unwinding.tools)
@@ -279,9 +313,9 @@ class StepAttempt:
         if u.lock is not None and not _lock_op(u.lock.acquire, key, self.lock_owner, u.ttl):
             return self._entry(S.BUSY, "another unwinder holds this step's lock")
         try:
-            attempt = u.journal.claim_compensation(
-                *self._where, via_run_id=u.run_id, owner=self.owner, ttl=u.ttl, idempotency_key=key
-            )
+            attempt = self._claim()
+            if attempt is None:  # the previous step's outcome was not written: the unwind halts there
+                return entry_for(record, S.NOT_ATTEMPTED)
             held = attempt.claim
             if not attempt.acquired:
                 if held is not None and held.status is ClaimStatus.COMPENSATED:
@@ -373,6 +407,11 @@ class StepAttempt:
         of one step never both report it compensated."""
         done = self._entry(S.COMPENSATED)
         lost = self._entry(S.BUSY, LEASE_LOST)
+        carry = self.unwinding.carry
+        if carry is not None:  # written with the next step's claim, or on its own before the report
+            finished = FinishedClaim(*self._where, self.owner, ClaimStatus.COMPENSATED)
+            carry.hold(HeldOutcome(finished, self.key, done, lost))
+            return done
         written = self._finish(ClaimStatus.COMPENSATED, done, lost=lost)
         faults.point("after_outcome", self.key)
         return done if written else lost

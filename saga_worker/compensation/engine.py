@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..core import faults
 from ..core.checks import check_actor, check_dry_run, check_reason, check_run_id
 from ..errors import MalformedRecordError, SagaError
 from ..journal.records import (
@@ -34,6 +35,7 @@ from ..recording.tools import Tool, check_tools
 from ..settings import get_settings
 from .actors import check_via, default_actor
 from .attempt import StepAttempt, Unwinding
+from .carry import HeldOutcome, OutcomeCarry
 from .entries import entry_for
 from .report import SETTLED, CompensationEntry, CompensationReport, CompensationStatus, until_halt
 
@@ -122,20 +124,19 @@ def finish_unwind(
     via: AuditVia = AuditVia.LIBRARY,
     unwind_id: str | None = None,
     epoch: int | None = None,
-) -> None:
+    last: HeldOutcome | None = None,
+) -> bool:
     """Audit the unwind's outcome, and tell the sweeper whether this run still needs work (an
     uncertain, failed or busy step; one awaiting a person's approval waits for that person instead).
 
     ``unwind_id`` makes the audit row once-only (a redelivered task ends the same unwind again).
     ``epoch`` is the run's unwind epoch as read with the worklist: a complete unwind says so only
-    if no outcome landed since (one that did reopened the unwind, and the sweeper comes back)."""
+    if no outcome landed since (one that did reopened the unwind, and the sweeper comes back).
+    ``last``: the last step's outcome, still to write, of a complete in-process unwind: written in
+    the same commit as the state. False when it was not written (its claim moved on): then nothing
+    was, and the report, which said that step compensated, must be built again."""
     if report.dry_run:
-        return
-    halt = report.halt
-    metrics.inc(
-        metrics.UNWINDS_FINISHED,
-        "complete" if report.complete else f"halted-{halt.value}" if halt else "incomplete",
-    )
+        return True
     # The "unwound" row goes in the same transaction as the state it explains (one commit, not two).
     audit = NewAudit(
         report.run_id,
@@ -146,10 +147,20 @@ def finish_unwind(
         detail={"counts": report.counts(), "complete": report.complete, "unwind_id": unwind_id},
         event_key=None if unwind_id is None else f"unwound:{unwind_id}",
     )
-    if report.complete:
+    if last is not None:
+        assert report.complete  # an incomplete unwind's last outcome is written before its report
+        if not journal.finish_last_step(last.finished, report.run_id, epoch=epoch, audit=audit):
+            return False
+    elif report.complete:
         journal.set_unwind_state(report.run_id, UnwindState.COMPLETE, epoch=epoch, audit=audit)
     else:
         _leave_for_later(journal, report, audit)
+    halt = report.halt
+    metrics.inc(
+        metrics.UNWINDS_FINISHED,
+        "complete" if report.complete else f"halted-{halt.value}" if halt else "incomplete",
+    )
+    return True
 
 
 def _why_a_person_must_look(report: CompensationReport) -> str | None:
@@ -240,20 +251,52 @@ def _compensate_run(
     run_id = request.run_id
     view = request.begin(journal, dry_run=dry_run)
     worklist = list(reversed(view.records))
-    entries = undo_steps(
-        journal,
-        run_id,
-        worklist,
-        checked,
-        dry_run=dry_run,
-        claim_ttl=claim_ttl,
-        lock=lock,
-        claims=view.claims,
+    carry = None if dry_run else OutcomeCarry(journal)
+    entries = _undo(
+        journal, run_id, worklist, checked, dry_run, claim_ttl, lock, claims=view.claims, carry=carry
     )
-    report = build_report(journal, run_id, entries, dry_run=dry_run, run=view.run, condemner=view.condemner)
+
+    def report_of(entries: list[CompensationEntry]) -> CompensationReport:
+        return build_report(journal, run_id, entries, dry_run=dry_run, run=view.run, condemner=view.condemner)
+
+    report = report_of(entries)
     epoch = None if view.run is None else view.run.unwind_epoch
-    finish_unwind(journal, report, actor=request.actor, reason=request.reason, via=request.via, epoch=epoch)
+    last = None
+    if carry is not None and carry.held is not None:
+        if report.complete:  # the last outcome goes in the commit of the unwind's end state
+            last, carry.held = carry.held, None
+        else:  # an incomplete unwind's is written on its own, before its state
+            carry_last(carry, entries)
+            report = report_of(entries)
+
+    def finish(report: CompensationReport, last: HeldOutcome | None = None) -> bool:
+        return finish_unwind(
+            journal,
+            report,
+            actor=request.actor,
+            reason=request.reason,
+            via=request.via,
+            epoch=epoch,
+            last=last,
+        )
+
+    if finish(report, last):
+        if last is not None:
+            faults.point("after_outcome", last.key)
+        return report
+    # The last step's outcome was not written (its claim moved on): that step reads busy, and the
+    # unwind is left for later as any halted one.
+    assert last is not None
+    report = report_of([*entries[:-1], last.lost])
+    finish(report)
     return report
+
+
+def carry_last(carry: OutcomeCarry, entries: list[CompensationEntry]) -> None:
+    """Write the outcome still held (the last step's), and correct its entry if it was not written."""
+    carry.flush()
+    if carry.lost is not None:
+        entries[-1] = carry.lost
 
 
 def undo_steps(
@@ -268,20 +311,62 @@ def undo_steps(
     claims: Mapping[tuple[str, str], CompensationClaim] | None = None,
 ) -> list[CompensationEntry]:
     """Apply the rules to each step of ``worklist`` (latest first) until one halts; ``claims`` are the
-    steps' claims as read with the worklist (read here if not given)."""
+    steps' claims as read with the worklist (read here if not given). Every outcome is written when
+    this returns."""
+    carry = None if dry_run else OutcomeCarry(journal)
+    entries = _undo(journal, run_id, worklist, tools, dry_run, claim_ttl, lock, claims=claims, carry=carry)
+    if carry is not None:
+        carry_last(carry, entries)
+    return entries
+
+
+def _undo(
+    journal: UnwindJournal,
+    run_id: str,
+    worklist: Sequence[ToolRecord],
+    tools: Mapping[str, Tool],
+    dry_run: bool,
+    claim_ttl: float | None,
+    lock: StepLock | None,
+    *,
+    claims: Mapping[tuple[str, str], CompensationClaim] | None,
+    carry: OutcomeCarry | None,
+) -> list[CompensationEntry]:
+    """``undo_steps``, but the last step's outcome may still be held in ``carry`` when it returns
+    (n+1 commits: each step's outcome goes with the next step's claim, the last one with the
+    unwind's end state: ``carry.py``); its entry is the last one then."""
     if claims is None:
         claims = journal.get_claims([(r.origin_run_id, r.suffix) for r in worklist])
     ttl = claim_ttl if claim_ttl is not None else get_settings().claim_ttl
     unwinding = Unwinding(
-        journal, run_id, tools, ttl, dry_run, lock, tools_named="the tools given to compensate_run"
+        journal,
+        run_id,
+        tools,
+        ttl,
+        dry_run,
+        lock,
+        tools_named="the tools given to compensate_run",
+        carry=carry,
     )
+    done: list[CompensationEntry] = []
 
-    def attempt(record: ToolRecord) -> CompensationEntry:
+    def attempt(record: ToolRecord) -> CompensationEntry | None:
+        held = None if carry is None else carry.held
         entry = StepAttempt(unwinding, record, claims=claims).verdict()
         assert entry is not None  # only a twin delivery stands down, and there are none in process
+        if carry is not None and carry.held is held:
+            carry.flush()  # this step took no claim: the previous outcome is written before its entry
+        if carry is not None and carry.lost is not None:
+            done[-1] = carry.lost  # the step before lost its claim after all: it halts the unwind
+            return None  # this step is not-attempted (it claimed nothing)
+        done.append(entry)
         return entry
 
-    return until_halt(worklist, attempt, lambda record: entry_for(record, CompensationStatus.NOT_ATTEMPTED))
+    def not_attempted(record: ToolRecord) -> CompensationEntry:
+        return entry_for(record, CompensationStatus.NOT_ATTEMPTED)
+
+    until_halt(worklist, attempt, not_attempted)  # where to stop; ``done`` has what was decided
+    return done + [not_attempted(record) for record in worklist[len(done) :]]
 
 
 def build_report(

@@ -38,6 +38,8 @@ POINTS = (
     "before_hook",
     "after_hook",
     "after_outcome",
+    # the in-process unwind's merged commit: a step's outcome written, the next step's claim not yet
+    "before_next_claim",
     "before_ack",
     # inside a tool's own hooks: a test tool calls these to put a fault mid-effect
     "mid_hook",

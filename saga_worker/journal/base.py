@@ -15,9 +15,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from ..core import faults
+from ..core.keys import compensate_key
 from .parts import AuditPart, ClaimsPart, RecordsPart, RunsPart, SharedPart, UnwindsPart
 from .records import (
+    ClaimAttempt,
     ClaimStatus,
+    FinishedClaim,
     NewAudit,
     RecordStatus,
     ReportView,
@@ -129,6 +133,57 @@ class Journal(RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsP
         backend makes them one transaction (the memory journal under its lock, SQL in one statement)."""
         written = self.finish_claim(origin_run_id, suffix, owner, status, error)
         return StepFinish(written, self.record_unwind_entry(unwind_id, position, won if written else lost))
+
+    def finish_and_claim(
+        self,
+        finished: FinishedClaim,
+        origin_run_id: str,
+        suffix: str,
+        *,
+        via_run_id: str,
+        owner: str,
+        ttl: float,
+        idempotency_key: str,
+    ) -> ClaimAttempt | None:
+        """``finish_claim(finished)``, then, if its outcome was written, ``claim_compensation`` of the
+        next step: one commit where a backend can (the in-process unwind's n+1 commits). None when
+        the outcome was not written (``finished.owner`` lost the claim): nothing is claimed then.
+
+        The claim is the second part of the commit and cannot cost the first: a claim that finds the
+        step busy (or already compensated) still commits the outcome (SQLite: the claim runs in a
+        savepoint, and an error in it is rolled back to there, the outcome committed, then the claim
+        tried once more on its own). Fault point ``before_next_claim`` (the finished step's key) is
+        between the two: in one transaction, a crash there leaves neither. This default writes them
+        one after the other."""
+        written = self.finish_claim(
+            finished.origin_run_id, finished.suffix, finished.owner, finished.status, finished.error
+        )
+        if not written:
+            return None
+        faults.point("before_next_claim", compensate_key(finished.origin_run_id, finished.suffix))
+        return self.claim_compensation(
+            origin_run_id,
+            suffix,
+            via_run_id=via_run_id,
+            owner=owner,
+            ttl=ttl,
+            idempotency_key=idempotency_key,
+        )
+
+    def finish_last_step(
+        self, finished: FinishedClaim, run_id: str, *, epoch: int | None, audit: NewAudit
+    ) -> bool:
+        """The last step's outcome (``finish_claim(finished)``) and, if it was written, the run's
+        unwind state ``complete`` with its ``unwound`` audit row (``set_unwind_state``): one commit
+        where a backend can (the in-process unwind ends with it). False when the outcome was not
+        written (``finished.owner`` lost the claim): nothing is written then. This default writes
+        them one after the other."""
+        written = self.finish_claim(
+            finished.origin_run_id, finished.suffix, finished.owner, finished.status, finished.error
+        )
+        if written:
+            self.set_unwind_state(run_id, UnwindState.COMPLETE, epoch=epoch, audit=audit)
+        return written
 
     def read_step(self, unwind_id: str, run_id: str, suffix: str) -> StepView:
         """The unwind, this step's stored entry, its tool record and its claim (see ``StepView``)."""

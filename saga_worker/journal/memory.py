@@ -17,6 +17,7 @@ from .memory_parts.shared import MemoryShared
 from .memory_parts.unwinds import MemoryUnwinds
 from .records import (
     AuditRecord,
+    ClaimAttempt,
     CompensationClaim,
     CompensationGate,
     RunInfo,
@@ -82,6 +83,14 @@ class MemoryJournal(
     def record_unwind(self, unwind_id: str, run_id: str, **kw: Any) -> UnwindInfo:
         with self._lock:  # reentrant: the unwind and its hold are one step for every other thread
             return super().record_unwind(unwind_id, run_id, **kw)
+
+    def finish_and_claim(self, *args: Any, **kw: Any) -> ClaimAttempt | None:
+        with self._lock:  # reentrant: the outcome and the claim are one step for every other thread
+            return super().finish_and_claim(*args, **kw)
+
+    def finish_last_step(self, *args: Any, **kw: Any) -> bool:
+        with self._lock:  # reentrant: the outcome and the state are one step for every other thread
+            return super().finish_last_step(*args, **kw)
 
     def finish_step(self, *args: Any, won: dict[str, Any], lost: dict[str, Any], **kw: Any) -> StepFinish:
         won, lost = _copy(won), _copy(lost)  # an entry that cannot be stored fails before any write

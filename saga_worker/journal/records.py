@@ -157,6 +157,17 @@ class ClaimAttempt:
 
 
 @dataclass(frozen=True)
+class FinishedClaim:
+    """A claim's outcome, to be written while ``owner`` still holds it (``Journal.finish_and_claim``)."""
+
+    origin_run_id: str
+    suffix: str
+    owner: str
+    status: ClaimStatus
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class StepFinish:
     """What ``Journal.finish_step`` did: whether the claim's outcome was ``written`` (this caller still
     owned the claim), and the unwind ``entry`` stored for the step, which is an earlier delivery's

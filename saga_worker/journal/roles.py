@@ -27,6 +27,7 @@ from .records import (
     ClaimStatus,
     CompensationClaim,
     CompensationGate,
+    FinishedClaim,
     NewAudit,
     NewRecord,
     RecordStatus,
@@ -165,6 +166,22 @@ class UnwindJournal(_RunAndRecord, _Guard, _Trail, _UnwindProgress, Protocol):
         won: dict[str, Any],
         lost: dict[str, Any],
     ) -> StepFinish: ...
+
+    def finish_and_claim(
+        self,
+        finished: FinishedClaim,
+        origin_run_id: str,
+        suffix: str,
+        *,
+        via_run_id: str,
+        owner: str,
+        ttl: float,
+        idempotency_key: str,
+    ) -> ClaimAttempt | None: ...
+
+    def finish_last_step(
+        self, finished: FinishedClaim, run_id: str, *, epoch: int | None, audit: NewAudit
+    ) -> bool: ...
 
     def lease_left(self, claim: CompensationClaim) -> float: ...
 

@@ -56,6 +56,7 @@ class Statements(
         self._build_audit()
         self._build_condemn_audited()
         self._build_unwind_state_audited()
+        self._build_last_step()
         self._build_shared()
         self._build_unwinds()
         self._build_step_view()

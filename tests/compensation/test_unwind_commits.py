@@ -41,12 +41,12 @@ def sqlite_journal(sqlite_url: str) -> Iterator[Journal]:
     journal.close()
 
 
-def test_sqlite_unwind_of_n_steps_commits_2n_plus_2_times_and_syncs_once(
+def test_sqlite_unwind_of_n_steps_commits_n_plus_2_times_and_syncs_once(
     sqlite_journal: Journal, run_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The floor of bench/bare.py: the tombstone, a claim and an outcome per step, the unwind state. The
-    # worklist is read inside the tombstone's transaction (a SQLite transaction costs no round trip),
-    # and only the tombstone's commit is synced.
+    # The tombstone, the first claim, each later claim with the outcome before it (n+1 commits),
+    # the last outcome with the unwind state. The worklist is read inside the tombstone's transaction (a
+    # SQLite transaction costs no round trip), and only the tombstone's commit is synced.
     tools = {f"t{i}": Tool(execute=_noop, compensate=_noop) for i in range(STEPS)}
     _record(sqlite_journal, run_id, tools)
     commits: list[bool] = []
@@ -60,7 +60,7 @@ def test_sqlite_unwind_of_n_steps_commits_2n_plus_2_times_and_syncs_once(
     report = compensate_run(run_id, journal=sqlite_journal, tools=tools)
 
     assert report.complete and len(report.entries) == STEPS
-    assert len(commits) == 2 * STEPS + 2
+    assert len(commits) == STEPS + 2
     assert commits.count(True) == 1
 
 

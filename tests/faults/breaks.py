@@ -27,7 +27,7 @@ def _no_fencing(setter: Setter) -> None:
     """Redis lock only: the journal's claim always says yes, and any holder writes its outcome."""
     import sqlalchemy as sa
 
-    from saga_worker.journal import memory, sql
+    from saga_worker.journal import Journal, memory, sql
     from saga_worker.journal.records import ClaimAttempt, ClaimStatus, StepFinish
     from saga_worker.journal.schema import claims
     from saga_worker.journal.sql_parts.common import server_clock
@@ -79,6 +79,10 @@ def _no_fencing(setter: Setter) -> None:
 
     for cls in (sql.SqlJournal, memory.MemoryJournal):
         setter(cls, "finish_step", finish_step_anyway)
+        # The in-process unwind's outcomes with the next claim and with the end state, through the
+        # broken methods above.
+        setter(cls, "finish_and_claim", Journal.finish_and_claim)
+        setter(cls, "finish_last_step", Journal.finish_last_step)
 
 
 def _no_tombstone_check(setter: Setter) -> None:

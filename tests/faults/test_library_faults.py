@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from saga_worker import Journal
+from saga_worker import Journal, open_journal
+from saga_worker.journal.records import ClaimStatus
 
 from . import scenarios
 from .harness import OwnRedis, child, hold_file, start_run, wait_for
@@ -19,7 +20,7 @@ from .util import assert_clean, judged, settle
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
-KILL_POINTS = ["after_claim", "before_hook", "mid_hook", "after_hook", "after_outcome"]
+KILL_POINTS = ["after_claim", "before_hook", "mid_hook", "after_hook", "before_next_claim", "after_outcome"]
 
 
 @pytest.mark.parametrize("point", KILL_POINTS)
@@ -34,8 +35,42 @@ def test_sigkill_at_each_point_loses_no_compensation_and_redrives_with_the_same_
     assert {c.key for c in calls} == {f"{run_id}:comp:call-2"}, (
         "the re-drive must use the same idempotency key"
     )
-    # Killed once the hook had run (or mid-hook): the re-drive calls again and the provider deduplicates.
-    assert len(calls) == (2 if point in ("mid_hook", "after_hook") else 1)
+    # Killed once the hook had run (or mid-hook), or before its outcome's commit (the in-process
+    # unwind writes it with the next step's claim): the re-drive calls again and the provider deduplicates.
+    assert len(calls) == (2 if point in ("mid_hook", "after_hook", "before_next_claim") else 1)
+
+
+def test_a_kill_inside_the_merged_commit_on_sqlite_leaves_neither_write_and_loses_nothing(
+    tmp_path: Path, fault_ledger: Ledger, worker_env: dict[str, str], run_id: str
+) -> None:
+    # SQLite writes a step's outcome and the next step's claim as statements of one transaction (the
+    # claim in a savepoint): a kill between them commits neither, so the step is still claimed by the
+    # dead process, the next one unclaimed, and a re-drive calls the hook again with the same key.
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    journal = open_journal(url, migrate=True)
+    try:
+        assert start_run(journal, run_id, 3) == "finished"
+        key = f"{run_id}:comp:call-2"
+        env = {**worker_env, "SAGA_JOURNAL_URL": url, "SAGA_FAULTS": f"before_next_claim=kill@{key}"}
+        with child("compensate", run_id, env=env) as proc:
+            code = proc.wait()
+        assert code == -signal.SIGKILL
+        killed_in = journal.get_claim(run_id, "call-2")
+        assert killed_in is not None and killed_in.status is ClaimStatus.CLAIMED  # its outcome: not committed
+        assert str(proc.pid) in killed_in.owner
+        assert journal.get_claim(run_id, "call-1") is None  # the next claim: not committed either
+        done = journal.get_claim(run_id, "call-3")
+        assert done is not None and done.status is ClaimStatus.COMPENSATED  # the steps before: kept
+        settle(journal, fault_ledger, [run_id])
+        assert_clean(judged(fault_ledger, journal, [run_id], excused_pids=[proc.pid]))
+        calls = [c for c in fault_ledger.calls("compensate") if c.step == f"{run_id}:call-2"]
+        assert [c.key for c in calls] == [key, key]  # the same key, deduplicated by the provider
+        assert all(
+            c.status is ClaimStatus.COMPENSATED
+            for c in journal.get_claims([(run_id, f"call-{i}") for i in (1, 2, 3)]).values()
+        )
+    finally:
+        journal.close()
 
 
 def test_a_stopped_holder_past_its_lease_cannot_overwrite_the_new_owners_outcome(

@@ -8,17 +8,27 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
+from ...core import faults
+from ...core.keys import compensate_key
 from ...core.storable import storable_or_none
 from .. import driver
 from ..dialects import LeaseColumns
 from ..driver import Prepared
-from ..records import ClaimAttempt, ClaimStatus, CompensationClaim, parse_status
+from ..records import ClaimAttempt, ClaimStatus, CompensationClaim, FinishedClaim, parse_status
 from ..schema import claims
 from .common import PlumbingStatements, SqlPlumbing, StatementsBase, b
 
 # A claim by its key; one its owner still holds; the columns of its lease (``dialects.LeaseColumns``).
 KEY = (claims.c.origin_run_id == b("origin"), claims.c.suffix == b("step_suffix"))
 MINE = (*KEY, claims.c.owner == b("holder"), claims.c.status == ClaimStatus.CLAIMED.value)
+# The claim whose outcome ``finish_and_claim`` writes with the next step's claim (its own names: the
+# next claim binds ``origin``, ``step_suffix`` and ``holder``).
+FINISHED = (
+    claims.c.origin_run_id == b("done_origin"),
+    claims.c.suffix == b("done_suffix"),
+    claims.c.owner == b("done_holder"),
+    claims.c.status == ClaimStatus.CLAIMED.value,
+)
 LEASE = LeaseColumns(
     claims.c.lease_expires_at,
     claims.c.attempts,
@@ -49,49 +59,109 @@ class ClaimStatements(StatementsBase):
             .returning(claims.c.owner)
         )
 
-    def _build_claim_taking(self) -> None:
-        """A claim's first attempt (insert-if-absent), and a later one (take a failed claim, or one
-        whose lease ran out)."""
-        clock = self.policy.clock()
-        p = self._prepare
-        # The same owner may take its own claim back: a redelivered task re-drives its dead attempt.
-        takeable = sa.or_(
+    def _takeable(self) -> sa.ColumnElement[bool]:
+        """A claim another attempt may take: failed, or claimed with its lease run out. The same
+        owner may take its own claim back: a redelivered task re-drives its dead attempt."""
+        return sa.or_(
             claims.c.status == ClaimStatus.FAILED.value,
             sa.and_(
                 claims.c.status == ClaimStatus.CLAIMED.value,
                 sa.or_(self.policy.lease_expired(LEASE), claims.c.owner == b("holder")),
             ),
         )
+
+    def _first_claim_values(self) -> dict[str, Any]:
+        clock = self.policy.clock()
+        return {
+            "origin_run_id": b("origin"),
+            "suffix": b("step_suffix"),
+            "status": ClaimStatus.CLAIMED.value,
+            "owner": b("holder"),
+            "attempts": 1,
+            "idempotency_key": b("key"),
+            "via_run_id": b("via"),
+            "started_at": clock,
+            **self.policy.lease_values(LEASE, 1),
+        }
+
+    def _taking_values(self) -> dict[str, Any]:
+        return {
+            "status": ClaimStatus.CLAIMED.value,
+            "owner": b("holder"),
+            "attempts": claims.c.attempts + 1,
+            "via_run_id": b("via"),
+            "error": None,
+            "started_at": self.policy.clock(),
+            "finished_at": None,
+            **self.policy.lease_values(LEASE, claims.c.attempts + 1),
+        }
+
+    def _build_claim_taking(self) -> None:
+        """A claim's first attempt (insert-if-absent), and a later one (take a failed claim, or one
+        whose lease ran out); and both after the previous step's outcome, in one statement where
+        the dialect allows it (``claim_next``)."""
+        p = self._prepare
         self.claim_insert = p(
             self.policy.insert(claims)
-            .values(
-                origin_run_id=b("origin"),
-                suffix=b("step_suffix"),
-                status=ClaimStatus.CLAIMED.value,
-                owner=b("holder"),
-                attempts=1,
-                idempotency_key=b("key"),
-                via_run_id=b("via"),
-                started_at=clock,
-                **self.policy.lease_values(LEASE, 1),
-            )
+            .values(**self._first_claim_values())
             .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
             .returning(*claims.c)
         )
         self.claim_take = p(
             sa.update(claims)
-            .where(*KEY, takeable)
-            .values(
-                status=ClaimStatus.CLAIMED.value,
-                owner=b("holder"),
-                attempts=claims.c.attempts + 1,
-                via_run_id=b("via"),
-                error=None,
-                started_at=clock,
-                finished_at=None,
-                **self.policy.lease_values(LEASE, claims.c.attempts + 1),
-            )
+            .where(*KEY, self._takeable())
+            .values(**self._taking_values())
             .returning(*claims.c)
+        )
+        # Where a claim is made after the previous step's outcome in one transaction of several
+        # statements (SQLite), the claim runs in a savepoint, so that an error in it keeps the outcome.
+        self.claim_savepoint = p(sa.text("SAVEPOINT next_claim"))
+        self.claim_savepoint_release = p(sa.text("RELEASE SAVEPOINT next_claim"))
+        self.claim_savepoint_undo = p(sa.text("ROLLBACK TO SAVEPOINT next_claim"))
+        self._build_claim_next()
+
+    def _build_claim_next(self) -> None:
+        """The previous step's outcome and this step's claim in one statement (``writes_in_with_clause``):
+        the outcome's compare-and-set, then, only if it matched, the claim's insert-if-absent and its
+        take (a sibling sub-statement does not see the other's row: one of them acts). The row says
+        whether the outcome was ``written`` and, when the claim was taken, its columns (NULL if not:
+        busy, or nothing claimed because the outcome was not written)."""
+        self.claim_next: Prepared | None = None
+        if not self.policy.writes_in_with_clause:
+            return
+        finished = (
+            sa.update(claims)
+            .where(*FINISHED)
+            .values(status=b("new_status"), error=b("new_error"), finished_at=self.policy.clock())
+            .returning(claims.c.owner)
+            .cte("finished")
+        )
+        written = sa.exists(sa.select(finished.c.owner))
+        first = self._first_claim_values()
+        names = list(first)
+        inserted = (
+            self.policy.insert(claims)
+            .from_select(
+                names,
+                sa.select(*(sa.literal(v) if isinstance(v, str | int) else v for v in first.values())).where(
+                    written
+                ),
+            )
+            .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
+            .returning(*claims.c)
+            .cte("inserted")
+        )
+        taken = (
+            sa.update(claims)
+            .where(*KEY, self._takeable(), written)
+            .values(**self._taking_values())
+            .returning(*claims.c)
+            .cte("taken")
+        )
+        got = sa.union_all(sa.select(inserted), sa.select(taken)).subquery("got")
+        one = sa.select(sa.literal(1).label("one")).subquery("one")
+        self.claim_next = self._prepare(
+            sa.select(written.label("written"), *got.c).select_from(one.outerjoin(got, sa.true()))
         )
 
 
@@ -120,7 +190,11 @@ class ClaimReads(PlumbingStatements, Protocol):
     claim_finish: Prepared
     claim_get: Prepared
     claim_insert: Prepared
+    claim_next: Prepared | None
     claim_renew: Prepared
+    claim_savepoint: Prepared
+    claim_savepoint_release: Prepared
+    claim_savepoint_undo: Prepared
     claim_take: Prepared
     claims_of_origin: Prepared
 
@@ -180,6 +254,99 @@ class SqlClaims(SqlPlumbing):
             return ClaimAttempt(False, None if current is None else claim_row(current))
 
         return self._write(work)
+
+    def finish_and_claim(
+        self,
+        finished: FinishedClaim,
+        origin_run_id: str,
+        suffix: str,
+        *,
+        via_run_id: str,
+        owner: str,
+        ttl: float,
+        idempotency_key: str,
+    ) -> ClaimAttempt | None:
+        q = self._q
+        now = time.time()
+        claim = {
+            "origin": origin_run_id,
+            "step_suffix": suffix,
+            "holder": owner,
+            "ttl": float(ttl),
+            "key": idempotency_key,
+            "via": via_run_id,
+            "now": now,
+            **self.policy.lease_clock(),
+        }
+        outcome = {
+            "origin": finished.origin_run_id,
+            "step_suffix": finished.suffix,
+            "holder": finished.owner,
+            "new_status": finished.status.value,
+            "new_error": storable_or_none(finished.error),
+            "now": now,
+        }
+        done_key = compensate_key(finished.origin_run_id, finished.suffix)
+        merged = q.claim_next
+        if merged is not None:  # one statement, one round trip, one commit
+            both = {
+                **claim,
+                "done_origin": outcome["origin"],
+                "done_suffix": outcome["step_suffix"],
+                "done_holder": outcome["holder"],
+                "new_status": outcome["new_status"],
+                "new_error": outcome["new_error"],
+            }
+
+            def one(tx: driver.Tx) -> tuple[bool, driver.Row | None]:
+                faults.point("before_next_claim", done_key)  # nothing of the statement sent yet
+                row = tx.one(merged, both)
+                assert row is not None  # the statement always returns its one row
+                written = bool(row.pop("written"))
+                return written, (row if row["origin_run_id"] is not None else None)
+
+            written, taken = self._write(one)
+            if not written:
+                return None
+            if taken is not None:
+                return ClaimAttempt(True, claim_row(taken))
+            return ClaimAttempt(False, self.get_claim(origin_run_id, suffix))  # busy: who holds it
+
+        def work(tx: driver.Tx) -> tuple[bool, ClaimAttempt | None]:
+            if tx.one(q.claim_finish, outcome) is None:
+                return False, None
+            faults.point("before_next_claim", done_key)  # the outcome written, not yet committed
+            tx.execute(q.claim_savepoint, {})
+            try:
+                row = tx.one(q.claim_insert, claim) or tx.one(q.claim_take, claim)
+                got = (
+                    ClaimAttempt(True, claim_row(row))
+                    if row is not None
+                    else ClaimAttempt(False, self._claim_or_none(tx, claim))
+                )
+            except self.engine.dialect.loaded_dbapi.Error:
+                tx.execute(q.claim_savepoint_undo, {})  # the outcome stays; the claim is tried alone
+                got = None
+            tx.execute(q.claim_savepoint_release, {})
+            return True, got
+
+        written, got = self._write(work, atomic=True)
+        if not written:
+            return None
+        if got is None:
+            got = self.claim_compensation(
+                origin_run_id,
+                suffix,
+                via_run_id=via_run_id,
+                owner=owner,
+                ttl=ttl,
+                idempotency_key=idempotency_key,
+            )
+        return got
+
+    def _claim_or_none(self, tx: driver.Tx, params: Mapping[str, Any]) -> CompensationClaim | None:
+        current = tx.one(self._q.claim_get, params)
+        return None if current is None else claim_row(current)
 
     def lease_left(self, claim: CompensationClaim) -> float:
         return self.policy.lease_left(claim, self.now)

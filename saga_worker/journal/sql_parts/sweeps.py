@@ -11,8 +11,8 @@ from ...core.storable import storable_or_none
 from ...errors import MalformedRecordError
 from .. import driver
 from ..driver import Prepared
-from ..records import NewAudit, RunInfo, UnwindState
-from ..schema import runs, unwinds
+from ..records import ClaimStatus, FinishedClaim, NewAudit, RunInfo, UnwindState
+from ..schema import claims, runs, unwinds
 from ..tombstone import check_not_condemned_row
 from .audit import audit_insert_from, audit_params
 from .common import MAX_ROWS, NOW, RUN, UNSWEPT, PlumbingStatements, SqlPlumbing, StatementsBase, b
@@ -102,12 +102,45 @@ class SweepStatements(StatementsBase):
             logged = audit_insert_from(self.policy, sa.select(b("run", type_=sa.String))).cte("logged")
             setattr(self, name, self._prepare(self._unwind_state(at_epoch=at_epoch).add_cte(logged)))
 
+    def _build_last_step(self) -> None:
+        """The last step's outcome and the unwind's complete state with its audit row, as one
+        statement where the dialect allows (``writes_in_with_clause``): the state and the row are
+        written only if the outcome's compare-and-set matched, and the row says whether it did.
+        None elsewhere: one transaction instead (``SqlSweeps.finish_last_step``)."""
+        self.last_step: Prepared | None = None
+        self.last_step_at_epoch: Prepared | None = None
+        if not self.policy.writes_in_with_clause:
+            return
+        for name, at_epoch in (("last_step", False), ("last_step_at_epoch", True)):
+            finished = (
+                sa.update(claims)
+                .where(
+                    claims.c.origin_run_id == b("done_origin"),
+                    claims.c.suffix == b("done_suffix"),
+                    claims.c.owner == b("done_holder"),
+                    claims.c.status == ClaimStatus.CLAIMED.value,
+                )
+                .values(status=b("new_status"), error=b("new_error"), finished_at=self.policy.clock())
+                .returning(claims.c.owner)
+                .cte("finished")
+            )
+            written = sa.exists(sa.select(finished.c.owner))
+            logged = audit_insert_from(self.policy, sa.select(b("run", type_=sa.String)).where(written))
+            state = self._unwind_state(at_epoch=at_epoch).where(written).returning(runs.c.run_id)
+            statement = sa.select(written.label("written")).add_cte(
+                finished, state.cte("state"), logged.cte("logged")
+            )
+            setattr(self, name, self._prepare(statement))
+
 
 class SweepReads(PlumbingStatements, Protocol):
     """The statements ``SqlSweeps`` reads (its own and other areas')."""
 
     audit_insert: Prepared
+    claim_finish: Prepared
     hold_sweep: Prepared
+    last_step: Prepared | None
+    last_step_at_epoch: Prepared | None
     runs_due: Prepared
     unwind_state: Prepared
     unwind_state_at_epoch: Prepared
@@ -158,6 +191,59 @@ class SqlSweeps(SqlPlumbing):
             tx.execute(stmt, both)
 
         self._write(write, atomic=True)
+
+    def finish_last_step(
+        self, finished: FinishedClaim, run_id: str, *, epoch: int | None, audit: NewAudit
+    ) -> bool:
+        check_not_condemned_row(audit)
+        now = time.time()
+        state = {
+            "run": run_id,
+            "state": UnwindState.COMPLETE.value,
+            "note": None,
+            "next_at": None,
+            "bump": 0,
+            "epoch": epoch,
+            "now": now,
+            **audit_params(audit),
+        }
+        outcome = {
+            "new_status": finished.status.value,
+            "new_error": storable_or_none(finished.error),
+            "now": now,
+        }
+        q = self._q
+        one = q.last_step if epoch is None else q.last_step_at_epoch
+        if one is not None:  # one statement, one round trip, one commit
+            params = {
+                **state,
+                **outcome,
+                "done_origin": finished.origin_run_id,
+                "done_suffix": finished.suffix,
+                "done_holder": finished.owner,
+            }
+
+            def once(tx: driver.Tx) -> bool:
+                row = tx.one(one, params)
+                return row is not None and bool(row["written"])
+
+            return self._write(once)
+        mine = {
+            **outcome,
+            "origin": finished.origin_run_id,
+            "step_suffix": finished.suffix,
+            "holder": finished.owner,
+        }
+        stmt = q.unwind_state if epoch is None else q.unwind_state_at_epoch
+
+        def write(tx: driver.Tx) -> bool:
+            if tx.one(q.claim_finish, mine) is None:
+                return False
+            tx.one(q.audit_insert, state)
+            tx.execute(stmt, state)
+            return True
+
+        return self._write(write, atomic=True)
 
     def hold_sweep(self, run_id: str, grace: float, note: str) -> None:
         params = {"run": run_id, "grace": float(grace), "note": storable_or_none(note), "now": time.time()}

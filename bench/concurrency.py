@@ -1,0 +1,164 @@
+"""Concurrent in-process unwinds on one SQLite journal: N at once ÷ one at a time, same run.
+
+Seeds five-step runs of no-op hooks into a fresh SQLite journal, then unwinds batches of them with
+``compensate_run``: one at a time; N threads of one process (one journal object, a connection per
+thread); N processes (each opens the journal itself, as separate workers would). Rounds alternate
+(one at a time, then each concurrent kind), and each kind's rate is divided by the one-at-a-time
+rate of the same round: load from elsewhere hits both alike. What bounds it: SQLite has one writer
+at a time (every commit takes the file's write lock), and the machine's cores (2 here).
+
+    python -m bench.concurrency --runs 120 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import statistics
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.common import Row, Table
+from bench.config import Config
+from bench.seed import noop_tools, seed
+from saga_worker import compensate_run, open_journal
+
+STEPS = 5
+
+
+def _unwind_all(url: str, run_ids: Sequence[str], ready: Any = None, go: Any = None) -> None:
+    journal = open_journal(url)
+    tools = noop_tools()
+    journal.get_run("warm")  # the connection open before the clock starts
+    if ready is not None:
+        ready.release()
+        go.wait()
+    try:
+        for run_id in run_ids:
+            report = compensate_run(run_id, journal=journal, tools=tools)
+            assert report.complete, report
+    finally:
+        journal.close()
+
+
+def _in_threads(url: str, shares: list[list[str]]) -> None:
+    journal = open_journal(url)
+    tools = noop_tools()
+
+    def work(share: list[str]) -> None:
+        for run_id in share:
+            assert compensate_run(run_id, journal=journal, tools=tools).complete
+
+    threads = [threading.Thread(target=work, args=(share,)) for share in shares]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        journal.close()
+
+
+def _in_processes(url: str, shares: list[list[str]]) -> float:
+    """Seconds from the moment every process is up (its journal open) until the last one is done:
+    starting a process is not an unwind's cost."""
+    ctx = multiprocessing.get_context("fork")
+    ready, go = ctx.Semaphore(0), ctx.Event()
+    procs = [ctx.Process(target=_unwind_all, args=(url, share, ready, go)) for share in shares]
+    for p in procs:
+        p.start()
+    for _ in procs:
+        ready.acquire()
+    began = time.perf_counter()
+    go.set()
+    for p in procs:
+        p.join()
+        if p.exitcode != 0:
+            raise RuntimeError(f"an unwinding process ended with {p.exitcode}")
+    return time.perf_counter() - began
+
+
+def _split(ids: list[str], n: int) -> list[list[str]]:
+    return [ids[i::n] for i in range(n)]
+
+
+def measure(runs: int, rounds: int, kinds: Sequence[tuple[str, int]]) -> dict[str, list[float]]:
+    """Per round, each kind's compensated steps/s ÷ one at a time's (same round)."""
+    ratios: dict[str, list[float]] = {f"{kind} N={n}": [] for kind, n in kinds}
+    with tempfile.TemporaryDirectory(prefix="saga-bench-conc-") as tmp:
+        url = f"sqlite:///{Path(tmp) / 'journal.db'}"
+        open_journal(url, migrate=True).close()
+        batches = (1 + len(kinds)) * rounds
+        ids = [[f"conc-{b}-{i:05d}" for i in range(runs)] for b in range(batches)]
+        engine_journal = open_journal(url)
+        engine = engine_journal.engine
+        seed(engine, [r for batch in ids for r in batch], STEPS)
+        engine_journal.close()
+        it = iter(ids)
+        for _ in range(rounds):
+            alone = next(it)
+            one = _timed(lambda b=alone: _unwind_all(url, b))
+            for kind, n in kinds:
+                batch = next(it)
+                if kind == "threads":
+                    took = _timed(lambda b=batch, n=n: _in_threads(url, _split(b, n)))
+                else:
+                    took = _in_processes(url, _split(batch, n))
+                ratios[f"{kind} N={n}"].append(one / took)
+    return ratios
+
+
+def _timed(work: Callable[[], None]) -> float:
+    began = time.perf_counter()
+    work()
+    return time.perf_counter() - began
+
+
+KINDS = (("threads", 8), ("processes", 8), ("processes", 32))
+TARGETS = {"threads N=8": 1.2, "processes N=8": 0.8, "processes N=32": 0.6}
+
+
+def rows(cfg: Config) -> list[Row]:
+    runs = 64 if cfg.quick else 256
+    got = measure(runs, cfg.rounds, KINDS)
+    out = []
+    for name, values in got.items():
+        target = TARGETS.get(name)
+        median = statistics.median(values)
+        out.append(
+            Row(
+                f"sqlite: {name} concurrent unwinds ÷ one at a time",
+                median,
+                "x",
+                target="" if target is None else f">= {target}x",
+                ok=None if target is None else median >= target,
+                note=f"{runs} five-step runs a round; rounds {', '.join(f'{v:.2f}' for v in values)}",
+            )
+        )
+    return out
+
+
+def run(cfg: Config) -> list[Table]:
+    table = Table("Concurrent in-process unwinds on one SQLite journal (same-run ratios)")
+    for row in rows(cfg):
+        table.add(row)
+    return [table]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.concurrency", description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=128)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    for name, values in measure(args.runs, args.rounds, KINDS).items():
+        print(
+            f"{name}: median {statistics.median(values):.2f}x (rounds {', '.join(f'{v:.2f}' for v in values)})"
+        )
+
+
+if __name__ == "__main__":
+    main()
