@@ -117,6 +117,9 @@ class CompensationEntry(BaseModel):
     # that kills its process, the OOM killer): the step read failed without any of its tool's code
     # being called again, and the unwind is flagged for a person instead of being re-driven.
     worker_lost: bool = False
+    # The step's group (docs/reference/compensation.md, "Groups"): its position in execution order,
+    # 1 for the first; a call the run did not record in a group is a group of one.
+    group: int = 0
 
 
 class CompensationReport(BaseModel):

@@ -125,6 +125,17 @@ def check_dry_run(dry_run: object) -> bool:
     return dry_run
 
 
+def check_parallel(parallel: object) -> bool:
+    """``parallel`` chooses how an unwind runs its groups: a real boolean only, as ``dry_run``."""
+    if not isinstance(parallel, bool):
+        raise InvalidInputError(
+            f"parallel must be true or false (a JSON boolean), got {type(parallel).__name__} {parallel!r}; "
+            "nothing was written",
+            parallel=repr(parallel),
+        )
+    return parallel
+
+
 # -- the audit trail's words -------------------------------------------------------------------
 
 ACTOR_MAX = 200

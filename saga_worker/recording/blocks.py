@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from ..core.checks import check_call_id, check_run_id, check_storable_text
@@ -40,11 +40,36 @@ from ..journal.roles import RunJournal
 from ..observing import tracing
 from .calls import CallSettler
 from .decisions import decoded_calls, encode_decision
+from .groups import recorded_as_group
 from .planning import ToolCall
 from .run_events import RunEvent, RunResult
 from .tools import Tool, check_tools
 
 _MAX_APPEND_RETRIES = 20
+
+
+class Parallel:
+    """What ``SagaRun.parallel()`` returns: one group of calls, as a ``with`` or ``async with`` block."""
+
+    def __init__(self, run_id: str) -> None:
+        self._run_id = run_id
+        self._scope: AbstractContextManager[str] | None = None
+
+    def __enter__(self) -> Parallel:
+        self._scope = recorded_as_group(self._run_id)
+        self._scope.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._scope is not None
+        self._scope.__exit__(None, None, None)
+        self._scope = None
+
+    async def __aenter__(self) -> Parallel:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.__exit__(*exc)
 
 
 class SagaRun:
@@ -98,6 +123,12 @@ class SagaRun:
     async def acall(self, tool_name: str, input: Any = None, id: str | None = None) -> Any:  # noqa: A002
         """``call`` from async code: the journal and the hooks run on a worker thread."""
         return await asyncio.to_thread(self.call, tool_name, input, id)
+
+    def parallel(self) -> Parallel:
+        """``with run.parallel():`` (``async with`` in async code): the calls made inside are one
+        group, independent of each other, whether they run at once or one by one; an unwind with
+        ``parallel=True`` undoes them concurrently (docs/reference/compensation.md, "Groups")."""
+        return Parallel(self.run_id)
 
     def _settle(self, step: int, call_id: str, tool_name: str, input: Any) -> RunEvent:
         if self._run is not None and self._run.ended:
@@ -226,4 +257,4 @@ def saga(
             run._finish(None)
 
 
-__all__ = ["SagaRun", "saga"]
+__all__ = ["Parallel", "SagaRun", "saga"]
