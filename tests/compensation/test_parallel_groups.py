@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from saga_worker import (
     CallOptions,
     CompensationReport,
+    InvalidInputError,
     Journal,
     SqlJournal,
     Tool,
@@ -351,3 +352,20 @@ def test_rows_of_the_previous_release_are_groups_of_one_and_it_still_reads_ours(
         )
     plan = compensate_run(run_id, journal=journal, tools=tools, dry_run=True, parallel=True)
     assert [(e.tool_name, e.group) for e in plan.entries] == [("notify", 4), ("b", 3), ("a", 2), ("book", 1)]
+
+
+def test_forward_calls_naming_one_group_are_one_group_and_a_bad_group_name_writes_nothing(
+    journal: Journal, run_id: str
+) -> None:
+    from saga_worker.celery import record_call
+
+    hooks = Hooks()
+    tools = tools_of(hooks, ["book", "a", "b"])
+    record_call(run_id, "book", {}, id="book", journal=journal, tools=tools)
+    record_call(run_id, "a", {}, id="a", journal=journal, tools=tools, group="celery-group-1")
+    record_call(run_id, "b", {}, id="b", journal=journal, tools=tools, group="celery-group-1")
+    with pytest.raises(InvalidInputError, match="cannot name a group of calls"):
+        record_call(run_id, "b", {}, id="b2", journal=journal, tools=tools, group="no spaces, please")
+
+    plan = compensate_run(run_id, journal=journal, tools=tools, dry_run=True, parallel=True)
+    assert [(e.tool_name, e.group) for e in plan.entries] == [("b", 2), ("a", 2), ("book", 1)]
