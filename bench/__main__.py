@@ -31,6 +31,7 @@ GROUPS = (
     "distributed",
     "memory",
     "tracing",
+    "parallel",
 )
 
 
