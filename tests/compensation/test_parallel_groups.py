@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -369,3 +370,46 @@ def test_forward_calls_naming_one_group_are_one_group_and_a_bad_group_name_write
 
     plan = compensate_run(run_id, journal=journal, tools=tools, dry_run=True, parallel=True)
     assert [(e.tool_name, e.group) for e in plan.entries] == [("b", 2), ("a", 2), ("book", 1)]
+
+
+class Crash(BaseException):
+    """The process dying inside a hook: not an Exception, so nothing after the claim is written."""
+
+
+def test_a_process_dying_in_one_hook_of_a_group_lets_the_others_land_and_a_redrive_undoes_each_once(
+    journal: Journal, run_id: str, set_claim_ttl: Any
+) -> None:
+    set_claim_ttl(0.5)  # the dead holder's claim lapses quickly, as a killed process's does
+    hooks = Hooks()
+    tools = tools_of(hooks, ["book", "a", "c", "notify"])
+    dying = {"b": True}
+
+    def undo_b(input: Any, output: Any, opts: CallOptions) -> None:
+        if dying["b"]:
+            raise Crash()
+        hooks.undone.append(("b", opts.idempotency_key))
+
+    tools["b"] = Tool(lambda i, o: {"id": "b-1"}, undo_b)
+    record_fan_out(journal, run_id, tools, ["a", "b", "c"])
+
+    with pytest.raises(Crash):
+        compensate_run(run_id, journal=journal, tools=tools, parallel=True)
+    # The group's other steps finished before the crash surfaced; nothing earlier was touched.
+    assert sorted(n for n, _ in hooks.undone) == ["a", "c", "notify"]
+
+    dying["b"] = False
+    deadline = time.monotonic() + 30
+    while True:  # until the dead holder's lease has lapsed (busy meanwhile)
+        again = compensate_run(run_id, journal=journal, tools=tools, parallel=True)
+        if again.complete or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert rows(again) == [
+        ("notify", 3, "already-compensated"),
+        ("c", 2, "already-compensated"),
+        ("b", 2, "compensated"),
+        ("a", 2, "already-compensated"),
+        ("book", 1, "compensated"),
+    ]
+    # At the ledger: every effect undone exactly once, each with its one key.
+    assert sorted(hooks.undone) == sorted((e.tool_name, e.idempotency_key) for e in again.entries)
