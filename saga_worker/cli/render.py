@@ -88,7 +88,18 @@ def report_table(report: CompensationReport | dict[str, Any], title: str | None 
 
 def steps_table(run_id: str, steps: Sequence[dict[str, Any]], title: str | None = None) -> Table:
     table = Table(title=title or f"journal of run {safe(run_id)}")
-    for col in ("seq", "step", "tool", "call", "compensation", "comp. attempts", "note"):
+    # A group column only where the run recorded one (a group of more than one step).
+    groups = any(s.get("group_size", 0) > 1 for s in steps)
+    for col in (
+        "seq",
+        *(("group",) if groups else ()),
+        "step",
+        "tool",
+        "call",
+        "compensation",
+        "comp. attempts",
+        "note",
+    ):
         table.add_column(col, overflow="fold")
     for s in steps:
         comp = s["compensation"]
@@ -97,6 +108,7 @@ def steps_table(run_id: str, steps: Sequence[dict[str, Any]], title: str | None 
         note = (comp or {}).get("error") or s["error"] or ""
         table.add_row(
             safe(s["seq"]),
+            *([safe(s.get("group") or "—")] if groups else []),
             safe(s["suffix"]),
             safe(s["tool_name"]),
             safe(s["status"]),
