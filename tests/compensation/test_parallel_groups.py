@@ -413,3 +413,15 @@ def test_a_process_dying_in_one_hook_of_a_group_lets_the_others_land_and_a_redri
     ]
     # At the ledger: every effect undone exactly once, each with its one key.
     assert sorted(hooks.undone) == sorted((e.tool_name, e.idempotency_key) for e in again.entries)
+
+
+def test_parallel_must_be_a_real_boolean_and_a_refusal_condemns_nothing(
+    journal: Journal, run_id: str
+) -> None:
+    hooks = Hooks()
+    tools = tools_of(hooks, ["book", "a", "b", "notify"])
+    record_fan_out(journal, run_id, tools, ["a", "b"])
+    with pytest.raises(InvalidInputError, match="parallel must be true or false"):
+        compensate_run(run_id, journal=journal, tools=tools, parallel="yes")  # type: ignore[arg-type]
+    info = journal.get_run(run_id)
+    assert info is not None and not info.condemned and hooks.undone == []
