@@ -160,7 +160,8 @@ class CompensationReport(BaseModel):
 
     @property
     def awaiting_approval(self) -> list[CompensationEntry]:
-        """The step the unwind stopped at for a person's approval (at most one)."""
+        """The steps the unwind stopped at for a person's approval: at most one, but in a parallel
+        unwind every gated step of the group it stopped in."""
         return [e for e in self.entries if e.status is CompensationStatus.AWAITING_APPROVAL]
 
     def counts(self) -> dict[str, int]:

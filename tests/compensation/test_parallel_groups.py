@@ -10,6 +10,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -425,3 +426,18 @@ def test_parallel_must_be_a_real_boolean_and_a_refusal_condemns_nothing(
         compensate_run(run_id, journal=journal, tools=tools, parallel="yes")  # type: ignore[arg-type]
     info = journal.get_run(run_id)
     assert info is not None and not info.condemned and hooks.undone == []
+
+
+def test_calls_made_by_a_thread_pool_inside_a_parallel_block_are_its_group(
+    journal: Journal, run_id: str
+) -> None:
+    hooks = Hooks()
+    tools = tools_of(hooks, ["book", "a", "b", "c", "notify"])
+    with saga(run_id, journal=journal, tools=tools) as run:
+        run.call("book", {})
+        with run.parallel(), ThreadPoolExecutor(3) as pool:  # a pool's threads carry no context
+            list(pool.map(lambda name: run.call(name, {}, id=name), ["a", "b", "c"]))
+        run.call("notify", {})
+
+    plan = compensate_run(run_id, journal=journal, tools=tools, dry_run=True, parallel=True)
+    assert {e.tool_name: e.group for e in plan.entries} == {"notify": 3, "a": 2, "b": 2, "c": 2, "book": 1}
