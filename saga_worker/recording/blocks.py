@@ -130,9 +130,7 @@ class SagaRun:
             step = self._journaled_step(call_id, tool_name, input)
             if step is None:
                 step = self._append(call_id, tool_name, input)
-        group = self._group  # the open parallel() block's, whichever thread makes this call
-        with contextlib.nullcontext() if group is None else recorded_as_group(self.run_id, group):
-            event = self._settle(step, call_id, tool_name, input)
+        event = self._settle(step, call_id, tool_name, input)
         if event.error is not None:
             raise ToolFailedError(self.run_id, call_id, tool_name, event.error)
         return event.output
@@ -150,7 +148,9 @@ class SagaRun:
     def _settle(self, step: int, call_id: str, tool_name: str, input: Any) -> RunEvent:
         if self._run is not None and self._run.ended:
             return self._replay_only(call_id, tool_name, input)
-        return self.calls.settle(step, call_id, tool_name, input)
+        group = self._group  # the open parallel() block's, whichever thread makes this call
+        with contextlib.nullcontext() if group is None else recorded_as_group(self.run_id, group):
+            return self.calls.settle(step, call_id, tool_name, input)
 
     def _replay_only(self, call_id: str, tool_name: str, input: Any) -> RunEvent:
         """An ended run executes nothing: its recorded outcomes are all a re-run of the block gets."""
