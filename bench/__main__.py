@@ -33,6 +33,7 @@ GROUPS = (
     "distributed",
     "memory",
     "tracing",
+    "parallel",
 )
 
 

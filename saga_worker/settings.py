@@ -46,6 +46,12 @@ class SagaSettings(BaseSettings):
         5.0, gt=0, description="Seconds between beat sweeps for interrupted unwinds."
     )
     sweep_max_attempts: int = Field(8, ge=1, description="Re-drives before a run is flagged for a person.")
+    parallel_max: int = Field(
+        8,
+        ge=1,
+        description="Compensate hooks of one parallel unwind (parallel=True) run at once at most; a "
+        "larger group runs in waves of at most this many, still one group in the report.",
+    )
     max_deliveries: int = Field(
         3,
         ge=1,

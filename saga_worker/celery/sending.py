@@ -17,9 +17,18 @@ def celery_enqueue(task: Any) -> Enqueue:
     ``saga_worker.celery.compensate_run``, or the sweeper's own app's task)."""
 
     def enqueue(
-        run_id: str, dry_run: bool, *, actor: str, reason: str, via: str, task_id: str | None = None
+        run_id: str,
+        dry_run: bool,
+        *,
+        actor: str,
+        reason: str,
+        via: str,
+        task_id: str | None = None,
+        parallel: bool = False,
     ) -> str:
-        kwargs = {"dry_run": dry_run, "actor": actor, "reason": reason, "via": via}
+        kwargs: dict[str, Any] = {"dry_run": dry_run, "actor": actor, "reason": reason, "via": via}
+        if parallel:  # only when asked for: the previous release's task has no such argument
+            kwargs["parallel"] = True
         result = task.apply_async((run_id,), kwargs, task_id=task_id)
         return str(result.id)
 

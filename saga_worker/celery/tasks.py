@@ -156,16 +156,31 @@ def compensate_run(
     actor: str | None = None,
     reason: str | None = None,
     via: str = "worker",
+    parallel: bool = False,
 ) -> Any:
     """Condemn the run and unwind it, one task per step; the result is the report as a JSON dict.
 
     ``actor``, ``reason`` and ``via`` (``worker``, or ``cli``/``sweeper`` when they send it) go to the
-    run's audit trail; without an actor the worker's ``SAGA_ACTOR`` or OS user is named."""
+    run's audit trail; without an actor the worker's ``SAGA_ACTOR`` or OS user is named. With
+    ``parallel=True`` the groups' steps are undone side by side, by this task in its process
+    (docs/reference/compensation.md, "Groups")."""
     if result_store.withdrawn(self):
         raise Ignore()  # `saga-worker revoke` withdrew it before any worker started it: nothing condemned
     ctx = executor.current()
     with counted(self.request, ctx.journal, ctx.settings.max_deliveries) as delivery:
         _refuse_if_exhausted(delivery.refusal, run_id)
+        if parallel is not False:  # anything but a real boolean is refused there, before anything is written
+            report = actions.unwind_here(
+                run_id,
+                context=ctx,
+                actor=actor,
+                reason=reason,
+                via=via,
+                dry_run=dry_run,
+                parallel=parallel,
+                what="saga.compensate_run(parallel=True)",
+            )
+            return report.model_dump(mode="json")
         nxt = executor.start_unwind(
             ctx.journal,
             run_id,

@@ -24,10 +24,23 @@ from .render import dump, out, report_table
     "--wait/--no-wait", default=True, show_default=True, help="Wait for the report (else print the task id)."
 )
 @click.option("--local", is_flag=True, help="Unwind in this process instead of on a worker.")
+@click.option(
+    "--parallel",
+    is_flag=True,
+    help="Undo the steps of each group the run recorded as concurrent side by side (groups still in "
+    "reverse order); on a worker, that one task runs the whole unwind.",
+)
 @click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait for the report.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def compensate(
-    run_id: str, dry_run: bool, reason: str | None, wait: bool, local: bool, timeout: float, as_json: bool
+    run_id: str,
+    dry_run: bool,
+    reason: str | None,
+    wait: bool,
+    local: bool,
+    parallel: bool,
+    timeout: float,
+    as_json: bool,
 ) -> None:
     """Condemn RUN_ID and undo its steps in reverse order (on a worker unless --local).
 
@@ -54,6 +67,7 @@ def compensate(
                 via="cli",
                 dry_run=dry_run,
                 what="saga-worker compensate --local" + (" --dry-run" if dry_run else ""),
+                parallel=parallel,
             )
         finally:
             ctx.close()
@@ -61,7 +75,13 @@ def compensate(
         _exit_for(result.model_dump(mode="json"))
         return
     task_id = actions.enqueue_unwind(
-        run_id, enqueue=celery_enqueue(compensate_run), actor=None, reason=reason, via="cli", dry_run=dry_run
+        run_id,
+        enqueue=celery_enqueue(compensate_run),
+        actor=None,
+        reason=reason,
+        via="cli",
+        dry_run=dry_run,
+        parallel=parallel,
     )
     async_result = celery().compensate_run.AsyncResult(task_id)
     if not wait:

@@ -55,9 +55,18 @@ def report_table(report: CompensationReport | dict[str, Any], title: str | None 
     condemned = f"yes{by}{why}" if data["condemned"] else "no"
     table = Table(title=title or f"{kind} of run {safe(data['run_id'])} — condemned: {condemned}")
     errors = any(e.get("error") for e in data["entries"])
-    for col in ("#", "step", "tool", "status", "attempts", "idempotency key") + (
-        ("error",) if errors else ()
-    ):
+    # A group column only where the run recorded one (a group of more than one step).
+    numbers = [e.get("group", 0) for e in data["entries"]]
+    groups = len(set(numbers)) < len(numbers)
+    for col in (
+        "#",
+        *(("group",) if groups else ()),
+        "step",
+        "tool",
+        "status",
+        "attempts",
+        "idempotency key",
+    ) + (("error",) if errors else ()):
         table.add_column(col, overflow="fold", no_wrap=col in ("status", "tool"))
     for i, e in enumerate(data["entries"], 1):
         style = STATUS_STYLE.get(e["status"], "")
@@ -66,6 +75,7 @@ def report_table(report: CompensationReport | dict[str, Any], title: str | None 
             status += " (needs approval)"
         row = [
             str(i),
+            *([safe(e.get("group", 0))] if groups else []),
             safe(e["suffix"]),
             safe(e["tool_name"]),
             status,
@@ -78,7 +88,18 @@ def report_table(report: CompensationReport | dict[str, Any], title: str | None 
 
 def steps_table(run_id: str, steps: Sequence[dict[str, Any]], title: str | None = None) -> Table:
     table = Table(title=title or f"journal of run {safe(run_id)}")
-    for col in ("seq", "step", "tool", "call", "compensation", "comp. attempts", "note"):
+    # A group column only where the run recorded one (a group of more than one step).
+    groups = any(s.get("group_size", 0) > 1 for s in steps)
+    for col in (
+        "seq",
+        *(("group",) if groups else ()),
+        "step",
+        "tool",
+        "call",
+        "compensation",
+        "comp. attempts",
+        "note",
+    ):
         table.add_column(col, overflow="fold")
     for s in steps:
         comp = s["compensation"]
@@ -87,6 +108,7 @@ def steps_table(run_id: str, steps: Sequence[dict[str, Any]], title: str | None 
         note = (comp or {}).get("error") or s["error"] or ""
         table.add_row(
             safe(s["seq"]),
+            *([safe(s.get("group") or "—")] if groups else []),
             safe(s["suffix"]),
             safe(s["tool_name"]),
             safe(s["status"]),

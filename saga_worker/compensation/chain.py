@@ -321,7 +321,13 @@ def _finalize(
     entries = until_halt(range(len(info.suffixes)), outcome, not_attempted)
     # A dry run's report says whether the run was condemned (as read now); a real one condemned it.
     report = build_report(
-        journal, run_id, entries, dry_run=info.dry_run, run=view.run, condemner=view.condemner
+        journal,
+        run_id,
+        entries,
+        dry_run=info.dry_run,
+        run=view.run,
+        condemner=view.condemner,
+        records=view.records,
     )
     finish_unwind(
         journal,

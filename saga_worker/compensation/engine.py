@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import faults
-from ..core.checks import check_actor, check_dry_run, check_reason, check_run_id
+from ..core.checks import check_actor, check_dry_run, check_parallel, check_reason, check_run_id
 from ..errors import MalformedRecordError, SagaError
 from ..journal.records import (
     AuditAction,
@@ -37,6 +37,7 @@ from .actors import check_via, default_actor
 from .attempt import StepAttempt, Unwinding
 from .carry import HeldOutcome, OutcomeCarry
 from .entries import entry_for
+from .groups import numbered, undo_in_groups
 from .report import SETTLED, CompensationEntry, CompensationReport, CompensationStatus, until_halt
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "build_report",
     "compensate_run",
     "finish_unwind",
+    "undo_groups",
     "undo_steps",
     "UnwindRequest",
 ]
@@ -226,16 +228,19 @@ def compensate_run(
     actor: str | None = None,
     reason: str | None = None,
     via: AuditVia | str = AuditVia.LIBRARY,
+    parallel: bool = False,
 ) -> CompensationReport:
     """Condemn the run, then undo its steps in reverse execution order; one entry per step.
 
     ``actor`` (default: ``SAGA_ACTOR`` or the OS user), ``reason`` and ``via`` go to the run's audit
     trail: the ``condemned`` row (if this call writes the tombstone) and the unwind's ``unwound`` row.
-    A dry run writes neither."""
+    A dry run writes neither. ``parallel=True`` undoes the steps of each group the run recorded as
+    concurrent side by side, groups still in reverse order (``groups.py``)."""
     request = UnwindRequest.checked(run_id, actor=actor, reason=reason, via=via)
     checked = check_tools(tools)
+    side_by_side = check_parallel(parallel)
     with request.span(dry_run=dry_run) as span:
-        report = _compensate_run(journal, request, checked, dry_run, claim_ttl, lock)
+        report = _compensate_run(journal, request, checked, dry_run, claim_ttl, lock, side_by_side)
         span.report(report)
         return report
 
@@ -247,17 +252,39 @@ def _compensate_run(
     dry_run: bool,
     claim_ttl: float | None,
     lock: StepLock | None,
+    parallel: bool = False,
 ) -> CompensationReport:
     run_id = request.run_id
     view = request.begin(journal, dry_run=dry_run)
     worklist = list(reversed(view.records))
-    carry = None if dry_run else OutcomeCarry(journal)
-    entries = _undo(
-        journal, run_id, worklist, checked, dry_run, claim_ttl, lock, claims=view.claims, carry=carry
-    )
+    if parallel:
+        carry = None  # the steps of a group finish side by side: each outcome is its own commit
+        entries = undo_groups(
+            journal,
+            run_id,
+            worklist,
+            checked,
+            dry_run=dry_run,
+            claim_ttl=claim_ttl,
+            lock=lock,
+            claims=view.claims,
+        )
+    else:
+        carry = None if dry_run else OutcomeCarry(journal)
+        entries = _undo(
+            journal, run_id, worklist, checked, dry_run, claim_ttl, lock, claims=view.claims, carry=carry
+        )
 
     def report_of(entries: list[CompensationEntry]) -> CompensationReport:
-        return build_report(journal, run_id, entries, dry_run=dry_run, run=view.run, condemner=view.condemner)
+        return build_report(
+            journal,
+            run_id,
+            entries,
+            dry_run=dry_run,
+            run=view.run,
+            condemner=view.condemner,
+            records=view.records,
+        )
 
     report = report_of(entries)
     epoch = None if view.run is None else view.run.unwind_epoch
@@ -369,6 +396,40 @@ def _undo(
     return done + [not_attempted(record) for record in worklist[len(done) :]]
 
 
+def undo_groups(
+    journal: UnwindJournal,
+    run_id: str,
+    worklist: Sequence[ToolRecord],
+    tools: Mapping[str, Tool],
+    *,
+    dry_run: bool,
+    claim_ttl: float | None = None,
+    lock: StepLock | None = None,
+    claims: Mapping[tuple[str, str], CompensationClaim] | None = None,
+) -> list[CompensationEntry]:
+    """As ``undo_steps``, but the steps of each group side by side (``groups.undo_in_groups``):
+    ``worklist`` latest first, as there; at most ``SAGA_PARALLEL_MAX`` hooks at once."""
+    if claims is None:
+        claims = journal.get_claims([(r.origin_run_id, r.suffix) for r in worklist])
+    settings = get_settings()
+    ttl = claim_ttl if claim_ttl is not None else settings.claim_ttl
+    unwinding = Unwinding(
+        journal, run_id, tools, ttl, dry_run, lock, tools_named="the tools given to compensate_run"
+    )
+
+    def attempt(record: ToolRecord) -> CompensationEntry:
+        entry = StepAttempt(unwinding, record, claims=claims).verdict()
+        assert entry is not None  # only a twin delivery stands down, and there are none in process
+        return entry
+
+    return undo_in_groups(
+        list(reversed(worklist)),
+        attempt,
+        lambda record: entry_for(record, CompensationStatus.NOT_ATTEMPTED),
+        at_once=settings.parallel_max,
+    )
+
+
 def build_report(
     journal: UnwindJournal,
     run_id: str,
@@ -377,11 +438,13 @@ def build_report(
     dry_run: bool,
     run: RunInfo | None,
     condemner: tuple[str | None, str | None] | None = None,
+    records: Sequence[ToolRecord] | None = None,
 ) -> CompensationReport:
     """The report of an unwind whose entries are known. A real unwind wrote the tombstone itself, and a
     tombstone is never lifted: its run is condemned. A dry run's ``run`` (as read before it) is
     condemned if it already was. ``condemner`` is who condemned it as read with the worklist after the
-    tombstone (``WorklistView.condemner``); without it, the trail is read here."""
+    tombstone (``WorklistView.condemner``); without it, the trail is read here. ``records`` (the
+    worklist, in execution order) number each entry's group."""
     condemned = not dry_run or (run is not None and run.condemned)
     if not condemned:
         by, because = None, None
@@ -393,7 +456,7 @@ def build_report(
         run_id=run_id,
         dry_run=dry_run,
         condemned=condemned,
-        entries=entries,
+        entries=entries if records is None else numbered(entries, records),
         condemned_by=by,
         reason=because,
     )

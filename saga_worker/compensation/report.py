@@ -117,6 +117,9 @@ class CompensationEntry(BaseModel):
     # that kills its process, the OOM killer): the step read failed without any of its tool's code
     # being called again, and the unwind is flagged for a person instead of being re-driven.
     worker_lost: bool = False
+    # The step's group (docs/reference/compensation.md, "Groups"): its position in execution order,
+    # 1 for the first; a call the run did not record in a group is a group of one.
+    group: int = 0
 
 
 class CompensationReport(BaseModel):
@@ -157,7 +160,8 @@ class CompensationReport(BaseModel):
 
     @property
     def awaiting_approval(self) -> list[CompensationEntry]:
-        """The step the unwind stopped at for a person's approval (at most one)."""
+        """The steps the unwind stopped at for a person's approval: at most one, but in a parallel
+        unwind every gated step of the group it stopped in."""
         return [e for e in self.entries if e.status is CompensationStatus.AWAITING_APPROVAL]
 
     def counts(self) -> dict[str, int]:

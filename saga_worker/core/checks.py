@@ -125,6 +125,31 @@ def check_dry_run(dry_run: object) -> bool:
     return dry_run
 
 
+_GROUP = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+def check_group(group: object) -> str:
+    """A group token a caller names (a Celery group's id): what the journal's ``group`` column holds."""
+    if not isinstance(group, str) or not _GROUP.fullmatch(group):
+        raise InvalidInputError(
+            f"group {shown(group)} cannot name a group of calls: use 1-64 characters of letters, digits, "
+            "'_', '.', ':', '-'",
+            group=clipped(group),
+        )
+    return group
+
+
+def check_parallel(parallel: object) -> bool:
+    """``parallel`` chooses how an unwind runs its groups: a real boolean only, as ``dry_run``."""
+    if not isinstance(parallel, bool):
+        raise InvalidInputError(
+            f"parallel must be true or false (a JSON boolean), got {type(parallel).__name__} {parallel!r}; "
+            "nothing was written",
+            parallel=repr(parallel),
+        )
+    return parallel
+
+
 # -- the audit trail's words -------------------------------------------------------------------
 
 ACTOR_MAX = 200

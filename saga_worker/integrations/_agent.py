@@ -41,6 +41,7 @@ from ..core.storable import exception_text
 from ..errors import CompensatedRunError, InvalidInputError, OutOfLineCallError, ToolFailedError
 from ..journal.roles import RunJournal
 from ..recording.blocks import saga
+from ..recording.groups import recorded_as_group
 from ..recording.tools import CallOptions, NoEffect, Tool, check_tools
 from . import _CURRENT_CALL, _CURRENT_NOTES, said_no_effect
 from . import hooks as make_hooks
@@ -123,6 +124,16 @@ def slot_of(call_id: str, responses: Sequence[Sequence[HistoryCall]]) -> Slot:
     return found
 
 
+def turn_group(slot: Slot) -> str:
+    """The group of the calls of one model response (docs/reference/compensation.md, "Groups").
+
+    The model asked for them together, without the output of any of them, and the frameworks run them
+    side by side: they are independent, so an unwind with ``parallel=True`` may undo them side by
+    side. The token is the response's last position, which a re-run computes again, so a call
+    journaled after a crash joins its siblings' group."""
+    return f"turn-{slot.last}"
+
+
 class AgentJournal:
     """Routes an agent run's tool calls through the journal as run ``run_id``.
 
@@ -171,9 +182,13 @@ class AgentJournal:
         tool = self._framework_tool(tool_name, _boxed_execute(tool_name, execute, json_of, error_of, box))
         failed: ToolFailedError | None = None
         # finish=False: an agent run's end is not one call's; the adapter says when the run is over.
-        with saga(
-            self.run_id, journal=self.journal, tools={tool_name: tool}, prompt=self.prompt, finish=False
-        ) as run:
+        # The calls of one model response are one group (``turn_group``).
+        with (
+            recorded_as_group(self.run_id, turn_group(slot)),
+            saga(
+                self.run_id, journal=self.journal, tools={tool_name: tool}, prompt=self.prompt, finish=False
+            ) as run,
+        ):
             try:
                 output = run.call(tool_name, input, id=call_id)
             except ToolFailedError as exc:  # caught inside, so the block does not end the run failed

@@ -119,6 +119,9 @@ class ToolRecord:
     exec_lease_expires_at: float | None = None  # journal clock; renewed while execute runs
     # The span of the execute that settled it (W3C traceparent), when traced: its compensate span links to it.
     exec_traceparent: str | None = None
+    # The group of calls the run recorded as concurrent with this one (an opaque token, written with
+    # the call's claim); None: a group of one (compensation/groups.py numbers them).
+    group: str | None = None
 
     @property
     def had_no_effect(self) -> bool:
@@ -191,6 +194,8 @@ class NewRecord:
     # ``suspended`` for a call that waits for a person, ``mirrored`` for a cross-run one.
     status: RecordStatus = RecordStatus.RUNNING
     shared_id: str | None = None
+    # The group the run records this call in (``ToolRecord.group``), or None: a group of one.
+    group: str | None = None
 
 
 class GateDecision(str, Enum):

@@ -80,6 +80,9 @@ records = sa.Table(
     sa.Column("exec_lease_expires_at", sa.Double),
     # Migration 0007: the span of the execute that settled it (W3C traceparent), when it was traced.
     sa.Column("exec_traceparent", sa.String(64)),
+    # Migration 0010: the group of calls the run recorded as concurrent with this one (an opaque
+    # token, written with the call's claim); None: a group of one. Unwound together with parallel=True.
+    sa.Column("group", sa.String(64)),
 )
 sa.Index("ix_saga_tool_records_order", records.c.run_id, records.c.seq)
 

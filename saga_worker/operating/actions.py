@@ -26,7 +26,7 @@ from ..compensation.chain import SWEEP_GRACE_TTLS
 from ..compensation.engine import UnwindRequest, compensate_run
 from ..compensation.report import CompensationReport
 from ..compensation.sweeper import UnwindsAndTrail, unfinished_unwinds
-from ..core.checks import check_actor, check_reason, check_run_id
+from ..core.checks import check_actor, check_parallel, check_reason, check_run_id
 from ..errors import InvalidInputError, SagaError, UnknownRunError
 from ..executor.context import WorkerContext
 from ..journal.records import AuditAction, AuditRecord, NewAudit, UnwindState
@@ -38,7 +38,8 @@ log = logging.getLogger(__name__)
 
 class Enqueue(Protocol):
     """Send ``saga.compensate_run`` for the run; the task id (``task_id`` when given). ``actor``,
-    ``reason`` and ``via`` go with it to the run's audit trail."""
+    ``reason`` and ``via`` go with it to the run's audit trail. A sender that can ask for a grouped
+    unwind also takes ``parallel=True`` (``celery_enqueue``): it is passed only when asked for."""
 
     def __call__(
         self, run_id: str, dry_run: bool, *, actor: str, reason: str, via: str, task_id: str | None = None
@@ -94,16 +95,21 @@ def enqueue_unwind(
     via: str,
     dry_run: bool = False,
     task_id: str | None = None,
+    parallel: bool = False,
 ) -> str:
     """The one way an unwind is sent to the workers (the console's Compensate, ``saga-worker
     compensate``, ``saga-worker demo``, a re-drive, the sweeper's re-drives); the task id. The run
     id, the actor (None: ``SAGA_ACTOR`` or the OS user), the reason and ``via`` are refused here,
-    before anything is enqueued (the worker would refuse them too, later and unseen)."""
+    before anything is enqueued (the worker would refuse them too, later and unseen).
+
+    ``parallel`` goes into the message only when asked for: a sequential unwind's message stays what
+    the previous release reads (an older worker refuses the ``parallel`` argument, running nothing)."""
     request = UnwindRequest.checked(run_id, actor=actor, reason=reason, via=via)
     who, why, through = request.actor, request.reason, request.via.value
-    if task_id is None:
-        return enqueue(run_id, dry_run, actor=who, reason=why, via=through)
-    return enqueue(run_id, dry_run, actor=who, reason=why, via=through, task_id=task_id)
+    extra: dict[str, Any] = {} if task_id is None else {"task_id": task_id}
+    if check_parallel(parallel):
+        extra["parallel"] = True
+    return enqueue(run_id, dry_run, actor=who, reason=why, via=through, **extra)
 
 
 def unwind_here(
@@ -115,11 +121,14 @@ def unwind_here(
     via: str,
     dry_run: bool = False,
     what: str = "the unwind",
+    parallel: bool = False,
 ) -> CompensationReport:
     """An unwind in this process rather than on a worker (``saga-worker compensate --local``): the
     same checks as :func:`enqueue_unwind`, before the tools are loaded or anything is written; then
-    the tools (``what`` names the caller in the error without them), then the engine's unwind."""
+    the tools (``what`` names the caller in the error without them), then the engine's unwind
+    (``parallel``: each group's steps side by side)."""
     request = UnwindRequest.checked(run_id, actor=actor, reason=reason, via=via)
+    check_parallel(parallel)
     tools = context.require_tools(what)  # without tools nothing is opened, condemned or planned
     return compensate_run(
         request.run_id,
@@ -130,6 +139,7 @@ def unwind_here(
         actor=request.actor,
         reason=request.reason,
         via=request.via,
+        parallel=parallel,
     )
 
 

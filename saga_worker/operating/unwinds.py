@@ -5,9 +5,12 @@ with the entry stored for every step (or why there is none yet).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..compensation.engine import UNWOUND
+from ..compensation.groups import group_numbers
 from ..compensation.report import CompensationStatus, halted_at, until_halt
 from ..core.keys import compensate_key, execute_key
 from ..core.redact import SECRET_KEYS, redact_text
@@ -86,7 +89,24 @@ def journal_steps(
     records = journal.list_records(run_id)
     claims = journal.get_claims([(r.origin_run_id, r.suffix) for r in records])
     now = journal.now()
-    return [step_dict(r, claims.get((r.origin_run_id, r.suffix)), now, secret_keys) for r in records]
+    groups = _groups_as_reported(records)
+    return [
+        {
+            **step_dict(r, claims.get((r.origin_run_id, r.suffix)), now, secret_keys),
+            **groups.get((r.origin_run_id, r.suffix), {"group": None, "group_size": 0}),
+        }
+        for r in records
+    ]
+
+
+def _groups_as_reported(records: list[ToolRecord]) -> dict[tuple[str, str], dict[str, int]]:
+    """Each unwound step's group as an unwind's report numbers it (``group``: its place in execution
+    order among the groups of the steps an unwind undoes) and how many steps the group has; a call
+    no unwind undoes (suspended, denied, mirrored) is in none."""
+    worklist = [r for r in records if r.status in UNWOUND]
+    numbers = group_numbers(worklist)
+    sizes = Counter(numbers.values())
+    return {where: {"group": n, "group_size": sizes[n]} for where, n in numbers.items()}
 
 
 def unwind_dict(

@@ -18,9 +18,10 @@ changed under its journal, and replaying the old outcome for a different call wo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from ..core.checks import check_call_id, check_run_id, check_storable_text
@@ -40,11 +41,49 @@ from ..journal.roles import RunJournal
 from ..observing import tracing
 from .calls import CallSettler
 from .decisions import decoded_calls, encode_decision
+from .groups import new_token, recorded_as_group
 from .planning import ToolCall
 from .run_events import RunEvent, RunResult
 from .tools import Tool, check_tools
 
 _MAX_APPEND_RETRIES = 20
+
+
+class Parallel:
+    """What ``SagaRun.parallel()`` returns: one group of calls, as a ``with`` or ``async with`` block.
+
+    The group is the handle's while the block is open, so a call on it from any thread joins (a
+    ``ThreadPoolExecutor`` does not carry context variables), and it is in the context too, so the
+    threads ``acall`` uses join as well."""
+
+    def __init__(self, run: SagaRun) -> None:
+        self._run = run
+        self._scope: AbstractContextManager[str] | None = None
+        self._owned = False
+
+    def __enter__(self) -> Parallel:
+        run = self._run
+        with run._lock:
+            if run._group is None:  # nested: the inner block adds to the outer group
+                run._group, self._owned = new_token(), True
+            token = run._group
+        self._scope = recorded_as_group(run.run_id, token)
+        self._scope.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._scope is not None
+        self._scope.__exit__(None, None, None)
+        self._scope = None
+        if self._owned:
+            with self._run._lock:
+                self._run._group, self._owned = None, False
+
+    async def __aenter__(self) -> Parallel:
+        return self.__enter__()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.__exit__(*exc)
 
 
 class SagaRun:
@@ -60,6 +99,7 @@ class SagaRun:
         self._lock = threading.Lock()
         self._position = 0
         self._used: set[str] = set()
+        self._group: str | None = None  # the group of an open ``parallel()`` block
         run = journal.get_run(self.run_id)
         if run is not None and run.condemned:
             raise CompensatedRunError(self.run_id)
@@ -99,10 +139,18 @@ class SagaRun:
         """``call`` from async code: the journal and the hooks run on a worker thread."""
         return await asyncio.to_thread(self.call, tool_name, input, id)
 
+    def parallel(self) -> Parallel:
+        """``with run.parallel():`` (``async with`` in async code): the calls made inside are one
+        group, independent of each other, whether they run at once or one by one; an unwind with
+        ``parallel=True`` undoes them concurrently (docs/reference/compensation.md, "Groups")."""
+        return Parallel(self)
+
     def _settle(self, step: int, call_id: str, tool_name: str, input: Any) -> RunEvent:
         if self._run is not None and self._run.ended:
             return self._replay_only(call_id, tool_name, input)
-        return self.calls.settle(step, call_id, tool_name, input)
+        group = self._group  # the open parallel() block's, whichever thread makes this call
+        with contextlib.nullcontext() if group is None else recorded_as_group(self.run_id, group):
+            return self.calls.settle(step, call_id, tool_name, input)
 
     def _replay_only(self, call_id: str, tool_name: str, input: Any) -> RunEvent:
         """An ended run executes nothing: its recorded outcomes are all a re-run of the block gets."""
@@ -226,4 +274,4 @@ def saga(
             run._finish(None)
 
 
-__all__ = ["SagaRun", "saga"]
+__all__ = ["Parallel", "SagaRun", "saga"]

@@ -22,6 +22,7 @@ from ..journal.roles import RunJournal
 from ..observing import tracing
 from ..settings import get_settings
 from . import transactions
+from .groups import group_of
 from .run_events import RunEvent, event_of
 from .shared_calls import SharedCalls
 from .tools import CallOptions, NoEffect, Tool, ask_recover, call_hook, usable_recover_answer
@@ -149,10 +150,20 @@ class CallSettler:
                 input,
                 self.run_id,
                 status=RecordStatus.SUSPENDED,
+                group=group_of(self.run_id),
             )
             suspended = self.journal.claim_record(self.run_id, new, gated=True)
             return None if suspended is None else self.event(step, suspended, "suspended")
-        new = NewRecord(suffix, step, call_id, tool_name, tool.idempotency, input, self.run_id)
+        new = NewRecord(
+            suffix,
+            step,
+            call_id,
+            tool_name,
+            tool.idempotency,
+            input,
+            self.run_id,
+            group=group_of(self.run_id),
+        )
         if tool.in_transaction:
             return self._execute_in_transaction(step, tool, new)
         faults.point("before_gate", execute_key(self.run_id, tool.idempotency, tool_name, call_id, input))

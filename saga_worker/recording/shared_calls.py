@@ -12,6 +12,7 @@ from ..errors import SideEffectRetryBlockedError
 from ..journal.records import NewRecord, RecordStatus, SharedAction, SharedStatus, ToolRecord
 from ..journal.roles import RunJournal
 from ..observing import tracing
+from .groups import group_of
 from .run_events import RunEvent, event_of
 from .tools import CallOptions, Tool, ask_recover, call_hook, usable_recover_answer
 
@@ -89,6 +90,7 @@ class SharedCalls:
             self.run_id,
             status=RecordStatus.MIRRORED,
             shared_id=f"{key}:{generation}",
+            group=group_of(self.run_id),
         )
         # The mirror is this call's claim: gated, so no shared execution starts for a condemned run.
         mirror = self.journal.claim_record(self.run_id, new, gated=tool.side_effect) or (

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from saga_worker import CallOptions, RecoverResult, Tool
+from saga_worker import CallOptions, Journal, RecoverResult, Tool, compensate_run
 from saga_worker.integrations import call_options, hooks
 from tests.ledger import Ledger
 
@@ -94,3 +94,17 @@ def executed(ledger: Ledger) -> dict[str, int]:
 def compensated(ledger: Ledger) -> list[str]:
     """Compensation effects in the order they happened."""
     return [c.key for c in ledger.effects() if c.what.startswith("compensate")]
+
+
+# Two model responses: charge alone, then reserve and notify asked together (one group).
+TWO_TURNS: list[list[tuple[str, dict[str, Any]]]] = [[ORDER[0]], [ORDER[1], ORDER[2]]]
+
+
+def unwound_by_turn(journal: Journal, ledger: Ledger, run_id: str) -> list[tuple[int, str]]:
+    """A parallel unwind of the TWO_TURNS run: (group, tool) per entry, a group's steps sorted (their
+    recording order is whichever the framework claimed first); each step undone once."""
+    report = compensate_run(run_id, journal=journal, tools=shop_hooks(ledger), parallel=True)
+    assert report.complete, report
+    assert sorted(ledger.call_counts("compensate").values()) == [1, 1, 1]
+    rows = [(e.group, e.tool_name) for e in report.entries]
+    return sorted(rows[:2]) + rows[2:]

@@ -19,7 +19,17 @@ from saga_worker import (
 from saga_worker.journal.records import RecordStatus, RunStatus
 from tests.ledger import Ledger
 
-from .shop import ORDER, Crash, Shop, compensated, executed, require_framework, shop_hooks
+from .shop import (
+    ORDER,
+    TWO_TURNS,
+    Crash,
+    Shop,
+    compensated,
+    executed,
+    require_framework,
+    shop_hooks,
+    unwound_by_turn,
+)
 
 require_framework("langchain")
 
@@ -233,3 +243,11 @@ def test_parallel_tool_calls_of_one_message_are_numbered_in_the_order_the_model_
         "call-3": "notify",
     }
     assert set(executed(ledger).values()) == {1}
+
+
+def test_the_calls_of_one_model_response_are_one_group_undone_side_by_side_after_the_later_ones(
+    journal: Journal, ledger: Ledger, run_id: str
+) -> None:
+    shop_agent(fake_model(TWO_TURNS), journal, ledger).invoke(*ask(run_id))
+
+    assert unwound_by_turn(journal, ledger, run_id) == [(2, "notify"), (2, "reserve"), (1, "charge")]

@@ -18,7 +18,17 @@ from saga_worker import (
 from saga_worker.journal.records import RecordStatus, RunStatus
 from tests.ledger import Ledger
 
-from .shop import ORDER, Crash, Shop, compensated, executed, require_framework, shop_hooks
+from .shop import (
+    ORDER,
+    TWO_TURNS,
+    Crash,
+    Shop,
+    compensated,
+    executed,
+    require_framework,
+    shop_hooks,
+    unwound_by_turn,
+)
 
 require_framework("agents")
 
@@ -252,3 +262,13 @@ def test_a_saga_tool_called_outside_the_saga_runner_refuses_rather_than_run_unjo
 
     assert executed(ledger) == {}
     assert result.final_output == "done"  # the SDK told the model its tool failed
+
+
+def test_the_calls_of_one_model_response_are_one_group_undone_side_by_side_after_the_later_ones(
+    journal: Journal, ledger: Ledger, run_id: str
+) -> None:
+    runner(journal, ledger).run_sync(
+        shop_agent(scripted(TWO_TURNS), ledger), "go", run_id=run_id, run_config=OFFLINE
+    )
+
+    assert unwound_by_turn(journal, ledger, run_id) == [(2, "notify"), (2, "reserve"), (1, "charge")]

@@ -19,7 +19,17 @@ from saga_worker.integrations import hooks
 from saga_worker.journal.records import RecordStatus, RunStatus
 from tests.ledger import Ledger
 
-from .shop import ORDER, Crash, Shop, compensated, executed, require_framework, shop_hooks
+from .shop import (
+    ORDER,
+    TWO_TURNS,
+    Crash,
+    Shop,
+    compensated,
+    executed,
+    require_framework,
+    shop_hooks,
+    unwound_by_turn,
+)
 
 require_framework("pydantic_ai")
 
@@ -296,3 +306,11 @@ def test_a_call_that_requires_approval_executes_once_approved_even_when_the_appr
         ("call-1", "charge"),
         ("call-2", "reserve"),
     ]
+
+
+def test_the_calls_of_one_model_response_are_one_group_undone_side_by_side_after_the_later_ones(
+    journal: Journal, ledger: Ledger, run_id: str
+) -> None:
+    shop_agent(scripted_model(TWO_TURNS), journal, ledger).run_sync("go", run_id=run_id)
+
+    assert unwound_by_turn(journal, ledger, run_id) == [(2, "notify"), (2, "reserve"), (1, "charge")]

@@ -11,7 +11,7 @@ import pytest
 from celery import Celery
 
 import saga_worker.celery as saga_celery
-from saga_worker import executor, open_journal
+from saga_worker import executor, open_journal, saga
 from saga_worker.celery import install
 from saga_worker.celery.install import _set_installed
 from saga_worker.journal.records import UnwindState
@@ -134,3 +134,25 @@ def test_the_sweepers_redrive_is_checked_as_every_unwind_request_and_a_bad_actor
     finally:
         journal.close()
         get_settings.cache_clear()
+
+
+def test_eager_compensate_run_with_parallel_undoes_a_group_in_the_one_task_and_numbers_groups(
+    eager: Eager, url: str, run_id: str
+) -> None:
+    tools = order_tools(eager.ledger)
+    with open_journal(url) as journal:
+        with saga(run_id, journal=journal, tools=tools) as run:
+            run.call("charge", {"amount": 10})
+            with run.parallel():
+                run.call("reserve", {"sku": "A1"})
+                run.call("notify", {"to": "ann"})
+        report = saga_celery.compensate_run.delay(run_id, parallel=True).get()
+        assert [(e["tool_name"], e["group"], e["status"]) for e in report["entries"]] == [
+            ("notify", 2, "compensated"),
+            ("reserve", 2, "compensated"),
+            ("charge", 1, "compensated"),
+        ]
+        info = journal.get_run(run_id)
+        assert info is not None and info.unwind_state is UnwindState.COMPLETE
+    counts = eager.ledger.call_counts("compensate:")
+    assert [counts[e["idempotency_key"]] for e in report["entries"]] == [1, 1, 1]  # each undone once

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from saga_worker import open_journal, run_durable
+from saga_worker import open_journal, run_durable, saga
 from saga_worker.cli import main
 from saga_worker.contrib.demo import TOOLS, order_planner
 from saga_worker.journal.records import UnwindState
@@ -338,3 +338,22 @@ def test_every_unwind_request_of_the_cli_refuses_a_bad_actor_the_same_way_before
         run = journal.get_run("order-44")
         assert run is not None and not run.condemned
         assert journal.list_unwinds("order-44") == []
+
+
+def test_compensate_local_parallel_undoes_a_recorded_group_and_shows_each_entrys_group(
+    demo_tools: Path,
+) -> None:
+    with (
+        open_journal(get_settings().resolved_journal_url()) as journal,
+        saga("order-47", journal=journal, tools=TOOLS) as run,
+        run.parallel(),
+    ):
+        run.call("charge", {"amount": 10, "card": "4242"})
+        run.call("reserve_stock", {"sku": "A1", "quantity": 1})
+    code, output = invoke("compensate", "order-47", "--local", "--parallel", "--json")
+    assert code == 0, output
+    entries = json.loads(output)["entries"]
+    assert [(e["tool_name"], e["group"], e["status"]) for e in entries] == [
+        ("reserve_stock", 1, "compensated"),
+        ("charge", 1, "compensated"),
+    ]

@@ -50,9 +50,20 @@ def make_host_app() -> Celery:
 
         return step
 
+    def forward_in_group(name: str) -> Any:
+        # A task of one Celery group: its call is recorded in the run's group of that id (issue 47).
+        @app.task(name=f"host.{name}.grouped", bind=True, shared=False)
+        def step(self: Task[Any, Any], run_id: str, input: Any) -> dict[str, Any]:
+            output = record_call(run_id, name, input, id=name, prompt="host order", group=self.request.group)
+            return {"output": output, "worker": self.request.hostname}
+
+        return step
+
     forward("charge")
     forward("reserve")
     forward("notify", last=True)
+    forward_in_group("reserve")
+    forward_in_group("notify")
     install(app)
     return app
 

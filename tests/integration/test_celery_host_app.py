@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from celery import Celery
+from celery import Celery, group
 from celery.result import AsyncResult
 
 import saga_worker.celery as saga_celery
@@ -145,6 +145,28 @@ def test_a_chain_of_forward_tasks_on_two_workers_builds_one_run_that_compensate_
     assert mine == {f"{run_id}:{s[0]}": 1 for s in steps} | {f"{run_id}:comp:{s[0]}": 1 for s in steps}
     raw = ledger.call_counts("execute") + ledger.call_counts("compensate")
     assert {k: n for k, n in raw.items() if k.startswith(f"{run_id}:")} == mine
+
+
+def test_forward_tasks_of_one_celery_group_are_one_group_that_a_parallel_unwind_undoes_after_later_calls(
+    host: Host, parts: tuple[Journal, Ledger], run_id: str
+) -> None:
+    journal, ledger = parts
+    sig = host.app.signature
+    sig("host.charge", (run_id, {"amount": 10}), queue=f"{host.queue}-a").apply_async().get(timeout=TIMEOUT)
+    together = group(
+        sig("host.reserve.grouped", (run_id, {"sku": "A1"}), queue=f"{host.queue}-a"),
+        sig("host.notify.grouped", (run_id, {"to": "c@x"}), queue=f"{host.queue}-b"),
+    )
+    together.apply_async().get(timeout=TIMEOUT)
+
+    report = saga_celery.compensate_run.delay(run_id, parallel=True).get(timeout=TIMEOUT)
+    rows = [(e["group"], e["tool_name"], e["status"]) for e in report["entries"]]
+    assert sorted(rows[:2]) == [(2, "notify", "compensated"), (2, "reserve", "compensated")]
+    assert rows[2:] == [(1, "charge", "compensated")]
+    compensations = ledger.effect_counts("compensate")
+    assert {k: n for k, n in compensations.items() if k.startswith(f"{run_id}:")} == {
+        f"{run_id}:comp:{name}": 1 for name in ("charge", "reserve", "notify")
+    }
 
 
 def test_a_forward_task_sent_again_replays_its_call_instead_of_executing_it_twice(

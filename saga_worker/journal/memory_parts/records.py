@@ -84,6 +84,7 @@ class MemoryRecords(MemoryState):
                 created_at=now,
                 updated_at=now,
                 shared_id=new.shared_id,
+                group=new.group,
                 exec_owner=owner,
                 exec_lease_expires_at=now + ttl,
             )

@@ -70,6 +70,7 @@ class RecordStatements(StatementsBase):
                 created_at=NOW,
                 updated_at=NOW,
                 shared_id=b("shared_ref"),
+                group=b("call_group", type_=sa.String),
                 exec_owner=b("holder"),
                 exec_lease_expires_at=lease,
             )
@@ -150,6 +151,7 @@ def record_row(m: Mapping[Any, Any]) -> ToolRecord:
         exec_owner=m.get("exec_owner"),
         exec_lease_expires_at=m.get("exec_lease_expires_at"),
         exec_traceparent=m.get("exec_traceparent"),
+        group=m.get("group"),
     )
 
 
@@ -223,6 +225,7 @@ class SqlRecords(SqlPlumbing):
             "rec_status": new.status.value,
             "first_attempts": 0 if new.status is RecordStatus.SUSPENDED else 1,
             "shared_ref": new.shared_id,
+            "call_group": new.group,
             "now": time.time(),
         }
         return self._behind_tombstone_gate(run_id, gated, durable, self._q.record_insert, params)
@@ -275,6 +278,7 @@ class SqlRecords(SqlPlumbing):
             "rec_status": RecordStatus.RUNNING.value,
             "first_attempts": 1,
             "shared_ref": new.shared_id,
+            "call_group": new.group,
             "expected": None if expected is None else expected.value,
             "seen_attempts": attempts,
             "now": time.time(),
