@@ -10,6 +10,7 @@ from .compensation import (
     compensate_run,
     run_compensated,
 )
+from .compensation.alerts import unwind_halted, unwind_needs_attention
 from .contrib import django as _contrib_django  # noqa: F401 - adds Django's settings as a settings source
 from .errors import (
     ApprovalError,
@@ -96,6 +97,9 @@ __all__ = [
     "assert_not_compensated",
     "compensate_run",
     "run_compensated",
+    # alerts: signals an app connects to (docs/reference/compensation.md, telling the operator)
+    "unwind_halted",
+    "unwind_needs_attention",
     # approvals and the audit trail
     "AuditAction",
     "AuditRecord",

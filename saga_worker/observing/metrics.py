@@ -45,6 +45,18 @@ CLAIM_TAKEOVERS = Counter(
 )
 SWEEPER_REDRIVES = Counter("saga_sweeper_redrives", "Unwinds the beat sweeper re-drove.")
 SWEEPER_FLAGGED = Counter("saga_sweeper_flagged", "Runs the sweeper gave up on and flagged for a person.")
+UNWINDS_HALTED = Counter(
+    "saga_unwinds_halted",
+    "Unwinds halted at a step, by the step's tool and status (failed, busy, awaiting-approval).",
+    ["tool", "status"],
+)
+HOOKS_FAILED = Counter(
+    "saga_compensate_hooks_failed", "Compensate hooks that raised (or timed out), by tool.", ["tool"]
+)
+UNWINDS_NEEDING_ATTENTION = Counter(
+    "saga_unwinds_flagged_attention",
+    "Unwinds flagged for a person: the sweeper gave up, a step's workers were lost too often, tools missing.",
+)
 
 
 _children: dict[tuple[int, tuple[str, ...]], Any] = {}
