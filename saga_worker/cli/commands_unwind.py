@@ -95,7 +95,8 @@ def _exit_for(data: dict[str, Any]) -> None:
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def redrive(run_id: str, as_json: bool) -> None:
-    """Hand a run flagged for attention (the sweeper gave up) back to the workers once."""
+    """Hand a run's unwind back to the workers once, now: one flagged for attention (the sweeper
+    gave up) or a stuck one (pending or incomplete, as the inbox's stuck lane lists)."""
     from ..celery import compensate_run
     from ..celery.sending import celery_enqueue
     from ..operating import actions

@@ -44,7 +44,20 @@ def dump(data: Any) -> None:
 
 
 def when(ts: float | None) -> str:
-    return "" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+    """A journal time as UTC, saying so (``Z``): the console, the API and the logs show UTC too."""
+    return "" if ts is None else time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts))
+
+
+def ago(seconds: float) -> str:
+    """A duration as a person reads it: ``42 s``, ``3 min``, ``2 h``, ``5 d``."""
+    s = max(0.0, seconds)
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 90 * 60:
+        return f"{s / 60:.0f} min"
+    if s < 36 * 3600:
+        return f"{s / 3600:.0f} h"
+    return f"{s / 86400:.0f} d"
 
 
 def report_table(report: CompensationReport | dict[str, Any], title: str | None = None) -> Table:

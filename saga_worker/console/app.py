@@ -139,7 +139,7 @@ def _metrics_registry(console: Console) -> CollectorRegistry:
                 console.journal,
                 console.context.tools_if_configured,
                 secret_keys=console.settings.secret_keys(),
-            )["runs"]
+            )
         )
     )
     return merged

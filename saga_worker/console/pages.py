@@ -25,6 +25,7 @@ from ..errors import InvalidInputError, UnknownRunError
 from ..journal.records import AuditAction
 from ..operating import actions, views
 from ..operating import inbox as inbox_view
+from ..operating.stuck import STUCK_REASONS
 from .auth import COOKIE, Principal
 from .security import journal_summary
 from .service import (
@@ -83,7 +84,10 @@ STATUS_CLASS = {
     "skipped-no-hook": "warn",
     "skipped-not-executed": "warn",
     "skipped-denied": "warn",
-    "incomplete": "warn",
+    "incomplete": "stuck",  # halted or uncertain: not amber like a run that waits (suspended)
+    "stuck": "stuck",
+    "interrupted": "stuck",
+    "queued": "stuck",
     "in progress": "info",
     "plan": "info",
     "suspended": "warn",
@@ -186,7 +190,7 @@ async def inbox_counts(request: Request) -> None:
             console.context.tools_if_configured,
             secret_keys=console.settings.secret_keys(),
         )
-        cached = (now, {"total": found["total"], **found["counts"]})
+        cached = (now, {"total": found["total"], **found["counts"], "stuck": found["stuck"]["count"]})
         console._inbox_counts = cached  # type: ignore[attr-defined]
     request.state.inbox_counts = cached[1]
 
@@ -224,10 +228,17 @@ async def inbox_page(request: Request) -> Response:
         limit=limit,
     )
     if limit == inbox_view.INBOX_LIMIT:  # the header counts what the default inbox lists, not a shorter page
-        console._inbox_counts = (time.monotonic(), {"total": found["total"], **found["counts"]})  # type: ignore[attr-defined]
+        counts = {"total": found["total"], **found["counts"], "stuck": found["stuck"]["count"]}
+        console._inbox_counts = (time.monotonic(), counts)  # type: ignore[attr-defined]
     await inbox_counts(request)
     return render(
-        request, "inbox.html", who, inbox=found, kinds=inbox_view.INBOX_KINDS, done=next_step(request)
+        request,
+        "inbox.html",
+        who,
+        inbox=found,
+        kinds=inbox_view.INBOX_KINDS,
+        reasons=STUCK_REASONS,
+        done=next_step(request),
     )
 
 

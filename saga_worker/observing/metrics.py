@@ -109,11 +109,13 @@ def registry() -> CollectorRegistry:
 
 
 class AttentionCollector(Collector):
-    """``saga_runs_needing_attention{kind=…}``: runs waiting for a person, by what they wait for
-    (``suspended``, ``gated``, ``attention``, ``uncertain``: the inbox's kinds), counted at scrape time."""
+    """Read at scrape time from ``read()`` (the inbox): ``saga_runs_needing_attention{kind=…}``, runs
+    waiting for a person by what they wait for (``suspended``, ``gated``, ``attention``,
+    ``uncertain``: the inbox's kinds, its ``runs``); ``saga_unwinds_stuck``, the stuck lane's unwinds;
+    ``saga_oldest_stuck_unwind_seconds``, how long since the oldest of them last moved."""
 
-    def __init__(self, count: Callable[[], Mapping[str, int]]) -> None:
-        self._count = count
+    def __init__(self, read: Callable[[], Mapping[str, Any]]) -> None:
+        self._read = read
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         gauge = GaugeMetricFamily(
@@ -122,13 +124,27 @@ class AttentionCollector(Collector):
             "sweeper gave up on (attention), a call whose outcome was never recorded (uncertain).",
             labels=["kind"],
         )
+        stuck = GaugeMetricFamily(
+            "saga_unwinds_stuck",
+            "Unwinds neither complete nor waiting for a decision: halted at a failed or busy step, holding "
+            "an uncertain one, unfinished, or queued and not started (the inbox's stuck lane).",
+        )
+        oldest = GaugeMetricFamily(
+            "saga_oldest_stuck_unwind_seconds",
+            "Seconds since the oldest stuck unwind last moved (0 when none is stuck).",
+        )
         try:
-            for kind, runs in self._count().items():
+            found = self._read()
+            for kind, runs in found["runs"].items():
                 gauge.add_metric([kind], float(runs))
+            stuck.add_metric([], float(found["stuck"]["count"]))
+            oldest.add_metric([], float(found["stuck"]["oldest_s"] or 0.0))
         except Exception:  # a journal that cannot be read must not break the scrape of the rest
             log.warning("cannot count the runs needing attention", exc_info=True)
             return
         yield gauge
+        yield stuck
+        yield oldest
 
 
 def serve_worker_metrics(port: int, host: str = "127.0.0.1") -> None:

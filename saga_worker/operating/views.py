@@ -36,6 +36,7 @@ from ..recording.tools import Tool
 from .audit import audit_dict
 from .display import PREVIEW_CHARS, cut, iso
 from .inbox import awaiting_gates, pending_approvals, waiting_runs
+from .stuck import REDRIVABLE
 from .unwinds import journal_steps, list_unwinds
 
 MAX_PAGE = 500
@@ -271,5 +272,5 @@ def run_view(
         "prompt_preview": cut(redact_text(run.prompt)),
         "prompt_whole": len(run.prompt) >= PREVIEW_CHARS,
         "in_progress": moving,
-        "can_redrive": run.condemned and run.unwind_state is UnwindState.ATTENTION,
+        "can_redrive": run.condemned and run.unwind_state in REDRIVABLE,
     }

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from saga_worker import Journal, ToolCall, compensate_run, run_durable, scripted
+from saga_worker import Journal, Tool, ToolCall, compensate_run, run_durable, scripted
 from saga_worker.console.app import create_app
 from saga_worker.executor.context import WorkerContext
 from saga_worker.journal.records import NewRecord, RecordStatus, UnwindState
@@ -328,3 +328,72 @@ def test_hundreds_of_condemned_runs_whose_calls_were_suspended_do_not_hide_the_c
     assert re.findall(r'<tr data-kind="suspended" data-run="([^"]+)"', page) == waiting
     metrics = any_app.get("/metrics", headers=bearer(tokens.viewer)).text
     assert 'saga_runs_needing_attention{kind="suspended"} 5.0' in metrics
+
+
+def halted(app: TestClient) -> str:
+    """An unwind halted at a failed refund: its compensate hook raised (issue 48's stuck lane)."""
+    run_id = f"halted-{uuid.uuid4().hex[:8]}"
+    journal = journal_of(app)
+
+    def refused(input: Any, output: Any, opts: Any) -> None:
+        raise RuntimeError("the provider refused the refund")
+
+    tools = {"charge": Tool(lambda input, opts: {"charge_id": "ch_1"}, refused)}
+    run_durable(run_id, journal=journal, tools=tools, planner=scripted(ToolCall("charge", {"amount": 10})))
+    report = compensate_run(run_id, journal=journal, tools=tools)
+    assert report.halt is not None and report.halt.value == "failed"
+    return run_id
+
+
+def test_a_halted_unwind_is_in_the_stuck_lane_of_the_page_the_api_the_cli_and_the_metric_and_redrives_now(
+    app: TestClient, tokens: Tokens, settings: SagaSettings, monkeypatch: pytest.MonkeyPatch, sent: Sent
+) -> None:
+    from saga_worker.cli import main
+    from saga_worker.settings import get_settings
+
+    run_id, waiting = halted(app), suspended_run_for_stuck_lane(app)
+    body = app.get("/api/inbox", headers=bearer(tokens.viewer)).json()
+    assert [(i["kind"], i["run_id"]) for i in body["items"]] == [("suspended", waiting)]  # not mixed in
+    [item] = body["stuck"]["items"]
+    assert (item["run_id"], item["why"], item["suffix"], item["tool_name"], item["attempts"]) == (
+        run_id, "failed", "call-1", "charge", 1,
+    )  # fmt: skip
+    assert "the provider refused the refund" in item["error"] and item["next_sweep_iso"].endswith("Z")
+
+    app.post("/login", data={"token": tokens.operator})
+    page = app.get("/inbox").text
+    assert re.findall(r'<tr data-why="([a-z]+)" data-run="([^"]+)"', page) == [("failed", run_id)]
+    assert 'class="badge stuck"' in page and "the provider refused the refund" in page
+    assert re.search(r'id="stuck-total"[^>]*>1 stuck<', app.get("/").text)
+    metrics = app.get("/metrics", headers=bearer(tokens.viewer)).text
+    assert "saga_unwinds_stuck 1.0" in metrics
+
+    monkeypatch.setenv("SAGA_JOURNAL_URL", str(settings.journal_url))
+    monkeypatch.setenv("SAGA_HOME", str(settings.home))
+    get_settings.cache_clear()
+    try:
+        table = CliRunner().invoke(main, ["inbox"], env={"COLUMNS": "60"})
+        as_json = CliRunner().invoke(main, ["inbox", "--json"])
+    finally:
+        get_settings.cache_clear()
+    assert table.exit_code == 0, table.output
+    assert "stuck: 1" in table.output and f"saga-worker redrive {run_id}" in table.output
+    [line] = [x for x in table.output.splitlines() if run_id in x and "redrive" not in x]
+    assert "failed" in line and "call-1 charge" in line  # one record a line, never wrapped mid-id
+    assert "failed after 1 attempt: RuntimeError: the provider refused the refund" in table.output
+    assert json.loads(as_json.output)["stuck"]["items"][0]["run_id"] == run_id
+
+    csrf = csrf_of(page)
+    answer = app.post(f"/runs/{run_id}/redrive", data={"csrf": csrf})
+    assert answer.status_code == 200 and sent.calls == [
+        (run_id, False)
+    ]  # re-driven now, not at the next sweep
+
+
+def suspended_run_for_stuck_lane(app: TestClient) -> str:
+    run_id = f"refund-{uuid.uuid4().hex[:8]}"
+    journal = journal_of(app)
+    journal.start_run(run_id, "")
+    new = NewRecord("call-1", 0, "call-1", "refund", "call", {"amount": 1}, run_id, RecordStatus.SUSPENDED)
+    journal.claim_record(run_id, new, gated=True, owner="w", ttl=30.0)
+    return run_id
