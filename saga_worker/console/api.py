@@ -169,6 +169,15 @@ async def inbox(request: Request) -> JSONResponse:
     return JSONResponse(found)
 
 
+async def health(request: Request) -> JSONResponse:
+    """The fleet: workers consuming the saga queue, its depth, beat's last sweep and whether it is
+    overdue (``saga_worker.celery.health``; ``saga-worker status --json`` answers the same)."""
+    principal(request)
+    console = console_of(request)
+    found = None if console.health is None else await blocking(console.health)
+    return JSONResponse(found)
+
+
 async def call_values(request: Request) -> JSONResponse:
     """A call's input, output and error, whole (secrets hidden by key name)."""
     principal(request)
@@ -195,6 +204,7 @@ async def run_values(request: Request) -> JSONResponse:
 
 routes = [
     Route("/api/inbox", inbox),
+    Route("/api/health", health),
     Route("/api/runs/{run_id:str}/values", run_values),
     Route("/api/runs/{run_id:str}/calls/{suffix:str}", call_values),
     Route("/api/runs", list_runs),

@@ -29,6 +29,7 @@ from ..operating.stuck import STUCK_REASONS
 from .auth import COOKIE, Principal
 from .security import journal_summary
 from .service import (
+    Console,
     Forbidden,
     TooManyFailures,
     blocking,
@@ -171,6 +172,7 @@ def render(
             "csrf": session.csrf if who is not None and session is not None else "",
             "journal": journal_summary(console.settings.resolved_journal_url()) if who is not None else "",
             "inbox_counts": getattr(request.state, "inbox_counts", None) if who is not None else None,
+            "fleet": getattr(request.state, "fleet", None) if who is not None else None,
             **context,
         },
         status_code=status_code,
@@ -193,6 +195,23 @@ async def inbox_counts(request: Request) -> None:
         cached = (now, {"total": found["total"], **found["counts"], "stuck": found["stuck"]["count"]})
         console._inbox_counts = cached  # type: ignore[attr-defined]
     request.state.inbox_counts = cached[1]
+    request.state.fleet = await fleet(console)
+
+
+FLEET_TTL_S = 5.0  # asking the workers takes up to a second: the header's fleet is read at most this often
+
+
+async def fleet(console: Console) -> dict[str, Any] | None:
+    """The header's fleet (workers, queue depth, beat's last sweep), read at most every few seconds."""
+    if console.health is None:
+        return None
+    cached = getattr(console, "_fleet", None)
+    now = time.monotonic()
+    if cached is None or now - cached[0] > FLEET_TTL_S:
+        cached = (now, await blocking(console.health))
+        console._fleet = cached  # type: ignore[attr-defined]
+    found: dict[str, Any] | None = cached[1]
+    return found
 
 
 NOTICE = "saga-console-notice"

@@ -60,6 +60,8 @@ DOCUMENTED: dict[str, tuple[str, ...]] = {
     "saga_worker.cli.commands_console": (),
     "saga_worker.cli.commands_demo": (),
     "saga_worker.cli.commands_inbox": (),
+    "saga_worker.cli.commands_status": (),
+    "saga_worker.celery.health": (),
     "saga_worker.cli.commands_journal": (),
     "saga_worker.cli.commands_processes": (),
     "saga_worker.cli.commands_unwind": (),
