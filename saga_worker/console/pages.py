@@ -25,7 +25,7 @@ from ..errors import InvalidInputError, UnknownRunError
 from ..journal.records import AuditAction
 from ..operating import actions, views
 from ..operating import inbox as inbox_view
-from ..operating.stuck import STUCK_REASONS
+from ..operating.stuck import QUEUED_WINDOW_S, STUCK_REASONS
 from .auth import COOKIE, Principal
 from .security import journal_summary
 from .service import (
@@ -310,14 +310,21 @@ async def run_page(request: Request) -> Response:
     console = console_of(request)
     queued = None
     task = request.query_params.get("task")
+    # A request no worker has taken stays on the page (after a reload too) until one takes it.
+    waiting = await blocking(actions.queued_unwind, console.journal, run_id, QUEUED_WINDOW_S)
+    if waiting is not None and waiting.target is not None:
+        task = waiting.target
     if task:  # only a request the journal holds: a link cannot make one up
         trail = await blocking(console.journal.read_audit, run_id)
-        if any(r.action is AuditAction.UNWIND_QUEUED and r.target == task for r in trail):
+        row = next((r for r in trail if r.action is AuditAction.UNWIND_QUEUED and r.target == task), None)
+        if row is not None:
             alive = await blocking(console.workers)
             queued = {
                 "task_id": task,
                 "workers": alive,
                 "note": workers_sentence(alive, console.settings.queue),
+                "at": row.at,
+                "started": waiting is None,
             }
     await inbox_counts(request)
     return render(

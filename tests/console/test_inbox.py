@@ -397,3 +397,21 @@ def suspended_run_for_stuck_lane(app: TestClient) -> str:
     new = NewRecord("call-1", 0, "call-1", "refund", "call", {"amount": 1}, run_id, RecordStatus.SUSPENDED)
     journal.claim_record(run_id, new, gated=True, owner="w", ttl=30.0)
     return run_id
+
+
+def test_a_queued_compensate_stays_on_the_run_page_after_a_reload_until_a_worker_takes_it(
+    app: TestClient, tools: dict[str, Any], tokens: Tokens
+) -> None:
+    from saga_worker import executor as ex
+
+    run_id = f"order-{uuid.uuid4().hex[:8]}"
+    run_durable(run_id, journal=journal_of(app), tools=tools, planner=scripted(*order_script()))
+    app.post("/login", data={"token": tokens.operator})
+    csrf = csrf_of(app.get(f"/runs/{run_id}").text)
+    app.post(f"/runs/{run_id}/compensate", data={"csrf": csrf, "reason": "customer cancelled"})
+    reloaded = app.get(f"/runs/{run_id}").text  # no ?task= in the address any more
+    assert 'id="queued"' in reloaded and "not started" in reloaded
+    task = re.search(r"queued as task <code[^>]*>([^<]+)</code>", reloaded)
+    assert task is not None
+    ex.start_unwind(journal_of(app), run_id, task.group(1).replace("<wbr>", ""), dry_run=False, claim_ttl=2.0)
+    assert 'id="queued"' not in app.get(f"/runs/{run_id}").text  # a worker took it
