@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..journal.records import RecordStatus
-from ..operating.inbox import waiting_runs
+from ..operating.inbox import run_readings
 from ..operating.unwinds import journal_steps
 from ..operating.views import parse_run_query, run_summary, runs_page
 from ..settings import get_settings
@@ -45,8 +44,8 @@ def runs(
     )
     with configured_journal(get_settings()) as journal:
         page = runs_page(journal, query)
-        waiting = waiting_runs(journal)  # a run with a suspended call reads suspended, as in the console
-    summaries = [run_summary(r, r.run_id in waiting) for r in page.runs]
+        readings = run_readings(journal)  # suspended or interrupted, as in the console
+    summaries = [run_summary(r, readings.get(r.run_id)) for r in page.runs]
     if as_json:
         dump(summaries)
         return
@@ -70,7 +69,8 @@ def report(run_id: str, as_json: bool) -> None:
         if run is None:
             fail(f"run {run_id!r} is not in the journal")
         steps = journal_steps(journal, run_id, settings.secret_keys())
-    summary = run_summary(run, any(s["status"] == RecordStatus.SUSPENDED.value for s in steps))
+        reading = run_readings(journal).get(run_id) if run.status.value == "running" else None
+    summary = run_summary(run, reading)
     if as_json:
         dump({"run": summary, "steps": steps})
         return

@@ -37,11 +37,11 @@ async def list_runs(request: Request) -> JSONResponse:
     journal = console_of(request).journal
     page = await blocking(views.runs_page, journal, query)
     waiting = (
-        await blocking(inbox_view.waiting_runs, journal)
+        await blocking(inbox_view.run_readings, journal)
         if any(r.status.value == "running" for r in page.runs)
-        else set()
+        else {}
     )
-    summaries = [views.run_summary(r, r.run_id in waiting) for r in page.runs]
+    summaries = [views.run_summary(r, waiting.get(r.run_id)) for r in page.runs]
     return JSONResponse({"runs": summaries, "next_cursor": page.next_cursor})
 
 

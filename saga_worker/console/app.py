@@ -196,6 +196,16 @@ def _existing_journal(settings: SagaSettings) -> WorkerContext:
     return context
 
 
+def _give_health(console: Console, health: Callable[[], dict[str, Any] | None] | None) -> None:
+    """The header's fleet: ``health`` if given, else the deployment's own (its broker, its workers,
+    its result backend, whose last sweep /metrics reads too)."""
+    console.health = health
+    if health is None:
+        alive, settings = console.workers, console.settings
+        console.health = lambda: fleet_health(compensate_run.app, settings, alive)
+        console.beat_metrics = True
+
+
 def create_app(
     settings: SagaSettings | None = None,
     *,
@@ -228,11 +238,7 @@ def create_app(
         network=network,
         workers=workers if workers is not None else celery_workers(compensate_run, settings.queue),
     )
-    alive = console.workers
-    console.health = health
-    if health is None:  # the deployment's own: its broker, its workers, its result backend
-        console.health = lambda: fleet_health(compensate_run.app, settings, alive)
-        console.beat_metrics = True
+    _give_health(console, health)
     app = Starlette(
         routes=[
             *pages.routes,

@@ -269,9 +269,9 @@ async def runs_list(request: Request) -> Response:
     journal = console_of(request).journal
     page = await blocking(views.runs_page, journal, query)
     waiting = (
-        await blocking(inbox_view.waiting_runs, journal)
+        await blocking(inbox_view.run_readings, journal)
         if any(r.status.value == "running" for r in page.runs)
-        else set()
+        else {}
     )
     await inbox_counts(request)
     kept = {k: v for k, v in filters.items() if v}
@@ -282,7 +282,7 @@ async def runs_list(request: Request) -> Response:
         request,
         "runs.html",
         who,
-        runs=[views.run_summary(r, r.run_id in waiting) for r in page.runs],
+        runs=[views.run_summary(r, waiting.get(r.run_id)) for r in page.runs],
         filters=filters,
         next_url=next_url,
         first_url="/?" + urlencode(kept) if q.get("cursor") else None,

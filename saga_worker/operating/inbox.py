@@ -251,3 +251,20 @@ def waiting_runs(journal: OperatorJournal) -> set[str]:
     return {
         r.run_id for r in journal.waiting_records(limit=INBOX_LIMIT * 4) if r.status is RecordStatus.SUSPENDED
     }
+
+
+def run_readings(journal: OperatorJournal) -> dict[str, str]:
+    """What a ``running`` run reads, by run id, where the journal's ``running`` would mislead: a run
+    with a suspended call reads ``suspended``; one whose call's executor died mid-call (its lease ran
+    out, no outcome recorded) reads ``interrupted``, not ``running`` forever."""
+    readings: dict[str, str] = {}
+    for record in journal.waiting_records(limit=INBOX_LIMIT * 4):
+        if record.status is RecordStatus.SUSPENDED:
+            readings[record.run_id] = SUSPENDED_READING
+        else:
+            readings.setdefault(record.run_id, INTERRUPTED_READING)
+    return readings
+
+
+SUSPENDED_READING = "suspended"
+INTERRUPTED_READING = "interrupted"

@@ -164,13 +164,16 @@ def _suspended_runs(journal: OperatorJournal, query: RunQuery) -> list[RunInfo]:
 SUSPENDED = "suspended"  # a status a run reads while a call of it waits for a person (not stored)
 
 
-def run_summary(run: RunInfo, suspended: bool = False) -> dict[str, Any]:
-    """A run's row. ``suspended``: a call of it waits for a person, and the run, still ``running`` in
-    the journal, reads ``suspended`` (``journal_status`` keeps what the journal says)."""
-    waits = suspended and run.status is RunStatus.RUNNING and not run.condemned
+def run_summary(run: RunInfo, suspended: bool | str | None = False) -> dict[str, Any]:
+    """A run's row. ``suspended``: a call of it waits for a person (True, or ``"suspended"``), and the
+    run, still ``running`` in the journal, reads ``suspended``; ``"interrupted"``: its executor died
+    mid-call, and it reads ``interrupted`` (``inbox.run_readings``). ``journal_status`` keeps what the
+    journal says."""
+    reading = SUSPENDED if suspended is True else (suspended or None)
+    shown = reading if reading and run.status is RunStatus.RUNNING and not run.condemned else None
     return {
         "run_id": run.run_id,
-        "status": SUSPENDED if waits else run.status.value,
+        "status": shown or run.status.value,
         "journal_status": run.status.value,
         "condemned": run.condemned,
         "condemned_at": run.condemned_at,

@@ -415,3 +415,27 @@ def test_a_queued_compensate_stays_on_the_run_page_after_a_reload_until_a_worker
     assert task is not None
     ex.start_unwind(journal_of(app), run_id, task.group(1).replace("<wbr>", ""), dry_run=False, claim_ttl=2.0)
     assert 'id="queued"' not in app.get(f"/runs/{run_id}").text  # a worker took it
+
+
+def test_a_run_whose_process_died_mid_call_reads_interrupted_not_running_in_the_listing_api_and_cli(
+    app: TestClient, tokens: Tokens, settings: SagaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from saga_worker.cli import main
+    from saga_worker.settings import get_settings
+
+    crashed = uncertain(app)  # its execute began, its process died: the lease ran out, no outcome
+    body = app.get("/api/runs", headers=bearer(tokens.viewer)).json()
+    [run] = [r for r in body["runs"] if r["run_id"] == crashed]
+    assert (run["status"], run["journal_status"]) == ("interrupted", "running")
+    app.post("/login", data={"token": tokens.viewer})
+    assert re.search(r'class="badge stuck">interrupted<', app.get("/").text)
+    monkeypatch.setenv("SAGA_JOURNAL_URL", str(settings.journal_url))
+    monkeypatch.setenv("SAGA_HOME", str(settings.home))
+    get_settings.cache_clear()
+    try:
+        listed = CliRunner().invoke(main, ["runs"])
+        reported = CliRunner().invoke(main, ["report", crashed])
+    finally:
+        get_settings.cache_clear()
+    assert f"{crashed}\tinterrupted\t" in listed.output
+    assert f"{crashed}: interrupted," in reported.output
