@@ -27,7 +27,10 @@ from ..settings import SagaSettings
 
 log = logging.getLogger(__name__)
 
-LAST_SWEEP_ID = "saga-sweeper-last-sweep"
+LAST_SWEEP_ID = "saga-beat-last-sweep"
+# Its state: not SUCCESS, which Celery's result backends never overwrite (each sweep must; a final
+# state found there, written by anything else, is forgotten first).
+SWEPT = "SWEPT"
 OVERDUE_INTERVALS = 3
 
 Health = Callable[[], "dict[str, Any] | None"]
@@ -37,7 +40,9 @@ def note_sweep(app: Celery, outcome: dict[str, list[str]]) -> None:
     """Store that a sweep ran now (and what it did), for ``last_sweep``; never raises into the sweep."""
     with quietly("noting the sweep in the result backend"):
         swept = {"swept_at": time.time(), **{k: len(v) for k, v in outcome.items()}}
-        app.backend.store_result(LAST_SWEEP_ID, swept, states.SUCCESS)
+        if app.backend.get_task_meta(LAST_SWEEP_ID, cache=False).get("status") in states.READY_STATES:
+            app.backend.forget(LAST_SWEEP_ID)
+        app.backend.store_result(LAST_SWEEP_ID, swept, SWEPT)
 
 
 def last_sweep(app: Celery) -> float | None:
@@ -47,7 +52,7 @@ def last_sweep(app: Celery) -> float | None:
     except Exception:  # noqa: BLE001 - no result backend, or it is down: unknown, not an error page
         log.debug("cannot read the last sweep", exc_info=True)
         return None
-    result = meta.get("result") if meta.get("status") == states.SUCCESS else None
+    result = meta.get("result") if meta.get("status") == SWEPT else None
     swept = result.get("swept_at") if isinstance(result, dict) else None
     return float(swept) if isinstance(swept, (int, float)) else None
 
