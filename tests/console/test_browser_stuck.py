@@ -1,7 +1,8 @@
-"""The inbox's stuck lane in a real headless Chromium (issue 48, item 1), at a desktop's 1,280 px and
-a phone's 390 px: an unwind halted at a failed refund and a compensate no worker took are listed in
-a colour of their own with their step, attempts, error and what happens next; Re-drive now hands
-the halted one back to the workers."""
+"""The inbox's stuck lane and the fleet in the header in a real headless Chromium (issue 48, items 1
+and 3), at a desktop's 1,280 px and a phone's 390 px: an unwind halted at a failed refund and a
+compensate no worker took are listed in a colour of their own with their step, attempts, error and
+what happens next; Re-drive now hands the halted one back to the workers; the header names the
+worker and the queue's depth, and shows beat (not running here) overdue in red."""
 
 from __future__ import annotations
 
@@ -110,6 +111,16 @@ def test_the_stuck_lane_shows_a_failed_refund_and_an_unstarted_compensate_in_the
     assert stuck_bg != amber, (stuck_bg, amber)
     scroll = page.evaluate("document.documentElement.scrollWidth")
     assert scroll <= width, f"the inbox is {scroll} px wide at {width} px"
+    # The fleet in the header: the deployment's worker runs no beat, so no sweep is recorded: overdue, red.
+    fleet = page.locator("#fleet")
+    expect(fleet.locator("#fleet-workers")).to_have_text("1 worker")
+    expect(fleet.locator("#fleet-depth")).to_have_text(re.compile(r"queue \d+"))
+    expect(fleet).to_have_attribute("data-overdue", "yes")
+    expect(fleet.locator("#fleet-beat")).to_contain_text("overdue")
+    box = fleet.bounding_box()
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= width, box
+    red = fleet.evaluate("f => getComputedStyle(f).backgroundColor")
+    assert red == "rgb(180, 35, 24)", red  # --bad
     name = "console-stuck.png" if width == 1280 else "console-stuck-phone.png"
     DOCS.mkdir(exist_ok=True)
     page.locator("#stuck").scroll_into_view_if_needed()
