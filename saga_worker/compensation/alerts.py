@@ -15,27 +15,53 @@ may break the unwind it describes (``observing/guard.py``).
 from __future__ import annotations
 
 import logging
-from typing import Any
-
-from celery.utils.dispatch import Signal
+from typing import TYPE_CHECKING, Any
 
 from ..observing import metrics, quietly
 from .report import CompensationEntry, CompensationStatus
 
+if TYPE_CHECKING:
+    from celery.utils.dispatch import Signal
+
+    unwind_halted: Signal
+    unwind_needs_attention: Signal
+
 log = logging.getLogger(__name__)  # saga_worker.compensation.alerts, as the operations guide says
 
-unwind_halted = Signal(
-    name="unwind_halted",
-    providing_args=["run_id", "step", "tool", "key", "status", "error", "attempts", "worker_lost"],
-)
-"""Sent when a step halts an unwind (``failed``, ``busy``, ``awaiting-approval``), by the process
-that decided the step, as it decides it."""
+# The signals, made on first use (an app's ``connect``): importing Celery's dispatcher costs ~0.1 s,
+# which a process that never connects a receiver (the CLI, an in-process run) does not pay.
+_ARGS = {
+    "unwind_halted": ["run_id", "step", "tool", "key", "status", "error", "attempts", "worker_lost"],
+    "unwind_needs_attention": ["run_id", "note", "step", "tool", "key", "error"],
+}
+_made: dict[str, Signal] = {}
 
-unwind_needs_attention = Signal(
-    name="unwind_needs_attention", providing_args=["run_id", "note", "step", "tool", "key", "error"]
-)
-"""Sent when an unwind is flagged ``attention``: the sweeper gave up re-driving it, its step's workers
-were lost too often, its tools are missing, or its row cannot be read. A person must act."""
+
+def signal(name: str) -> Signal:
+    """``unwind_halted`` (a step halted an unwind: ``failed``, ``busy``, ``awaiting-approval``, sent by
+    the process that decided the step) or ``unwind_needs_attention`` (an unwind flagged
+    ``attention``: the sweeper gave up, a step's workers were lost too often, its tools are missing,
+    its row cannot be read)."""
+    made = _made.get(name)
+    if made is None:
+        from celery.utils.dispatch import Signal as CelerySignal
+
+        made = _made.setdefault(name, CelerySignal(name=name, providing_args=_ARGS[name]))
+    return made
+
+
+def __getattr__(name: str) -> Signal:
+    if name in _ARGS:
+        return signal(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _send(name: str, run_id: str, **fields: Any) -> None:
+    made = _made.get(name)  # never made: nobody connected, nobody to tell
+    if made is not None:
+        with quietly(f"sending {name}"):
+            made.send(sender=run_id, run_id=run_id, **fields)
+
 
 LEVELS = {
     CompensationStatus.FAILED: logging.ERROR,
@@ -76,18 +102,17 @@ def step_halted(run_id: str, entry: CompensationEntry) -> None:
         metrics.inc(metrics.UNWINDS_HALTED, entry.tool_name, entry.status.value)
         if entry.status is CompensationStatus.FAILED and not entry.worker_lost:
             metrics.inc(metrics.HOOKS_FAILED, entry.tool_name)
-    with quietly("sending unwind_halted"):
-        unwind_halted.send(
-            sender=run_id,
-            run_id=run_id,
-            step=entry.suffix,
-            tool=entry.tool_name,
-            key=entry.idempotency_key,
-            status=entry.status.value,
-            error=entry.error,
-            attempts=entry.attempts,
-            worker_lost=entry.worker_lost,
-        )
+    _send(
+        "unwind_halted",
+        run_id,
+        step=entry.suffix,
+        tool=entry.tool_name,
+        key=entry.idempotency_key,
+        status=entry.status.value,
+        error=entry.error,
+        attempts=entry.attempts,
+        worker_lost=entry.worker_lost,
+    )
 
 
 def needs_attention(run_id: str, note: str, entry: CompensationEntry | None = None) -> None:
@@ -106,16 +131,15 @@ def needs_attention(run_id: str, note: str, entry: CompensationEntry | None = No
             extra={**_fields(run_id, entry), "saga_note": note},
         )
         metrics.inc(metrics.UNWINDS_NEEDING_ATTENTION)
-    with quietly("sending unwind_needs_attention"):
-        unwind_needs_attention.send(
-            sender=run_id,
-            run_id=run_id,
-            note=note,
-            step=None if entry is None else entry.suffix,
-            tool=None if entry is None else entry.tool_name,
-            key=None if entry is None else entry.idempotency_key,
-            error=None if entry is None else entry.error,
-        )
+    _send(
+        "unwind_needs_attention",
+        run_id,
+        note=note,
+        step=None if entry is None else entry.suffix,
+        tool=None if entry is None else entry.tool_name,
+        key=None if entry is None else entry.idempotency_key,
+        error=None if entry is None else entry.error,
+    )
 
 
-__all__ = ["LEVELS", "needs_attention", "step_halted", "unwind_halted", "unwind_needs_attention"]
+__all__ = ["LEVELS", "needs_attention", "signal", "step_halted", "unwind_halted", "unwind_needs_attention"]  # noqa: F822 - the signals are made on first use (__getattr__)
