@@ -186,3 +186,20 @@ def test_sentry_with_its_logging_integration_receives_an_event_for_a_failed_refu
     [event] = [e for e in events if e.get("logger") == "saga_worker.compensation.alerts"]
     assert event["level"] == "error"
     assert run_id in event["logentry"]["formatted"] or run_id in event["logentry"].get("message", "")
+
+
+def test_a_busy_step_is_logged_at_warning_not_as_an_error(
+    run_id: str, caplog: pytest.LogCaptureFixture, received: list[dict[str, Any]]
+) -> None:
+    journal = MemoryJournal()
+    tools = placed(journal, run_id)
+    key = compensate_key(run_id, "call-1")
+    # Another unwinder holds the refund right now, under a live lease.
+    journal.claim_compensation(
+        run_id, "call-1", via_run_id=run_id, owner="other", ttl=60.0, idempotency_key=key
+    )
+    with caplog.at_level(logging.INFO, logger="saga_worker"):
+        report = compensate_run(run_id, journal=journal, tools=tools)
+    assert report.halt is not None and report.halt.value == "busy"
+    assert [(r.levelno, r.saga_status) for r in alerts(caplog)] == [(logging.WARNING, "busy")]  # type: ignore[attr-defined]
+    assert [(r["signal"], r["status"], r["key"]) for r in received] == [("unwind_halted", "busy", key)]
