@@ -113,7 +113,7 @@ bench: $(STAMP) $(PEERS_STAMP)
 
 # Regenerate the screenshots the docs show (docs/*.png) from the browser tests: the console's, Flower's, a trace's, the Django admin's.
 screenshots: $(STAMP) browser
-	SAGA_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/console/test_browser.py tests/console/test_browser_inbox.py
+	SAGA_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/console/test_browser.py tests/console/test_browser_inbox.py tests/console/test_browser_stuck.py
 	SAGA_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/integration/test_flower.py -k screenshot
 	SAGA_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/tracing/test_picture.py
 	SAGA_UPDATE_SCREENSHOTS=1 $(BIN)/python -m pytest tests/django_app/test_admin_browser.py

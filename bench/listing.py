@@ -3,8 +3,8 @@
 ``python -m bench.listing [--runs 1000000] [--backends postgres,sqlite]``
 
 Seeds a journal (a database or file of its own, migrated to the newest schema) with ``--runs``
-runs of the shape the library writes (1 in 10 condemned, 1 in 1,000 flagged ``attention``, a few
-failed), then times each listing query the console sends, 25 times each, median in ms, next to
+runs of the shape the library writes (1 in 10 condemned, 1 in 1,000 flagged ``attention``, 1 in 1,000
+``incomplete``: the inbox's stuck lane, a few failed), then times each listing query the console sends, 25 times each, median in ms, next to
 its floor: the same page read by primary key (``run_id = ?``, one row per statement, repeated for a
 page's 50 rows would be 50x this; the floor here is one such read, the cheapest statement there
 is). And, for contrast, the page that an OFFSET listing would read at the same depth.
@@ -25,6 +25,7 @@ import sqlalchemy as sa
 from saga_worker.journal import open_journal
 from saga_worker.journal.records import RunQuery, RunStatus, UnwindState
 from saga_worker.journal.sql import SqlJournal
+from saga_worker.operating.inbox import inbox
 
 from .common import PG_ADMIN_URL
 
@@ -41,7 +42,8 @@ def seed_sql(n: int) -> str:
            '', '', NULL,
            CASE WHEN i % 10 = 0 THEN 1.7e9 + i ELSE NULL END,
            3, NULL,
-           CASE WHEN i % 1000 = 0 THEN 'attention' WHEN i % 10 = 0 THEN 'complete' ELSE 'none' END,
+           CASE WHEN i % 1000 = 0 THEN 'attention' WHEN i % 1000 = 500 THEN 'incomplete'
+                WHEN i % 10 = 0 THEN 'complete' ELSE 'none' END,
            CASE WHEN i % 1000 = 0 THEN 8 ELSE 0 END, NULL, NULL,
            1.7e9 + i, 1.7e9 + i + 0.5
     FROM generate_series(1, {n}) AS i
@@ -57,7 +59,13 @@ def seed_sqlite(engine: sa.Engine, n: int) -> None:
                 f"order-{i:07d}",
                 "failed" if i % 50 == 0 else "finished",
                 1.7e9 + i if condemned else None,
-                "attention" if i % 1000 == 0 else "complete" if condemned else "none",
+                "attention"
+                if i % 1000 == 0
+                else "incomplete"
+                if i % 1000 == 500
+                else "complete"
+                if condemned
+                else "none",
                 8 if i % 1000 == 0 else 0,
                 1.7e9 + i,
                 1.7e9 + i + 0.5,
@@ -111,6 +119,9 @@ def measure(journal: SqlJournal, n: int) -> list[tuple[str, float]]:
 
     out.append(("contrast: OFFSET page at 90% depth", timed(by_offset)))
     out.append(("attention gauge (count)", timed(lambda: journal.count_runs(UnwindState.ATTENTION))))
+    # The whole inbox as the console's page and /api/inbox read it: every kind, and the stuck lane
+    # (1 in 1,000 runs incomplete: each read with its steps), plus the queued requests' scan.
+    out.append(("inbox, every kind and the stuck lane", timed(lambda: inbox(journal))))
     return out
 
 

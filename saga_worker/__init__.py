@@ -49,15 +49,21 @@ from .recording.tools import CallOptions, NoEffect, RecoverResult, RetryPolicy, 
 from .version import __version__ as __version__
 
 if TYPE_CHECKING:  # typed for checkers; at run time imported only when asked for (below)
+    from .compensation.alerts import unwind_halted, unwind_needs_attention
     from .journal.sql import SqlJournal
 
 
 def __getattr__(name: str) -> object:
-    # SqlJournal pulls in SQLAlchemy; import it only when asked for.
+    # SqlJournal pulls in SQLAlchemy; import it only when asked for. The alerts' signals are made on
+    # first use (Celery's dispatcher is imported then, not with the package).
     if name == "SqlJournal":
         from .journal.sql import SqlJournal
 
         return SqlJournal
+    if name in ("unwind_halted", "unwind_needs_attention"):
+        from .compensation import alerts
+
+        return alerts.signal(name)
     raise AttributeError(f"module 'saga_worker' has no attribute {name!r}")
 
 
@@ -96,6 +102,9 @@ __all__ = [
     "assert_not_compensated",
     "compensate_run",
     "run_compensated",
+    # alerts: signals an app connects to (docs/reference/compensation.md, telling the operator)
+    "unwind_halted",
+    "unwind_needs_attention",
     # approvals and the audit trail
     "AuditAction",
     "AuditRecord",

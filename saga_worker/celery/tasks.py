@@ -30,7 +30,7 @@ from ..compensation.report import CompensationEntry, CompensationStatus
 from ..core import faults
 from ..errors import JournalUnavailableError
 from ..operating import actions
-from . import result_store
+from . import health, result_store
 from .redeliveries import DeliveriesExhausted, counted
 from .sending import celery_enqueue
 from .task_base import saga_task_base
@@ -255,7 +255,9 @@ def retry_uncertain(self: Task[Any, Any]) -> dict[str, list[str]]:
         answered = partial(result_store.answered, start)
         return actions.sweeper_redrive(run_id, journal=ctx.journal, enqueue=enqueue, answered=answered)
 
-    return executor.sweep(ctx.journal, enqueue=redrive, settings=ctx.settings).as_dict()
+    outcome = executor.sweep(ctx.journal, enqueue=redrive, settings=ctx.settings).as_dict()
+    health.note_sweep(self.app, outcome)  # when beat last swept: the console's header, `saga-worker status`
+    return outcome
 
 
 def register(app: Celery, **options: Any) -> dict[str, Task[Any, Any]]:

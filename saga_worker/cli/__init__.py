@@ -19,6 +19,7 @@ from .commands_demo import demo
 from .commands_inbox import inbox_command
 from .commands_journal import report, runs
 from .commands_processes import beat, db, worker
+from .commands_status import status
 from .commands_unwind import compensate, redrive, revoke
 from .common import OneLineErrorGroup, fail, log_formats
 from .processes import embedded_worker, stop_process_group
@@ -62,6 +63,7 @@ def main(django_settings: str | None, log_format: str | None) -> None:
 for _command in (
     runs,
     inbox_command,
+    status,
     report,
     audit,
     compensate,

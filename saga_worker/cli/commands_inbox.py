@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 from ..executor.context import load_tools
 from ..operating.inbox import INBOX_KINDS, INBOX_LIMIT, INBOX_MAX, inbox
 from ..settings import get_settings
 from .common import configured_journal
-from .render import dump, when
+from .render import ago, dump, when
 
 # What to type next, per kind (the console offers the same as buttons).
 NEXT = {
@@ -17,6 +19,23 @@ NEXT = {
     "attention": "saga-worker redrive {run_id}",
     "uncertain": "saga-worker report {run_id}; resume the run, or saga-worker compensate {run_id}",
 }
+
+
+def stuck_line(item: dict[str, Any], now: float) -> str:
+    """Why a stuck unwind stands still, its attempts and error, and what happens next on its own."""
+    if item["queued_at"] is not None and item["why"] == "queued":
+        return f"queued {ago(now - item['queued_at'])} ago as task {item['queued_task_id']}, not started"
+    parts = [item["why"]]
+    if item["attempts"]:
+        parts.append(f"after {item['attempts']} attempt{'s' if item['attempts'] != 1 else ''}")
+    text = " ".join(parts)
+    if item["error"]:
+        text += f": {item['error']}"
+    if item["next_sweep_at"] is not None:
+        text += f"; the sweeper re-drives it at {when(item['next_sweep_at'])} (re-driven {item['redrives']} times so far)"
+    if item["queued_at"] is not None:
+        text += f"; a request queued {ago(now - item['queued_at'])} ago is not started"
+    return text
 
 
 @click.command("inbox")
@@ -30,7 +49,8 @@ NEXT = {
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def inbox_command(limit: int, as_json: bool) -> None:
     """What waits for a person, across runs, oldest first: suspended calls, gated compensations,
-    unwinds flagged for attention, calls whose outcome was never recorded."""
+    unwinds flagged for attention, calls whose outcome was never recorded, and stuck unwinds (halted,
+    interrupted, or queued and not started)."""
     settings = get_settings()
     tools = {}
     if settings.tools:  # which compensations are gated is the tools' to say
@@ -54,3 +74,15 @@ def inbox_command(limit: int, as_json: bool) -> None:
             click.echo(f"    {item['note']}")
         target = item["target"] or item["suffix"] or ""
         click.echo("    next: " + NEXT[item["kind"]].format(run_id=item["run_id"], target=target))
+    stuck = found["stuck"]
+    click.echo(f"stuck: {stuck['count']} (unwinds neither complete nor waiting for a decision), oldest first")
+    if stuck["more"]:
+        click.echo(
+            f"more are stuck than are listed: only {limit} of each unwind state (--limit to list more)"
+        )
+    for item in stuck["items"]:
+        step = " ".join(x for x in (item["suffix"], item["tool_name"]) if x)
+        click.echo(f"{when(item['since'])}  {item['why']:<11} {item['run_id']}  {step}".rstrip())
+        click.echo(f"    {stuck_line(item, found['now'])}")
+        if item["actions"]:
+            click.echo(f"    next: saga-worker redrive {item['run_id']}")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import click
 
+from ..operating.inbox import run_readings
 from ..operating.unwinds import journal_steps
 from ..operating.views import parse_run_query, run_summary, runs_page
 from ..settings import get_settings
 from .common import configured_journal, fail
-from .render import dump, out, runs_table, safe, steps_table
+from .render import dump, out, runs_lines, runs_table, safe, steps_table
 
 
 @click.command()
@@ -32,7 +33,7 @@ def runs(
     cursor: str | None,
     as_json: bool,
 ) -> None:
-    """List runs with their status, tombstone and unwind state (``attention``: a person must look)."""
+    """List runs with their status, tombstone and unwind state (attention: a person must look)."""
     query = parse_run_query(
         status=status,
         condemned=True if condemned else None,
@@ -43,12 +44,18 @@ def runs(
     )
     with configured_journal(get_settings()) as journal:
         page = runs_page(journal, query)
+        readings = run_readings(journal)  # suspended or interrupted, as in the console
+    summaries = [run_summary(r, readings.get(r.run_id)) for r in page.runs]
     if as_json:
-        dump([run_summary(r) for r in page.runs])
+        dump(summaries)
         return
-    out.print(runs_table(page.runs))
+    if out.is_terminal:
+        out.print(runs_table(summaries))
+    else:  # piped: one run a line, tab-separated, never wrapped inside an id
+        for line in runs_lines(summaries):
+            click.echo(line)
     if page.next_cursor:
-        out.print(f"more: saga-worker runs --cursor {page.next_cursor}")
+        click.echo(f"more: saga-worker runs --cursor {page.next_cursor}")
 
 
 @click.command()
@@ -62,11 +69,13 @@ def report(run_id: str, as_json: bool) -> None:
         if run is None:
             fail(f"run {run_id!r} is not in the journal")
         steps = journal_steps(journal, run_id, settings.secret_keys())
+        reading = run_readings(journal).get(run_id) if run.status.value == "running" else None
+    summary = run_summary(run, reading)
     if as_json:
-        dump({"run": run_summary(run), "steps": steps})
+        dump({"run": summary, "steps": steps})
         return
     out.print(
-        f"run [bold]{safe(run_id)}[/]: {safe(run.status.value)}, condemned: {'yes' if run.condemned else 'no'}, "
+        f"run [bold]{safe(run_id)}[/]: {safe(summary['status'])}, condemned: {'yes' if run.condemned else 'no'}, "
         f"unwind: {safe(run.unwind_state.value)}" + (f" ({safe(run.unwind_note)})" if run.unwind_note else "")
     )
     out.print(steps_table(run_id, steps))

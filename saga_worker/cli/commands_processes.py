@@ -23,7 +23,7 @@ from .render import out
 )
 @click.argument("celery_args", nargs=-1, type=click.UNPROCESSED)
 def worker(with_beat: bool | None, celery_args: tuple[str, ...]) -> None:
-    """Start a Celery worker (extra arguments go to `celery worker`); it needs SAGA_TOOLS."""
+    """Start a Celery worker (extra arguments go to celery worker); it needs SAGA_TOOLS."""
     settings = get_settings()
     if settings.tools is None:
         raise ToolsNotConfiguredError("saga-worker worker")

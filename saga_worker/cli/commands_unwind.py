@@ -46,12 +46,15 @@ def compensate(
 
     Exit 0 when the unwind went through, 2 when a step failed or was busy (the report says which),
     3 when it stopped at a compensation awaiting a person's approval (saga-worker
-    approve-compensation), 1 for an error. The audit trail names SAGA_ACTOR, else the OS user."""
+    approve-compensation), 5 when the journal had no record of RUN_ID (it is condemned all the same,
+    so a run of that id can never start), 1 for an error. The audit trail names SAGA_ACTOR, else the
+    OS user."""
     from ..celery import compensate_run
     from ..celery.sending import celery_enqueue
     from ..operating import actions
 
     settings = get_settings()
+    unknown = not dry_run and _never_seen(settings, run_id)
     # Both ways go through actions, which checks the run id, the actor (SAGA_ACTOR, else the OS
     # user), the reason and via before anything is enqueued, opened or written.
     if local:
@@ -72,7 +75,7 @@ def compensate(
         finally:
             ctx.close()
         _show_report(result.model_dump(mode="json"), as_json)
-        _exit_for(result.model_dump(mode="json"))
+        _exit_for(result.model_dump(mode="json"), unknown, run_id, as_json)
         return
     task_id = actions.enqueue_unwind(
         run_id,
@@ -91,7 +94,7 @@ def compensate(
         return
     data = wait_with_progress(async_result, run_id, settings, timeout, quiet=as_json)
     _show_report(data, as_json)
-    _exit_for(data)
+    _exit_for(data, unknown, run_id, as_json)
 
 
 def _show_report(data: dict[str, Any], as_json: bool) -> None:
@@ -101,7 +104,29 @@ def _show_report(data: dict[str, Any], as_json: bool) -> None:
         out.print(report_table(data))
 
 
-def _exit_for(data: dict[str, Any]) -> None:
+# Exit code of a compensate of a run the journal has no record of (condemned all the same).
+NO_RECORDS_EXIT = 5
+
+
+def _never_seen(settings: Any, run_id: str) -> bool:
+    """Had the journal no record of ``run_id`` before this compensate (a mistyped id, say)? False when
+    the journal cannot be read from here (the workers' report still says what happened)."""
+    try:
+        with configured_journal(settings) as journal:
+            return journal.get_run(run_id) is None
+    except Exception:  # noqa: BLE001 - a question for the message only; the unwind goes on
+        return False
+
+
+def _exit_for(data: dict[str, Any], unknown: bool, run_id: str, as_json: bool) -> None:
+    if unknown and not data["entries"]:
+        if not as_json:
+            click.echo(
+                f"no records: the journal had no run {run_id!r}; it is condemned so it can never start "
+                "(check the id if you meant another run)",
+                err=True,
+            )
+        sys.exit(NO_RECORDS_EXIT)
     # A halted unwind is a result, not an error: the report says why. Exit 2 (broken or busy) and 3
     # (waiting for a person) let scripts tell the two apart.
     halt = halted_at(e["status"] for e in data["entries"])
@@ -115,7 +140,8 @@ def _exit_for(data: dict[str, Any]) -> None:
 @click.argument("run_id")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def redrive(run_id: str, as_json: bool) -> None:
-    """Hand a run flagged for attention (the sweeper gave up) back to the workers once."""
+    """Hand a run's unwind back to the workers once, now: one flagged for attention (the sweeper
+    gave up) or a stuck one (pending or incomplete, as the inbox's stuck lane lists)."""
     from ..celery import compensate_run
     from ..celery.sending import celery_enqueue
     from ..operating import actions

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import click
@@ -14,7 +14,6 @@ from rich.table import Table
 
 from ..compensation.report import CompensationReport, CompensationStatus
 from ..core.display import neutral
-from ..journal.records import RunInfo
 
 out = Console(highlight=False)
 
@@ -44,7 +43,20 @@ def dump(data: Any) -> None:
 
 
 def when(ts: float | None) -> str:
-    return "" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+    """A journal time as UTC, saying so (``Z``): the console, the API and the logs show UTC too."""
+    return "" if ts is None else time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts))
+
+
+def ago(seconds: float) -> str:
+    """A duration as a person reads it: ``42 s``, ``3 min``, ``2 h``, ``5 d``."""
+    s = max(0.0, seconds)
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 90 * 60:
+        return f"{s / 60:.0f} min"
+    if s < 36 * 3600:
+        return f"{s / 3600:.0f} h"
+    return f"{s / 86400:.0f} d"
 
 
 def report_table(report: CompensationReport | dict[str, Any], title: str | None = None) -> Table:
@@ -119,26 +131,54 @@ def steps_table(run_id: str, steps: Sequence[dict[str, Any]], title: str | None 
     return table
 
 
-def runs_table(found: Sequence[RunInfo]) -> Table:
+UNWIND_STYLE = {
+    "complete": "green",
+    "attention": "bold red",
+    "incomplete": "magenta",  # stuck (the inbox's lane): not the yellow of a run waiting for a person
+    "pending": "cyan",
+    "awaiting": "bold yellow",
+}
+
+
+def runs_table(found: Sequence[Mapping[str, Any]]) -> Table:
+    """Runs (``views.run_summary`` rows) as a table for a terminal."""
     table = Table(title=f"runs ({len(found)})")
     for col in ("run", "status", "condemned", "unwind", "re-drives", "updated", "note"):
         table.add_column(col, overflow="fold")
     for r in found:
-        unwind_state = safe(r.unwind_state.value)
-        style = {
-            "complete": "green",
-            "attention": "bold red",
-            "incomplete": "yellow",
-            "pending": "cyan",
-            "awaiting": "bold yellow",
-        }.get(unwind_state, "")
+        unwind_state = safe(r["unwind_state"])
+        style = UNWIND_STYLE.get(unwind_state, "")
+        status = safe(r["status"])
         table.add_row(
-            safe(r.run_id),
-            safe(r.status.value),
-            "yes" if r.condemned else "no",
+            safe(r["run_id"]),
+            f"[yellow]{status}[/]" if r["status"] == "suspended" else status,
+            "yes" if r["condemned"] else "no",
             f"[{style}]{unwind_state}[/]" if style else unwind_state,
-            str(r.unwind_attempts),
-            when(r.updated_at),
-            safe(r.unwind_note or "", lines=True),
+            str(r["unwind_attempts"]),
+            when(r["updated_at"]),
+            safe(r["unwind_note"] or "", lines=True),
         )
     return table
+
+
+def runs_lines(found: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Runs one a line, tab-separated (run, status, condemned, unwind, re-drives, updated, note), for a
+    pipe: no column is wrapped or cut, so an id or a key is never split across lines."""
+
+    def cell(value: Any) -> str:
+        return neutral(value).replace("\t", " ").replace("\n", " ")
+
+    return [
+        "\t".join(
+            (
+                cell(r["run_id"]),
+                cell(r["status"]),
+                "yes" if r["condemned"] else "no",
+                cell(r["unwind_state"]),
+                str(r["unwind_attempts"]),
+                when(r["updated_at"]),
+                cell(r["unwind_note"] or ""),
+            )
+        )
+        for r in found
+    ]

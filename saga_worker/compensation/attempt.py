@@ -38,6 +38,7 @@ from ..journal.roles import UnwindJournal
 from ..locks.base import StepLock
 from ..observing import metrics, tracing
 from ..recording.tools import CallOptions, Tool, call_hook
+from . import alerts
 from .carry import HeldOutcome, OutcomeCarry
 from .entries import entry_for
 from .hookcall import HookCall
@@ -166,6 +167,7 @@ class StepAttempt:
         entry = self._decide()
         if not u.dry_run:
             metrics.inc(metrics.STEPS, entry.status.value)
+            alerts.step_halted(u.run_id, entry)
         return entry if twins is None else self._as_twins_see_it(entry, twins)
 
     @property

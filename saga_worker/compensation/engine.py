@@ -33,6 +33,7 @@ from ..locks.base import StepLock
 from ..observing import metrics, tracing
 from ..recording.tools import Tool, check_tools
 from ..settings import get_settings
+from . import alerts
 from .actors import check_via, default_actor
 from .attempt import StepAttempt, Unwinding
 from .carry import HeldOutcome, OutcomeCarry
@@ -197,6 +198,8 @@ def _leave_for_later(journal: UnwindJournal, report: CompensationReport, audit: 
         journal.set_unwind_state(
             report.run_id, UnwindState.ATTENTION, note=for_a_person[:2000], next_at=None, audit=audit
         )
+        unsettled = [e for e in report.entries if e.worker_lost or e.tool_missing]
+        alerts.needs_attention(report.run_id, for_a_person, unsettled[0] if unsettled else None)
         return
     # Due now: the sweeper applies its own backoff when it re-drives a run.
     next_at = (

@@ -29,6 +29,7 @@ from ..journal.records import AuditAction, AuditRecord, UnwindInfo, UnwindState
 from ..journal.roles import UnwindJournal
 from ..observing import metrics
 from ..settings import SagaSettings, get_settings
+from . import alerts
 
 log = logging.getLogger(__name__)
 
@@ -89,14 +90,11 @@ def sweep(
     for run in journal.runs_to_sweep(now, limit=limit, unreadable=unreadable):
         if run.unwind_attempts >= s.sweep_max_attempts:
             why = run.unwind_note or "unwind never completed"
-            journal.set_unwind_state(
-                run.run_id,
-                UnwindState.ATTENTION,
-                next_at=None,
-                note=f"gave up after {run.unwind_attempts} re-drives: {why}"[:2000],
-            )
+            note = f"gave up after {run.unwind_attempts} re-drives: {why}"[:2000]
+            journal.set_unwind_state(run.run_id, UnwindState.ATTENTION, next_at=None, note=note)
             outcome.flagged.append(run.run_id)
             metrics.inc(metrics.SWEEPER_FLAGGED)
+            alerts.needs_attention(run.run_id, f"the sweeper {note}")
             continue
         delay = backoff_delay(run.unwind_attempts, base=s.sweep_backoff, cap=s.sweep_backoff_max)
         # Book the next look before enqueueing: a lost message just makes the run due again later.
@@ -117,6 +115,6 @@ def _flag_unreadable(journal: UnwindJournal, error: MalformedRecordError) -> Non
     """A due run this code cannot read cannot be re-driven (the unwind would fail closed on it every
     time): flag it for a person, naming what is wrong, instead of stopping every other re-drive."""
     run_id = error.detail["run_id"]
-    log.error("saga sweeper: run %r cannot be read and is flagged for a person: %s", run_id, error)
     note = f"flagged by the sweeper, the run cannot be read: {error}"
     journal.set_unwind_state(run_id, UnwindState.ATTENTION, next_at=None, note=note[:2000])
+    alerts.needs_attention(run_id, note)

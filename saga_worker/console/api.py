@@ -37,11 +37,11 @@ async def list_runs(request: Request) -> JSONResponse:
     journal = console_of(request).journal
     page = await blocking(views.runs_page, journal, query)
     waiting = (
-        await blocking(inbox_view.waiting_runs, journal)
+        await blocking(inbox_view.run_readings, journal)
         if any(r.status.value == "running" for r in page.runs)
-        else set()
+        else {}
     )
-    summaries = [views.run_summary(r, r.run_id in waiting) for r in page.runs]
+    summaries = [views.run_summary(r, waiting.get(r.run_id)) for r in page.runs]
     return JSONResponse({"runs": summaries, "next_cursor": page.next_cursor})
 
 
@@ -169,6 +169,15 @@ async def inbox(request: Request) -> JSONResponse:
     return JSONResponse(found)
 
 
+async def health(request: Request) -> JSONResponse:
+    """The fleet: workers consuming the saga queue, its depth, beat's last sweep and whether it is
+    overdue (``saga_worker.celery.health``; ``saga-worker status --json`` answers the same)."""
+    principal(request)
+    console = console_of(request)
+    found = None if console.health is None else await blocking(console.health)
+    return JSONResponse(found)
+
+
 async def call_values(request: Request) -> JSONResponse:
     """A call's input, output and error, whole (secrets hidden by key name)."""
     principal(request)
@@ -195,6 +204,7 @@ async def run_values(request: Request) -> JSONResponse:
 
 routes = [
     Route("/api/inbox", inbox),
+    Route("/api/health", health),
     Route("/api/runs/{run_id:str}/values", run_values),
     Route("/api/runs/{run_id:str}/calls/{suffix:str}", call_values),
     Route("/api/runs", list_runs),

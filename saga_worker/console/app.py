@@ -15,6 +15,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -31,6 +32,7 @@ from starlette.types import ASGIApp, Scope
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from ..celery import compensate_run
+from ..celery.health import BeatCollector, fleet_health
 from ..celery.sending import celery_enqueue, celery_workers
 from ..core.redact import redact_text, redact_url
 from ..errors import (
@@ -133,13 +135,15 @@ def _metrics_registry(console: Console) -> CollectorRegistry:
     merged = CollectorRegistry()
     if metrics.multiprocess_dir() is not None:  # on the workers' host, sharing their counts folder
         merged.register(_Forward(metrics.registry()))
+    if console.beat_metrics:
+        merged.register(BeatCollector(compensate_run.app, console.settings))
     merged.register(
         metrics.AttentionCollector(
             lambda: inbox_view.inbox(
                 console.journal,
                 console.context.tools_if_configured,
                 secret_keys=console.settings.secret_keys(),
-            )["runs"]
+            )
         )
     )
     return merged
@@ -192,12 +196,23 @@ def _existing_journal(settings: SagaSettings) -> WorkerContext:
     return context
 
 
+def _give_health(console: Console, health: Callable[[], dict[str, Any] | None] | None) -> None:
+    """The header's fleet: ``health`` if given, else the deployment's own (its broker, its workers,
+    its result backend, whose last sweep /metrics reads too)."""
+    console.health = health
+    if health is None:
+        alive, settings = console.workers, console.settings
+        console.health = lambda: fleet_health(compensate_run.app, settings, alive)
+        console.beat_metrics = True
+
+
 def create_app(
     settings: SagaSettings | None = None,
     *,
     context: WorkerContext | None = None,
     enqueue: Enqueue | None = None,
     workers: Workers | None = None,
+    health: Callable[[], dict[str, Any] | None] | None = None,
 ) -> Starlette:
     """The console for ``settings`` (default: the environment's). Raises ConsoleConfigError without
     tokens. ``enqueue`` defaults to the Celery task ``saga.compensate_run``, ``workers`` (who
@@ -223,6 +238,7 @@ def create_app(
         network=network,
         workers=workers if workers is not None else celery_workers(compensate_run, settings.queue),
     )
+    _give_health(console, health)
     app = Starlette(
         routes=[
             *pages.routes,

@@ -25,9 +25,11 @@ from ..errors import InvalidInputError, UnknownRunError
 from ..journal.records import AuditAction
 from ..operating import actions, views
 from ..operating import inbox as inbox_view
+from ..operating.stuck import QUEUED_WINDOW_S, STUCK_REASONS
 from .auth import COOKIE, Principal
 from .security import journal_summary
 from .service import (
+    Console,
     Forbidden,
     TooManyFailures,
     blocking,
@@ -83,7 +85,10 @@ STATUS_CLASS = {
     "skipped-no-hook": "warn",
     "skipped-not-executed": "warn",
     "skipped-denied": "warn",
-    "incomplete": "warn",
+    "incomplete": "stuck",  # halted or uncertain: not amber like a run that waits (suspended)
+    "stuck": "stuck",
+    "interrupted": "stuck",
+    "queued": "stuck",
     "in progress": "info",
     "plan": "info",
     "suspended": "warn",
@@ -167,6 +172,7 @@ def render(
             "csrf": session.csrf if who is not None and session is not None else "",
             "journal": journal_summary(console.settings.resolved_journal_url()) if who is not None else "",
             "inbox_counts": getattr(request.state, "inbox_counts", None) if who is not None else None,
+            "fleet": getattr(request.state, "fleet", None) if who is not None else None,
             **context,
         },
         status_code=status_code,
@@ -186,9 +192,26 @@ async def inbox_counts(request: Request) -> None:
             console.context.tools_if_configured,
             secret_keys=console.settings.secret_keys(),
         )
-        cached = (now, {"total": found["total"], **found["counts"]})
+        cached = (now, {"total": found["total"], **found["counts"], "stuck": found["stuck"]["count"]})
         console._inbox_counts = cached  # type: ignore[attr-defined]
     request.state.inbox_counts = cached[1]
+    request.state.fleet = await fleet(console)
+
+
+FLEET_TTL_S = 5.0  # asking the workers takes up to a second: the header's fleet is read at most this often
+
+
+async def fleet(console: Console) -> dict[str, Any] | None:
+    """The header's fleet (workers, queue depth, beat's last sweep), read at most every few seconds."""
+    if console.health is None:
+        return None
+    cached = getattr(console, "_fleet", None)
+    now = time.monotonic()
+    if cached is None or now - cached[0] > FLEET_TTL_S:
+        cached = (now, await blocking(console.health))
+        console._fleet = cached  # type: ignore[attr-defined]
+    found: dict[str, Any] | None = cached[1]
+    return found
 
 
 NOTICE = "saga-console-notice"
@@ -224,10 +247,17 @@ async def inbox_page(request: Request) -> Response:
         limit=limit,
     )
     if limit == inbox_view.INBOX_LIMIT:  # the header counts what the default inbox lists, not a shorter page
-        console._inbox_counts = (time.monotonic(), {"total": found["total"], **found["counts"]})  # type: ignore[attr-defined]
+        counts = {"total": found["total"], **found["counts"], "stuck": found["stuck"]["count"]}
+        console._inbox_counts = (time.monotonic(), counts)  # type: ignore[attr-defined]
     await inbox_counts(request)
     return render(
-        request, "inbox.html", who, inbox=found, kinds=inbox_view.INBOX_KINDS, done=next_step(request)
+        request,
+        "inbox.html",
+        who,
+        inbox=found,
+        kinds=inbox_view.INBOX_KINDS,
+        reasons=STUCK_REASONS,
+        done=next_step(request),
     )
 
 
@@ -239,9 +269,9 @@ async def runs_list(request: Request) -> Response:
     journal = console_of(request).journal
     page = await blocking(views.runs_page, journal, query)
     waiting = (
-        await blocking(inbox_view.waiting_runs, journal)
+        await blocking(inbox_view.run_readings, journal)
         if any(r.status.value == "running" for r in page.runs)
-        else set()
+        else {}
     )
     await inbox_counts(request)
     kept = {k: v for k, v in filters.items() if v}
@@ -252,7 +282,7 @@ async def runs_list(request: Request) -> Response:
         request,
         "runs.html",
         who,
-        runs=[views.run_summary(r, r.run_id in waiting) for r in page.runs],
+        runs=[views.run_summary(r, waiting.get(r.run_id)) for r in page.runs],
         filters=filters,
         next_url=next_url,
         first_url="/?" + urlencode(kept) if q.get("cursor") else None,
@@ -280,14 +310,21 @@ async def run_page(request: Request) -> Response:
     console = console_of(request)
     queued = None
     task = request.query_params.get("task")
+    # A request no worker has taken stays on the page (after a reload too) until one takes it.
+    waiting = await blocking(actions.queued_unwind, console.journal, run_id, QUEUED_WINDOW_S)
+    if waiting is not None and waiting.target is not None:
+        task = waiting.target
     if task:  # only a request the journal holds: a link cannot make one up
         trail = await blocking(console.journal.read_audit, run_id)
-        if any(r.action is AuditAction.UNWIND_QUEUED and r.target == task for r in trail):
+        row = next((r for r in trail if r.action is AuditAction.UNWIND_QUEUED and r.target == task), None)
+        if row is not None:
             alive = await blocking(console.workers)
             queued = {
                 "task_id": task,
                 "workers": alive,
                 "note": workers_sentence(alive, console.settings.queue),
+                "at": row.at,
+                "started": waiting is None,
             }
     await inbox_counts(request)
     return render(

@@ -55,6 +55,9 @@ class Console:
     network: Network
     workers: Workers  # who consumes the queue (a ping), None: the broker cannot tell
     signer: Signer  # SAGA_CONSOLE_SECRET's: session cookies and the notices a redirect carries
+    # The fleet's health (workers, queue depth, beat's last sweep: celery/health.py); None: not shown.
+    health: Callable[[], dict[str, Any] | None] | None = None
+    beat_metrics: bool = False  # /metrics reads beat's last sweep from the workers' result backend
 
     @property
     def journal(self) -> OperatorJournal:

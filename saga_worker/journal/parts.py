@@ -245,6 +245,11 @@ class AuditPart(Clock, Protocol):
     def read_audit(self, run_id: str) -> list[AuditRecord]:
         """The run's trail, oldest first."""
 
+    @abc.abstractmethod
+    def queued_unwinds(self, since: float, *, limit: int = 500) -> list[AuditRecord]:
+        """``unwind-queued`` rows of every run written at or after ``since`` (journal clock) whose
+        task has not begun an unwind (no unwind of that id), oldest first: requests no worker took."""
+
 
 class SharedPart(Clock, Protocol):
     """Cross-run shared executions: one execution for identical calls of several runs in a window."""

@@ -45,6 +45,18 @@ CLAIM_TAKEOVERS = Counter(
 )
 SWEEPER_REDRIVES = Counter("saga_sweeper_redrives", "Unwinds the beat sweeper re-drove.")
 SWEEPER_FLAGGED = Counter("saga_sweeper_flagged", "Runs the sweeper gave up on and flagged for a person.")
+UNWINDS_HALTED = Counter(
+    "saga_unwinds_halted",
+    "Unwinds halted at a step, by the step's tool and status (failed, busy, awaiting-approval).",
+    ["tool", "status"],
+)
+HOOKS_FAILED = Counter(
+    "saga_compensate_hooks_failed", "Compensate hooks that raised (or timed out), by tool.", ["tool"]
+)
+UNWINDS_NEEDING_ATTENTION = Counter(
+    "saga_unwinds_flagged_attention",
+    "Unwinds flagged for a person: the sweeper gave up, a step's workers were lost too often, tools missing.",
+)
 
 
 _children: dict[tuple[int, tuple[str, ...]], Any] = {}
@@ -97,11 +109,13 @@ def registry() -> CollectorRegistry:
 
 
 class AttentionCollector(Collector):
-    """``saga_runs_needing_attention{kind=…}``: runs waiting for a person, by what they wait for
-    (``suspended``, ``gated``, ``attention``, ``uncertain``: the inbox's kinds), counted at scrape time."""
+    """Read at scrape time from ``read()`` (the inbox): ``saga_runs_needing_attention{kind=…}``, runs
+    waiting for a person by what they wait for (``suspended``, ``gated``, ``attention``,
+    ``uncertain``: the inbox's kinds, its ``runs``); ``saga_unwinds_stuck``, the stuck lane's unwinds;
+    ``saga_oldest_stuck_unwind_seconds``, how long since the oldest of them last moved."""
 
-    def __init__(self, count: Callable[[], Mapping[str, int]]) -> None:
-        self._count = count
+    def __init__(self, read: Callable[[], Mapping[str, Any]]) -> None:
+        self._read = read
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         gauge = GaugeMetricFamily(
@@ -110,13 +124,27 @@ class AttentionCollector(Collector):
             "sweeper gave up on (attention), a call whose outcome was never recorded (uncertain).",
             labels=["kind"],
         )
+        stuck = GaugeMetricFamily(
+            "saga_unwinds_stuck",
+            "Unwinds neither complete nor waiting for a decision: halted at a failed or busy step, holding "
+            "an uncertain one, unfinished, or queued and not started (the inbox's stuck lane).",
+        )
+        oldest = GaugeMetricFamily(
+            "saga_oldest_stuck_unwind_seconds",
+            "Seconds since the oldest stuck unwind last moved (0 when none is stuck).",
+        )
         try:
-            for kind, runs in self._count().items():
+            found = self._read()
+            for kind, runs in found["runs"].items():
                 gauge.add_metric([kind], float(runs))
+            stuck.add_metric([], float(found["stuck"]["count"]))
+            oldest.add_metric([], float(found["stuck"]["oldest_s"] or 0.0))
         except Exception:  # a journal that cannot be read must not break the scrape of the rest
             log.warning("cannot count the runs needing attention", exc_info=True)
             return
         yield gauge
+        yield stuck
+        yield oldest
 
 
 def serve_worker_metrics(port: int, host: str = "127.0.0.1") -> None:

@@ -32,6 +32,7 @@ from ..executor.context import WorkerContext
 from ..journal.records import AuditAction, AuditRecord, NewAudit, UnwindState
 from ..journal.roles import OperatorJournal
 from . import approvals
+from .stuck import REDRIVABLE
 
 log = logging.getLogger(__name__)
 
@@ -235,21 +236,28 @@ def redrive(
     claim_ttl: float,
     via: str = "console",
 ) -> str:
-    """Hand a run flagged ``attention`` (the sweeper spent its budget) back to the workers once.
+    """Hand a run's unwind back to the workers once, now: one flagged ``attention`` (the sweeper
+    spent its budget) or a stuck one (``pending`` or ``incomplete``: the inbox's stuck lane), without
+    waiting for the sweeper's next look.
 
     The run is held off the sweeper while the unwind starts (as a fresh unwind holds it); if it
-    halts again the sweeper, whose budget is still spent, flags it for a person again."""
+    halts again the sweeper, whose budget is still spent, flags it for a person again. A re-drive of
+    an unwind a live unwinder holds is harmless: its steps read busy and the sweeper comes back."""
     run = _known(journal, run_id)
     actor = check_actor(actor)
-    if not run.condemned or run.unwind_state is not UnwindState.ATTENTION:
+    if not run.condemned or run.unwind_state not in REDRIVABLE:
         raise ActionRefusedError(
-            run_id, "re-drive", f"its unwind is {run.unwind_state.value}, not flagged for attention"
+            run_id,
+            "re-drive",
+            f"its unwind is {run.unwind_state.value}: not stuck, and not flagged for attention",
         )
+    gave_up = run.unwind_state is UnwindState.ATTENTION
     by = actor if via == "console" else f"{via}:{actor}"  # a console token's name is its own
     journal.hold_sweep(run_id, SWEEP_GRACE_TTLS * claim_ttl, f"re-driven by {by}"[:2000])
-    task_id = enqueue_unwind(
-        run_id, enqueue=enqueue, actor=actor, reason="re-driven after the sweeper gave up", via=via
+    why = (
+        "re-driven after the sweeper gave up" if gave_up else "re-driven now, before the sweeper's next look"
     )
+    task_id = enqueue_unwind(run_id, enqueue=enqueue, actor=actor, reason=why, via=via)
     log.info("run %s re-driven by %s (task %s)", run_id, actor, task_id)
     return task_id
 

@@ -1,6 +1,7 @@
 """What waits for a person: a run's suspended calls and gated compensations (its page), and the
 inbox across runs (suspended calls, gated compensations, unwinds the sweeper gave up on, calls whose
-outcome was never recorded), each with the decisions a person can take on it.
+outcome was never recorded, and the stuck lane of ``stuck.py``), each with the decisions a person
+can take on it.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from ..journal.records import RecordStatus, RunInfo, RunQuery, ToolRecord, Unwin
 from ..journal.roles import OperatorJournal
 from ..recording.tools import Tool
 from .display import preview
+from .stuck import stuck_unwinds
 from .unwinds import journal_steps
 
 # -- on a run's page ------------------------------------------------------------------------------
@@ -131,15 +133,19 @@ def inbox(
     """Everything that waits for a person, across runs, oldest first: suspended calls (approve or
     deny), gated compensations of condemned runs (approve or deny undoing them), unwinds flagged
     ``attention`` (re-drive), and calls left ``running`` whose executor's lease ran out (nobody
-    knows whether their effect happened). ``counts`` has the items of each kind and ``runs`` the
+    knows whether their effect happened). Beside them, ``stuck``: the stuck lane (``stuck.py``:
+    unwinds neither complete nor waiting for a decision, and queued requests no worker took), at
+    most ``limit`` of each state, with its own ``count``, ``more`` and ``oldest_s``. ``counts`` has the items of each kind and ``runs`` the
     runs of each kind (the metric ``saga_runs_needing_attention``). At most ``limit`` of each
     (suspended and uncertain calls are read together: at most ``limit`` of the two); ``more`` says
     that more wait than are listed, so a capped inbox never reads as all there is."""
     now = journal.now()
     calls, more_calls = _waiting_calls(journal, secret_keys, limit)
     unwinds, more_unwinds = _halted_unwinds(journal, tools, secret_keys, limit)
+    stuck, more_stuck = stuck_unwinds(journal, secret_keys=secret_keys, limit=limit)
     items = calls + unwinds
     items.sort(key=lambda i: (i["since"], i["run_id"], i["suffix"] or ""))
+    oldest = min((i["since"] for i in stuck), default=None)
     return {
         "counts": {kind: sum(1 for i in items if i["kind"] == kind) for kind in INBOX_KINDS},
         "runs": {kind: len({i["run_id"] for i in items if i["kind"] == kind}) for kind in INBOX_KINDS},
@@ -148,6 +154,14 @@ def inbox(
         "now": now,
         "limit": limit,
         "more": more_calls or more_unwinds,
+        # The stuck lane: unwinds no decision holds up, which stand still all the same.
+        "stuck": {
+            "items": stuck,
+            "count": len(stuck),
+            "more": more_stuck,
+            # How long since the oldest last moved (the gauge saga_oldest_stuck_unwind_seconds).
+            "oldest_s": None if oldest is None else round(max(0.0, now - oldest), 1),
+        },
     }
 
 
@@ -237,3 +251,20 @@ def waiting_runs(journal: OperatorJournal) -> set[str]:
     return {
         r.run_id for r in journal.waiting_records(limit=INBOX_LIMIT * 4) if r.status is RecordStatus.SUSPENDED
     }
+
+
+def run_readings(journal: OperatorJournal) -> dict[str, str]:
+    """What a ``running`` run reads, by run id, where the journal's ``running`` would mislead: a run
+    with a suspended call reads ``suspended``; one whose call's executor died mid-call (its lease ran
+    out, no outcome recorded) reads ``interrupted``, not ``running`` forever."""
+    readings: dict[str, str] = {}
+    for record in journal.waiting_records(limit=INBOX_LIMIT * 4):
+        if record.status is RecordStatus.SUSPENDED:
+            readings[record.run_id] = SUSPENDED_READING
+        else:
+            readings.setdefault(record.run_id, INTERRUPTED_READING)
+    return readings
+
+
+SUSPENDED_READING = "suspended"
+INTERRUPTED_READING = "interrupted"

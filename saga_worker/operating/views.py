@@ -36,6 +36,7 @@ from ..recording.tools import Tool
 from .audit import audit_dict
 from .display import PREVIEW_CHARS, cut, iso
 from .inbox import awaiting_gates, pending_approvals, waiting_runs
+from .stuck import REDRIVABLE
 from .unwinds import journal_steps, list_unwinds
 
 MAX_PAGE = 500
@@ -163,13 +164,16 @@ def _suspended_runs(journal: OperatorJournal, query: RunQuery) -> list[RunInfo]:
 SUSPENDED = "suspended"  # a status a run reads while a call of it waits for a person (not stored)
 
 
-def run_summary(run: RunInfo, suspended: bool = False) -> dict[str, Any]:
-    """A run's row. ``suspended``: a call of it waits for a person, and the run, still ``running`` in
-    the journal, reads ``suspended`` (``journal_status`` keeps what the journal says)."""
-    waits = suspended and run.status is RunStatus.RUNNING and not run.condemned
+def run_summary(run: RunInfo, suspended: bool | str | None = False) -> dict[str, Any]:
+    """A run's row. ``suspended``: a call of it waits for a person (True, or ``"suspended"``), and the
+    run, still ``running`` in the journal, reads ``suspended``; ``"interrupted"``: its executor died
+    mid-call, and it reads ``interrupted`` (``inbox.run_readings``). ``journal_status`` keeps what the
+    journal says."""
+    reading = SUSPENDED if suspended is True else (suspended or None)
+    shown = reading if reading and run.status is RunStatus.RUNNING and not run.condemned else None
     return {
         "run_id": run.run_id,
-        "status": SUSPENDED if waits else run.status.value,
+        "status": shown or run.status.value,
         "journal_status": run.status.value,
         "condemned": run.condemned,
         "condemned_at": run.condemned_at,
@@ -271,5 +275,5 @@ def run_view(
         "prompt_preview": cut(redact_text(run.prompt)),
         "prompt_whole": len(run.prompt) >= PREVIEW_CHARS,
         "in_progress": moving,
-        "can_redrive": run.condemned and run.unwind_state is UnwindState.ATTENTION,
+        "can_redrive": run.condemned and run.unwind_state in REDRIVABLE,
     }

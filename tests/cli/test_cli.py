@@ -357,3 +357,32 @@ def test_compensate_local_parallel_undoes_a_recorded_group_and_shows_each_entrys
         ("reserve_stock", 1, "compensated"),
         ("charge", 1, "compensated"),
     ]
+def test_compensating_a_run_the_journal_never_saw_says_no_records_and_exits_5(demo_tools: Path) -> None:
+    place("order-1")  # the journal exists; "order-l" is a typo of its id
+    result = CliRunner().invoke(main, ["compensate", "order-l", "--local", "--reason", "typo"])
+    assert result.exit_code == 5, result.output
+    assert (
+        "no records: the journal had no run 'order-l'; it is condemned so it can never start" in result.output
+    )
+    with open_journal(get_settings().resolved_journal_url()) as journal:
+        assert run_of(journal, "order-l").condemned  # and so it can never start
+    again = CliRunner().invoke(main, ["compensate", "order-l", "--local", "--json"])
+    assert again.exit_code == 0, again.output  # known now (condemned): nothing to undo, said by the report
+
+
+def test_piped_runs_print_one_run_a_line_whole_with_times_in_utc(home: Path) -> None:
+    long_id = "order-" + "x" * 150
+    place(long_id)
+    code, output = invoke("runs")
+    [line] = [x for x in output.splitlines() if long_id in x]
+    assert line.split("\t")[:4] == [long_id, "finished", "no", "none"]  # whole, on one line
+    assert line.split("\t")[5].endswith("Z")  # UTC, saying so
+
+
+def test_every_commands_help_is_plain_text_without_restructuredtext_markup() -> None:
+    commands: list[list[str]] = [[]] + [[name] for name in main.commands] + [["db", "upgrade"]]
+    for args in commands:
+        result = CliRunner().invoke(main, [*args, "--help"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, (args, result.output)
+        for markup in ("``", ":ref:", ":class:", ":func:", "`"):
+            assert markup not in result.output, (args, markup, result.output)

@@ -149,3 +149,17 @@ def test_deny_compensation_makes_the_step_read_skipped_denied_and_the_unwind_goe
     # Deciding the other way afterwards is refused.
     result = CliRunner().invoke(main, ["approve-compensation", "order-2", "call-2"], env={"COLUMNS": "200"})
     assert result.exit_code == 1 and "denied" in result.output
+
+
+def test_a_run_waiting_for_an_approval_reads_suspended_in_runs_and_report_not_running(home: Path) -> None:
+    suspended("refund-9")
+    code, output = invoke("runs", "--json")
+    assert code == 0 and [(r["run_id"], r["status"], r["journal_status"]) for r in json.loads(output)] == [
+        ("refund-9", "suspended", "running")
+    ]
+    code, output = invoke("runs")
+    assert code == 0 and "refund-9\tsuspended\t" in output
+    code, output = invoke("report", "refund-9")
+    assert code == 0 and "refund-9: suspended," in output
+    code, output = invoke("report", "refund-9", "--json")
+    assert json.loads(output)["run"]["status"] == "suspended"

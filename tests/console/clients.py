@@ -44,7 +44,8 @@ def no_workers() -> list[str]:
 def client_for(settings: SagaSettings, tools: dict[str, Any], sent: Sent, **kwargs: Any) -> TestClient:
     """The console on ``settings`` running ``tools`` in-process, its unwinds recorded in ``sent``."""
     context = WorkerContext(settings, tools=lambda: tools)
-    console = create_app(settings, context=context, enqueue=sent, workers=no_workers)
+    health = kwargs.pop("health", lambda: None)  # no fleet in the header unless a test gives one
+    console = create_app(settings, context=context, enqueue=sent, workers=no_workers, health=health)
     return TestClient(console, base_url=BASE, **kwargs)
 
 

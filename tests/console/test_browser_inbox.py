@@ -90,7 +90,7 @@ def test_an_operator_approves_a_suspended_call_and_a_gated_step_from_the_inbox(
     expect(page.locator("#next-step")).to_contain_text(
         f"executes when your application resumes run {waiting}"
     )
-    expect(page.locator(f"tr[data-run={waiting}]")).to_have_count(0)
+    expect(page.locator(f"#inbox tr[data-run={waiting}]")).to_have_count(0)
     assert record_of(journal, waiting, "call-2").status is RecordStatus.APPROVED
 
     approve = page.locator(f"tr[data-kind=gated][data-run={gated}] form").filter(
@@ -99,7 +99,9 @@ def test_an_operator_approves_a_suspended_call_and_a_gated_step_from_the_inbox(
     approve.locator("input[name=reason]").fill("stock counted")
     approve.locator("button").click()
     expect(page.locator("#next-step")).to_contain_text("beat sweeper re-drives the unwind")
-    expect(page.locator(f"tr[data-run={gated}]")).to_have_count(0)
+    expect(page.locator(f"#inbox tr[data-run={gated}]")).to_have_count(0)
+    # No decision holds it up any more: its unwind is due, in the stuck lane until the sweeper runs it.
+    expect(page.locator(f"#stuck-lane tr[data-run={gated}]")).to_have_attribute("data-why", "unfinished")
     expect(page.locator("#inbox-total")).to_have_text(str(total - 2))
     trail = {(r.action.value, r.actor, r.reason) for r in journal.read_audit(gated)}
     assert ("compensation-approved", "alice", "stock counted") in trail

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
-from saga_worker import Journal, ToolCall, compensate_run, run_durable, scripted
+from saga_worker import Journal, Tool, ToolCall, compensate_run, run_durable, scripted
 from saga_worker.console.app import create_app
 from saga_worker.executor.context import WorkerContext
 from saga_worker.journal.records import NewRecord, RecordStatus, UnwindState
@@ -328,3 +328,114 @@ def test_hundreds_of_condemned_runs_whose_calls_were_suspended_do_not_hide_the_c
     assert re.findall(r'<tr data-kind="suspended" data-run="([^"]+)"', page) == waiting
     metrics = any_app.get("/metrics", headers=bearer(tokens.viewer)).text
     assert 'saga_runs_needing_attention{kind="suspended"} 5.0' in metrics
+
+
+def halted(app: TestClient) -> str:
+    """An unwind halted at a failed refund: its compensate hook raised (issue 48's stuck lane)."""
+    run_id = f"halted-{uuid.uuid4().hex[:8]}"
+    journal = journal_of(app)
+
+    def refused(input: Any, output: Any, opts: Any) -> None:
+        raise RuntimeError("the provider refused the refund")
+
+    tools = {"charge": Tool(lambda input, opts: {"charge_id": "ch_1"}, refused)}
+    run_durable(run_id, journal=journal, tools=tools, planner=scripted(ToolCall("charge", {"amount": 10})))
+    report = compensate_run(run_id, journal=journal, tools=tools)
+    assert report.halt is not None and report.halt.value == "failed"
+    return run_id
+
+
+def test_a_halted_unwind_is_in_the_stuck_lane_of_the_page_the_api_the_cli_and_the_metric_and_redrives_now(
+    app: TestClient, tokens: Tokens, settings: SagaSettings, monkeypatch: pytest.MonkeyPatch, sent: Sent
+) -> None:
+    from saga_worker.cli import main
+    from saga_worker.settings import get_settings
+
+    run_id, waiting = halted(app), suspended_run_for_stuck_lane(app)
+    body = app.get("/api/inbox", headers=bearer(tokens.viewer)).json()
+    assert [(i["kind"], i["run_id"]) for i in body["items"]] == [("suspended", waiting)]  # not mixed in
+    [item] = body["stuck"]["items"]
+    assert (item["run_id"], item["why"], item["suffix"], item["tool_name"], item["attempts"]) == (
+        run_id, "failed", "call-1", "charge", 1,
+    )  # fmt: skip
+    assert "the provider refused the refund" in item["error"] and item["next_sweep_iso"].endswith("Z")
+
+    app.post("/login", data={"token": tokens.operator})
+    page = app.get("/inbox").text
+    assert re.findall(r'<tr data-why="([a-z]+)" data-run="([^"]+)"', page) == [("failed", run_id)]
+    assert 'class="badge stuck"' in page and "the provider refused the refund" in page
+    assert re.search(r'id="stuck-total"[^>]*>1 stuck<', app.get("/").text)
+    metrics = app.get("/metrics", headers=bearer(tokens.viewer)).text
+    assert "saga_unwinds_stuck 1.0" in metrics
+
+    monkeypatch.setenv("SAGA_JOURNAL_URL", str(settings.journal_url))
+    monkeypatch.setenv("SAGA_HOME", str(settings.home))
+    get_settings.cache_clear()
+    try:
+        table = CliRunner().invoke(main, ["inbox"], env={"COLUMNS": "60"})
+        as_json = CliRunner().invoke(main, ["inbox", "--json"])
+    finally:
+        get_settings.cache_clear()
+    assert table.exit_code == 0, table.output
+    assert "stuck: 1" in table.output and f"saga-worker redrive {run_id}" in table.output
+    [line] = [x for x in table.output.splitlines() if run_id in x and "redrive" not in x]
+    assert "failed" in line and "call-1 charge" in line  # one record a line, never wrapped mid-id
+    assert "failed after 1 attempt: RuntimeError: the provider refused the refund" in table.output
+    assert json.loads(as_json.output)["stuck"]["items"][0]["run_id"] == run_id
+
+    csrf = csrf_of(page)
+    answer = app.post(f"/runs/{run_id}/redrive", data={"csrf": csrf})
+    assert answer.status_code == 200 and sent.calls == [
+        (run_id, False)
+    ]  # re-driven now, not at the next sweep
+
+
+def suspended_run_for_stuck_lane(app: TestClient) -> str:
+    run_id = f"refund-{uuid.uuid4().hex[:8]}"
+    journal = journal_of(app)
+    journal.start_run(run_id, "")
+    new = NewRecord("call-1", 0, "call-1", "refund", "call", {"amount": 1}, run_id, RecordStatus.SUSPENDED)
+    journal.claim_record(run_id, new, gated=True, owner="w", ttl=30.0)
+    return run_id
+
+
+def test_a_queued_compensate_stays_on_the_run_page_after_a_reload_until_a_worker_takes_it(
+    app: TestClient, tools: dict[str, Any], tokens: Tokens
+) -> None:
+    from saga_worker import executor as ex
+
+    run_id = f"order-{uuid.uuid4().hex[:8]}"
+    run_durable(run_id, journal=journal_of(app), tools=tools, planner=scripted(*order_script()))
+    app.post("/login", data={"token": tokens.operator})
+    csrf = csrf_of(app.get(f"/runs/{run_id}").text)
+    app.post(f"/runs/{run_id}/compensate", data={"csrf": csrf, "reason": "customer cancelled"})
+    reloaded = app.get(f"/runs/{run_id}").text  # no ?task= in the address any more
+    assert 'id="queued"' in reloaded and "not started" in reloaded
+    task = re.search(r"queued as task <code[^>]*>([^<]+)</code>", reloaded)
+    assert task is not None
+    ex.start_unwind(journal_of(app), run_id, task.group(1).replace("<wbr>", ""), dry_run=False, claim_ttl=2.0)
+    assert 'id="queued"' not in app.get(f"/runs/{run_id}").text  # a worker took it
+
+
+def test_a_run_whose_process_died_mid_call_reads_interrupted_not_running_in_the_listing_api_and_cli(
+    app: TestClient, tokens: Tokens, settings: SagaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from saga_worker.cli import main
+    from saga_worker.settings import get_settings
+
+    crashed = uncertain(app)  # its execute began, its process died: the lease ran out, no outcome
+    body = app.get("/api/runs", headers=bearer(tokens.viewer)).json()
+    [run] = [r for r in body["runs"] if r["run_id"] == crashed]
+    assert (run["status"], run["journal_status"]) == ("interrupted", "running")
+    app.post("/login", data={"token": tokens.viewer})
+    assert re.search(r'class="badge stuck">interrupted<', app.get("/").text)
+    monkeypatch.setenv("SAGA_JOURNAL_URL", str(settings.journal_url))
+    monkeypatch.setenv("SAGA_HOME", str(settings.home))
+    get_settings.cache_clear()
+    try:
+        listed = CliRunner().invoke(main, ["runs"])
+        reported = CliRunner().invoke(main, ["report", crashed])
+    finally:
+        get_settings.cache_clear()
+    assert f"{crashed}\tinterrupted\t" in listed.output
+    assert f"{crashed}: interrupted," in reported.output

@@ -45,7 +45,7 @@ ROOT = {
     "ToolsNotConfiguredError", "UnknownRunError", "UnknownToolError", "approve", "approve_compensation",
     "assert_not_compensated", "compensate_run", "deny", "deny_compensation", "fork_run", "open_journal",
     "pending_calls", "read_audit", "resume_run", "run_compensated", "run_durable", "saga", "scripted",
-    "stream_durable", "tool",
+    "stream_durable", "tool", "unwind_halted", "unwind_needs_attention",
 }  # fmt: skip
 
 # Each documented module and the names the docs use from it (docs/reference, docs/guides, docs/api,
@@ -60,6 +60,8 @@ DOCUMENTED: dict[str, tuple[str, ...]] = {
     "saga_worker.cli.commands_console": (),
     "saga_worker.cli.commands_demo": (),
     "saga_worker.cli.commands_inbox": (),
+    "saga_worker.cli.commands_status": (),
+    "saga_worker.celery.health": (),
     "saga_worker.cli.commands_journal": (),
     "saga_worker.cli.commands_processes": (),
     "saga_worker.cli.commands_unwind": (),
@@ -67,6 +69,7 @@ DOCUMENTED: dict[str, tuple[str, ...]] = {
     "saga_worker.settings": ("get_settings", "SagaSettings"),
     "saga_worker.errors": (),
     "saga_worker.observing": (),
+    "saga_worker.compensation.alerts": ("unwind_halted", "unwind_needs_attention"),
     "saga_worker.demo": ("TOOLS", "order_planner"),
     "saga_worker.transactions": ("watch_sqlalchemy",),
     "saga_worker.actions": (),

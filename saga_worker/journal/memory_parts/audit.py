@@ -5,7 +5,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from ..records import AuditRecord, CompensationGate, NewAudit, RecordStatus, ToolRecord, UnwindState
+from ..records import (
+    AuditAction,
+    AuditRecord,
+    CompensationGate,
+    NewAudit,
+    RecordStatus,
+    ToolRecord,
+    UnwindInfo,
+    UnwindState,
+)
 from ..tombstone import check_not_condemned_row
 from .common import MemoryState
 from .common import copy_json as _copy
@@ -18,6 +27,7 @@ class MemoryAudit(MemoryState):
     _audit: dict[str, list[AuditRecord]]
     _audit_keys: set[str]
     _audit_seq: int
+    _unwinds: dict[str, UnwindInfo]
 
     def decide_call(
         self, run_id: str, suffix: str, decision: RecordStatus, *, error: str | None, audit: NewAudit
@@ -81,3 +91,14 @@ class MemoryAudit(MemoryState):
     def read_audit(self, run_id: str) -> list[AuditRecord]:
         with self._lock:
             return [replace(r, detail=_copy(r.detail)) for r in self._audit.get(run_id, [])]
+
+    def queued_unwinds(self, since: float, *, limit: int = 500) -> list[AuditRecord]:
+        with self._lock:
+            found = [
+                r
+                for rows in self._audit.values()
+                for r in rows
+                if r.action is AuditAction.UNWIND_QUEUED and r.at >= since and r.target not in self._unwinds
+            ]
+        found.sort(key=lambda r: (r.at, r.id))
+        return [replace(r, detail=_copy(r.detail)) for r in found[:limit]]

@@ -22,7 +22,7 @@ from ..records import (
     ToolRecord,
     parse_status,
 )
-from ..schema import audit, gates, runs
+from ..schema import audit, gates, runs, unwinds
 from ..tombstone import check_not_condemned_row
 from .common import AUDIT_VALUES, RUN, Conflict, SqlPlumbing, StatementsBase, b
 from .common import dump_json as _dump
@@ -68,6 +68,18 @@ class AuditStatements(StatementsBase):
             .returning(audit.c.id)
         )
         self.audit_of_run = p(sa.select(audit).where(audit.c.run_id == b("run")).order_by(audit.c.id))
+        # Requests no worker took: a scan of the trail's recent rows (``at`` bounds it to a visibility
+        # timeout or so), each checked against the unwinds' primary key.
+        self.audit_queued = p(
+            sa.select(audit)
+            .where(
+                audit.c.action == AuditAction.UNWIND_QUEUED.value,
+                audit.c.at >= b("since"),
+                ~sa.exists().where(unwinds.c.unwind_id == audit.c.target),
+            )
+            .order_by(audit.c.at, audit.c.id)
+            .limit(b("limit"))
+        )
 
         # The run with who condemned it (the first ``condemned`` row's actor and reason), in the one
         # statement an unwind reads its run with: an index seek on ix_saga_audit_run each, no round trip.
@@ -147,6 +159,7 @@ class AuditReads(GateReads, Protocol):
 
     audit_insert: Prepared
     audit_of_run: Prepared
+    audit_queued: Prepared
     gate_get: Prepared
     gate_insert: Prepared
     gates_of_origin: Prepared
@@ -237,4 +250,8 @@ class SqlAudit(SqlPlumbing):
 
     def read_audit(self, run_id: str) -> list[AuditRecord]:
         rows = self._fetch(lambda tx: tx.all(self._q.audit_of_run, {"run": run_id}))
+        return [audit_row(r) for r in rows]
+
+    def queued_unwinds(self, since: float, *, limit: int = 500) -> list[AuditRecord]:
+        rows = self._fetch(lambda tx: tx.all(self._q.audit_queued, {"since": since, "limit": limit}))
         return [audit_row(r) for r in rows]
