@@ -27,6 +27,7 @@ from ..journal.records import (
     WorklistView,
     condemned_by,
 )
+from ..journal.retention import refuse_pruned
 from ..journal.roles import UnwindJournal
 from ..locks.base import StepLock
 from ..observing import metrics, tracing
@@ -65,7 +66,12 @@ def begin_unwind(
     plan_only = check_dry_run(dry_run)
     try:
         if plan_only:
-            return journal.read_worklist(run_id, UNWOUND)
+            view = journal.read_worklist(run_id, UNWOUND)
+            refuse_pruned(view.run)
+            return view
+        # A pruned run's calls are gone: an unwind would find nothing and call the run undone. Looked
+        # at before the tombstone, so that a stub is not condemned for nothing.
+        refuse_pruned(journal.get_run(run_id))
         # The reads ride in the tombstone's transaction where that costs no round trip (SQLite).
         view = journal.condemn_and_read(run_id, UNWOUND, audit=audit)
     except MalformedRecordError as exc:
@@ -75,6 +81,7 @@ def begin_unwind(
                 journal.hold_sweep(run_id, 0.0, f"cannot unwind: {exc}"[:2000])
         raise
     metrics.inc(metrics.UNWINDS_STARTED)
+    refuse_pruned(view.run)  # pruned between the look above and the tombstone
     return view
 
 

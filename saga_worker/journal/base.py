@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from .parts import AuditPart, ClaimsPart, RecordsPart, RunsPart, SharedPart, UnwindsPart
+from .parts import AuditPart, ClaimsPart, RecordsPart, RetentionPart, RunsPart, SharedPart, UnwindsPart
 from .records import (
     ClaimStatus,
     NewAudit,
@@ -34,7 +34,7 @@ from .tombstone import condemn_then_read
 _GUARDS_LOCK = threading.Lock()
 
 
-class Journal(RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsPart, abc.ABC):
+class Journal(RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsPart, RetentionPart, abc.ABC):
     """What the run engine and the compensation engine need from storage, and nothing more."""
 
     url: str = ""
