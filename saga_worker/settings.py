@@ -53,6 +53,13 @@ class SagaSettings(BaseSettings):
         "that kills it, the OOM killer) before the task is answered instead of run again: its step reads "
         "failed without its tool's code being called, and the run is flagged for a person.",
     )
+    prune_older_than: str | None = Field(
+        None,
+        description="Beat prunes the journal (as `saga-worker db prune --older-than` would, without an "
+        "archive) of runs last updated longer ago than this age, such as 90d. Unset (the default): beat "
+        "never prunes. Every worker must know the saga.prune task before it is set.",
+    )
+    prune_interval: float = Field(3600.0, gt=0, description="Seconds between beat's prunes, when set.")
     sweep_backoff: float = Field(2.0, gt=0, description="First retry delay in seconds; doubles per attempt.")
     sweep_backoff_max: float = Field(300.0, gt=0, description="Longest retry delay in seconds.")
     queue: str = Field(

@@ -117,6 +117,6 @@ def runs_table(found: Sequence[RunInfo]) -> Table:
             f"[{style}]{unwind_state}[/]" if style else unwind_state,
             str(r.unwind_attempts),
             when(r.updated_at),
-            safe(r.unwind_note or "", lines=True),
+            f"pruned {when(r.pruned_at)}" if r.pruned else safe(r.unwind_note or "", lines=True),
         )
     return table

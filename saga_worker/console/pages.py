@@ -231,6 +231,22 @@ async def inbox_page(request: Request) -> Response:
     )
 
 
+async def journal_size(request: Request) -> dict[str, Any]:
+    """How big the journal is and its oldest run (retention's measure), read at most once a minute:
+    counting every run is not free on a large journal."""
+    console = console_of(request)
+    cached = getattr(console, "_journal_size", None)
+    now = time.monotonic()
+    if cached is None or now - cached[0] > SIZE_TTL_S:
+        size = await blocking(console.journal.journal_size)
+        cached = (now, views.size_summary(size))
+        console._journal_size = cached  # type: ignore[attr-defined]
+    return dict(cached[1])
+
+
+SIZE_TTL_S = 60.0
+
+
 async def runs_list(request: Request) -> Response:
     who = principal(request)
     q = request.query_params
@@ -256,6 +272,7 @@ async def runs_list(request: Request) -> Response:
         filters=filters,
         next_url=next_url,
         first_url="/?" + urlencode(kept) if q.get("cursor") else None,
+        size=await journal_size(request),
     )
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from ..errors import InvalidInputError
-from ..journal.base import Journal
+from ..journal.parts import RetentionPart
 from ..journal.records import RunInfo
 from ..journal.retention import DEFAULT_BATCH, Archive
 
@@ -52,20 +52,20 @@ class PruneSummary:
         }
 
 
-def cutoff_for(journal: Journal, older_than: float) -> float:
+def cutoff_for(journal: RetentionPart, older_than: float) -> float:
     """The time before which a run's last update makes it old enough, on the journal's clock."""
     if not older_than > 0:
         raise InvalidInputError(f"the age to prune at must be more than zero seconds, got {older_than!r}")
     return journal.now() - older_than
 
 
-def plan_prune(journal: Journal, older_than: float) -> PrunePlan:
+def plan_prune(journal: RetentionPart, older_than: float) -> PrunePlan:
     cutoff = cutoff_for(journal, older_than)
     return PrunePlan(cutoff, journal.count_prunable(cutoff), journal.prunable_runs(cutoff, limit=SAMPLE))
 
 
 def prune(
-    journal: Journal,
+    journal: RetentionPart,
     older_than: float,
     *,
     archive: Archive | None = None,
