@@ -110,6 +110,11 @@ class SagaSettings(BaseSettings):
         description="Key names (comma-separated, matched case-insensitively anywhere in a key) whose "
         "values the console and the CLI show as *** in tool inputs and outputs.",
     )
+    flower_url: str | None = Field(
+        None,
+        description="Flower's address (such as http://flower.internal:5555): the console's run timeline "
+        "links each step run on the workers to its task there. Unset: task ids without links.",
+    )
     metrics_port: int | None = Field(
         None, ge=1, le=65535, description="Port on which `saga-worker worker` serves /metrics (unset: none)."
     )

@@ -20,11 +20,13 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
+from ..celery.task_ids import step_task_id
 from ..core.display import neutral
 from ..errors import InvalidInputError, UnknownRunError
 from ..journal.records import AuditAction
 from ..operating import actions, views
 from ..operating import inbox as inbox_view
+from ..operating.timeline import timeline
 from .auth import COOKIE, Principal
 from .security import journal_summary
 from .service import (
@@ -167,6 +169,7 @@ def render(
             "csrf": session.csrf if who is not None and session is not None else "",
             "journal": journal_summary(console.settings.resolved_journal_url()) if who is not None else "",
             "inbox_counts": getattr(request.state, "inbox_counts", None) if who is not None else None,
+            "flower": (console.settings.flower_url or "").rstrip("/") if who is not None else "",
             **context,
         },
         status_code=status_code,
@@ -288,6 +291,7 @@ async def _view(request: Request) -> tuple[str, dict[str, Any]]:
     )
     if view is None:
         raise UnknownRunError(run_id)
+    view["timeline"] = timeline(view, step_task_id)
     return run_id, view
 
 

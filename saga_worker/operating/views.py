@@ -189,6 +189,7 @@ def run_summary(run: RunInfo, suspended: bool = False) -> dict[str, Any]:
         "unwind_attempts": run.unwind_attempts,
         "unwind_next_at": run.unwind_next_at,
         "unwind_note": None if run.unwind_note is None else redact_text(run.unwind_note),
+        "error": None if run.error is None else redact_text(run.error),
         "source_run_id": run.source_run_id,
         "created_at": run.created_at,
         "created_at_iso": iso(run.created_at),
