@@ -98,12 +98,14 @@ def _audit(row: Mapping[str, Any]) -> dict[str, Any]:
     elif action == "unwind-queued":
         title = "unwind queued"
     who = f"{row.get('actor') or '?'} via {row.get('via')}"
+    task_id = row.get("target") if action == "unwind-queued" else detail.get("unwind_id")
+    target = "" if task_id is not None and row.get("target") == task_id else row.get("target") or ""
     return {
         "at": row["at"],
         "kind": "audit",
         "title": title,
         "status": action,
-        "detail": " · ".join(p for p in (who, row.get("target") or "", row.get("summary") or "") if p),
+        "detail": " · ".join(p for p in (who, target, row.get("summary") or "") if p),
         "reason": row.get("reason") or "",
-        "task_id": row.get("target") if action == "unwind-queued" else detail.get("unwind_id"),
+        "task_id": task_id,
     }
