@@ -15,6 +15,7 @@ from typing import Any
 
 from celery import Celery
 
+from ..core.checks import check_age
 from ..core.redact import redact_url
 from ..settings import SagaSettings, get_settings
 
@@ -72,6 +73,7 @@ def prune_entries(s: SagaSettings, *, queue: str | None = None) -> dict[str, Any
     sent only where it was asked for, so older workers never receive it unasked)."""
     if s.prune_older_than is None:
         return {}
+    check_age(s.prune_older_than, "SAGA_PRUNE_OLDER_THAN")  # refused at the start, not at every prune
     options: dict[str, Any] = {"expires": max(s.prune_interval, 1.0)}
     if queue is not None:
         options["queue"] = queue

@@ -134,3 +134,8 @@ def test_beat_prunes_only_when_an_age_is_set_and_the_task_prunes_what_db_prune_w
         summary = host.tasks["saga.prune"].apply(args=("1s",)).get()
         assert summary["pruned"] == 1
         assert journal.get_run("old").pruned and not journal.get_run("new").pruned  # type: ignore[union-attr]
+
+
+def test_an_age_beat_cannot_read_is_refused_when_the_app_is_configured(host: Celery) -> None:
+    with pytest.raises(InvalidInputError, match="SAGA_PRUNE_OLDER_THAN must be an age"):
+        install(host, settings=settings(prune_older_than="ninety days"))

@@ -157,7 +157,6 @@ def test_a_pruned_run_id_is_refused_everywhere_and_a_condemned_one_never_starts(
     for attempt in (
         lambda: run_durable("done", journal=journal, tools=TOOLS, planner=order("charge")),
         lambda: resume_run("done", journal=journal, tools=TOOLS, planner=order("charge")),
-        lambda: compensate_run("done", journal=journal, tools=TOOLS),
         lambda: compensate_run("done", journal=journal, tools=TOOLS, dry_run=True),
         lambda: compensate_run("undone", journal=journal, tools=TOOLS),
         lambda: fork_run(journal, "done", 0, "new"),
@@ -170,8 +169,15 @@ def test_a_pruned_run_id_is_refused_everywhere_and_a_condemned_one_never_starts(
         run.call("charge", {"n": 0})
     with pytest.raises(CompensatedRunError):
         run_durable("undone", journal=journal, tools=TOOLS, planner=order("charge"))
+    assert not run_of(journal, "done").condemned, "a plan condemns nothing"
+    # An unwind asked of a pruned run condemns its stub (read with the tombstone, as every unwind
+    # reads its run) and leaves it to a person: nothing can be undone from a journal that is gone.
+    with pytest.raises(RunPrunedError):
+        compensate_run("done", journal=journal, tools=TOOLS)
+    stub = run_of(journal, "done")
+    assert stub.unwind_state is UnwindState.ATTENTION and "pruned by retention" in (stub.unwind_note or "")
     assert journal.list_records("done") == [] and journal.list_records("undone") == []
-    assert UNDONE == [] and not run_of(journal, "done").condemned, "nothing ran, nothing was condemned"
+    assert UNDONE == [], "no hook ran"
 
 
 def test_the_archive_holds_each_pruned_run_with_its_calls_and_audit_rows(
