@@ -79,13 +79,17 @@ def prune(
         raise InvalidInputError(f"the batch size must be a whole number from 1 to 10000, got {batch!r}")
     summary = PruneSummary(cutoff_for(journal, older_than))
     after: tuple[float, str] | None = None
+    empty = 0
     while True:
         stubs = journal.prune_runs(summary.cutoff, limit=batch, after=after, archive=archive)
         if not stubs:
-            # The keyset skips runs kept back; one batch that stamped none ends it only if none is left.
-            if after is None or not journal.prunable_runs(summary.cutoff, limit=1, after=after):
+            # A batch whose every run changed as it was pruned (condemned, say) stamps none: look once
+            # more, and stop at a second empty one (the next prune goes on from the start).
+            empty += 1
+            if empty > 1 or not journal.prunable_runs(summary.cutoff, limit=1, after=after):
                 return summary
             continue
+        empty = 0
         after = (stubs[-1].updated_at, stubs[-1].run_id)
         summary.batches += 1
         summary.pruned += len(stubs)
