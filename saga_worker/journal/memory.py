@@ -27,6 +27,7 @@ from .records import (
     ToolRecord,
     UnwindInfo,
 )
+from .retention import refuse_pruned
 
 
 class MemoryJournal(
@@ -66,6 +67,7 @@ class MemoryJournal(
                 raise UnknownRunError(source_run_id)
             if source.condemned:
                 raise CompensatedRunError(source_run_id)
+            refuse_pruned(source)
             target = self._runs.get(new_run_id)
             if target is not None:
                 if target.condemned:

@@ -169,6 +169,8 @@ def test_a_pruned_run_id_is_refused_everywhere_and_a_condemned_one_never_starts(
         run.call("charge", {"n": 0})
     with pytest.raises(CompensatedRunError):
         run_durable("undone", journal=journal, tools=TOOLS, planner=order("charge"))
+    with pytest.raises(RunPrunedError):
+        journal.fork("done", 0, "copy")  # the journal's own check, under the source's lock
     assert not run_of(journal, "done").condemned, "a plan condemns nothing"
     # An unwind asked of a pruned run condemns its stub (read with the tombstone, as every unwind
     # reads its run) and leaves it to a person: nothing can be undone from a journal that is gone.
