@@ -36,6 +36,8 @@ def test_the_run_page_tells_calls_undos_and_the_trail_as_one_timeline_in_order(
     assert "in process, attempt 1" in timeline
     times = [float(t) for t in re.findall(r'data-at="([0-9.]+)"', timeline)]
     assert len(times) == len(kinds) and times == sorted(times)
+    story = app.get(f"/api/runs/{run_id}", headers=bearer(tokens.viewer)).json()["timeline"]
+    assert [e["kind"] for e in story] == kinds and [e["at"] for e in story] == times
 
 
 def test_a_gated_compensation_in_the_inbox_shows_the_calls_input_and_output(
