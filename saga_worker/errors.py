@@ -9,6 +9,7 @@ message wraps the first one's.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 
@@ -98,6 +99,22 @@ class UnknownRunError(SagaError, LookupError):
     def __init__(self, run_id: str) -> None:
         super().__init__(f"run {run_id!r} is not in the journal", run_id=run_id)
         self._rebuilds_from(run_id)
+
+
+class RunPrunedError(SagaError, LookupError):
+    """Retention pruned the run: its journal is gone but a stub that keeps its id from ever running,
+    resuming or being unwound again (a replay must never become a re-execution)."""
+
+    def __init__(self, run_id: str, status: str, pruned_at: float) -> None:
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(pruned_at))
+        super().__init__(
+            f"run {run_id!r} was pruned from the journal at {when} (it had {status}); its calls and "
+            "decisions are gone, so it cannot run, resume or be unwound again: use a new run id",
+            run_id=run_id,
+            status=status,
+            pruned_at=pruned_at,
+        )
+        self._rebuilds_from(run_id, status, pruned_at)
 
 
 class JournalError(SagaError):

@@ -59,6 +59,13 @@ class SagaSettings(BaseSettings):
         "that kills it, the OOM killer) before the task is answered instead of run again: its step reads "
         "failed without its tool's code being called, and the run is flagged for a person.",
     )
+    prune_older_than: str | None = Field(
+        None,
+        description="Beat prunes the journal (as `saga-worker db prune --older-than` would, without an "
+        "archive) of runs last updated longer ago than this age, such as 90d. Unset (the default): beat "
+        "never prunes. Every worker must know the saga.prune task before it is set.",
+    )
+    prune_interval: float = Field(3600.0, gt=0, description="Seconds between beat's prunes, when set.")
     sweep_backoff: float = Field(2.0, gt=0, description="First retry delay in seconds; doubles per attempt.")
     sweep_backoff_max: float = Field(300.0, gt=0, description="Longest retry delay in seconds.")
     queue: str = Field(
@@ -108,6 +115,11 @@ class SagaSettings(BaseSettings):
         "password,passwd,secret,token,authorization,api_key,apikey,cookie",
         description="Key names (comma-separated, matched case-insensitively anywhere in a key) whose "
         "values the console and the CLI show as *** in tool inputs and outputs.",
+    )
+    flower_url: str | None = Field(
+        None,
+        description="Flower's address (such as http://flower.internal:5555): the console's run timeline "
+        "links each step run on the workers to its task there. Unset: task ids without links.",
     )
     metrics_port: int | None = Field(
         None, ge=1, le=65535, description="Port on which `saga-worker worker` serves /metrics (unset: none)."

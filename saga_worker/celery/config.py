@@ -15,12 +15,15 @@ from typing import Any
 
 from celery import Celery
 
+from ..core.checks import check_age
 from ..core.redact import redact_url
 from ..settings import SagaSettings, get_settings
 
 SQLA_POLL_INTERVAL_S = 0.05
 SWEEP_TASK = "saga.retry_uncertain"
 SWEEP_ENTRY = "saga-retry-uncertain"
+PRUNE_TASK = "saga.prune"
+PRUNE_ENTRY = "saga-prune"
 
 
 def is_redis(url: str) -> bool:
@@ -62,7 +65,25 @@ def celery_config(settings: SagaSettings | None = None) -> dict[str, Any]:
 
 
 def _beat_schedule(s: SagaSettings) -> dict[str, Any]:
-    return {SWEEP_ENTRY: sweep_entry(s)}
+    return {SWEEP_ENTRY: sweep_entry(s), **prune_entries(s)}
+
+
+def prune_entries(s: SagaSettings, *, queue: str | None = None) -> dict[str, Any]:
+    """Retention's beat entry, only when ``SAGA_PRUNE_OLDER_THAN`` is set (off by default: the task is
+    sent only where it was asked for, so older workers never receive it unasked)."""
+    if s.prune_older_than is None:
+        return {}
+    check_age(s.prune_older_than, "SAGA_PRUNE_OLDER_THAN")  # refused at the start, not at every prune
+    options: dict[str, Any] = {"expires": max(s.prune_interval, 1.0)}
+    if queue is not None:
+        options["queue"] = queue
+    entry = {
+        "task": PRUNE_TASK,
+        "schedule": s.prune_interval,
+        "args": (s.prune_older_than,),
+        "options": options,
+    }
+    return {PRUNE_ENTRY: entry}
 
 
 def sweep_entry(s: SagaSettings, *, queue: str | None = None) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from ..errors import InvalidInputError
 from ..executor import ToolsSource
 from ..settings import SagaSettings, get_settings
 from . import worker_signals
-from .config import SWEEP_ENTRY, sweep_entry
+from .config import SWEEP_ENTRY, prune_entries, sweep_entry
 from .tasks import register
 
 SAGA_ROUTE = "saga.*"
@@ -69,6 +69,7 @@ def _route(app: Celery, queue: str) -> None:
 def _beat(app: Celery, settings: SagaSettings) -> None:
     schedule = dict(app.conf.beat_schedule or {})
     schedule[SWEEP_ENTRY] = sweep_entry(settings, queue=settings.queue)
+    schedule.update(prune_entries(settings, queue=settings.queue))
     app.conf.beat_schedule = schedule
 
 

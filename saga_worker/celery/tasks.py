@@ -28,8 +28,9 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from .. import executor
 from ..compensation.report import CompensationEntry, CompensationStatus
 from ..core import faults
+from ..core.checks import check_age
 from ..errors import JournalUnavailableError
-from ..operating import actions
+from ..operating import actions, retention
 from . import health, result_store
 from .redeliveries import DeliveriesExhausted, counted
 from .sending import celery_enqueue
@@ -41,7 +42,8 @@ COMPENSATE_RUN = "saga.compensate_run"
 COMPENSATE_STEP = "saga.compensate_step"
 FINALIZE_UNWIND = "saga.finalize_unwind"
 RETRY_UNCERTAIN = "saga.retry_uncertain"
-NAMES = (COMPENSATE_RUN, COMPENSATE_STEP, FINALIZE_UNWIND, RETRY_UNCERTAIN)
+PRUNE = "saga.prune"
+NAMES = (COMPENSATE_RUN, COMPENSATE_STEP, FINALIZE_UNWIND, RETRY_UNCERTAIN, PRUNE)
 REQUEST = "saga_worker.celery.request:JsonOnlyRequest"
 
 # A journal that is briefly unreachable (a database restart, a locked SQLite file) or whose storage
@@ -260,14 +262,21 @@ def retry_uncertain(self: Task[Any, Any]) -> dict[str, list[str]]:
     return outcome
 
 
+def prune(self: Task[Any, Any], older_than: str) -> dict[str, Any]:
+    """Beat, when ``SAGA_PRUNE_OLDER_THAN`` is set: retention, as ``saga-worker db prune --yes``."""
+    summary = retention.prune(executor.current().journal, check_age(older_than, "SAGA_PRUNE_OLDER_THAN"))
+    return summary.as_dict()
+
+
 def register(app: Celery, **options: Any) -> dict[str, Task[Any, Any]]:
-    """Register the four ``saga.*`` tasks on ``app`` with ``options`` (per-task settings such as
+    """Register the ``saga.*`` tasks on ``app`` with ``options`` (per-task settings such as
     ``queue``, ``serializer``, ``acks_late``) and return them by name."""
     bodies: dict[str, tuple[Callable[..., Any], bool]] = {
         COMPENSATE_RUN: (compensate_run, True),
         COMPENSATE_STEP: (compensate_step, True),
         FINALIZE_UNWIND: (finalize_unwind, True),
         RETRY_UNCERTAIN: (retry_uncertain, False),
+        PRUNE: (prune, False),
     }
     registered: dict[str, Task[Any, Any]] = {}
     # A saga message whose body cannot be decoded is answered with a stored error (undecodable.py).

@@ -19,6 +19,7 @@ from .commands_demo import demo
 from .commands_inbox import inbox_command
 from .commands_journal import report, runs
 from .commands_processes import beat, db, worker
+from .commands_retention import prune_command
 from .commands_status import status
 from .commands_unwind import compensate, redrive, revoke
 from .common import OneLineErrorGroup, fail, log_formats
@@ -81,3 +82,4 @@ for _command in (
     demo,
 ):
     main.add_command(_command)
+db.add_command(prune_command)

@@ -20,6 +20,7 @@ from ..operating import actions
 from ..operating.audit import read_audit
 from ..operating.views import audit_row
 from ..settings import get_settings
+from .commands_bulk import approve_compensation_act, bulk_filters, filter_options, run_bulk_command
 from .common import configured_journal, fail
 from .render import dump, out, safe, when
 
@@ -102,12 +103,40 @@ def deny(run_id: str, call_id: str, reason: str, as_json: bool) -> None:
 
 
 @click.command("approve-compensation")
-@click.argument("run_id")
-@click.argument("suffix")
+@click.argument("run_id", required=False)
+@click.argument("suffix", required=False)
 @_REASON
 @_JSON
-def approve_compensation(run_id: str, suffix: str, reason: str, as_json: bool) -> None:
-    """Allow the gated compensation of step SUFFIX of RUN_ID (its unwind reads awaiting-approval)."""
+@filter_options
+def approve_compensation(
+    run_id: str | None,
+    suffix: str | None,
+    reason: str,
+    as_json: bool,
+    status: str | None,
+    tool: str | None,
+    older_than: str | None,
+    run_prefix: str | None,
+    yes: bool,
+) -> None:
+    """Allow the gated compensation of step SUFFIX of RUN_ID (its unwind reads awaiting-approval).
+
+    With filters instead, every gated compensation awaiting a decision in the runs they select (with
+    --tool, only that tool's): a dry run unless --yes; needs SAGA_TOOLS (the tools say which steps
+    are gated). Run it again to resume: steps decided before are skipped."""
+    filters = bulk_filters(status, tool, older_than, run_prefix)
+    if filters is not None:
+        if run_id is not None or suffix is not None:
+            raise click.UsageError("approve-compensation: name one step, or give filters for many, not both")
+        act = approve_compensation_act(reason)
+        run_bulk_command(
+            "approve-compensation", filters, yes=yes, as_json=as_json, make_act=act, needs_tools=True
+        )
+        return
+    if run_id is None or suffix is None:
+        raise click.UsageError(
+            "approve-compensation: name RUN_ID and SUFFIX, or give filters (--status, --tool, ...)"
+        )
     _decide("approve-compensation", run_id, suffix, reason, as_json)
 
 

@@ -10,6 +10,14 @@ import click
 from ..compensation.actors import default_actor
 from ..compensation.report import CompensationStatus, halted_at
 from ..settings import get_settings
+from .commands_bulk import (
+    bulk_filters,
+    compensate_many,
+    filter_options,
+    one_run_or_filters,
+    redrive_act,
+    run_bulk_command,
+)
 from .common import configured_journal, fail
 from .processes import celery
 from .progress import wait_with_progress
@@ -17,7 +25,7 @@ from .render import dump, out, report_table
 
 
 @click.command()
-@click.argument("run_id")
+@click.argument("run_id", required=False)
 @click.option("--dry-run", is_flag=True, help="Plan only: nothing is written, no hook is called.")
 @click.option("--reason", default=None, help="Why the run is reversed (kept in its audit trail).")
 @click.option(
@@ -32,8 +40,9 @@ from .render import dump, out, report_table
 )
 @click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait for the report.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@filter_options
 def compensate(
-    run_id: str,
+    run_id: str | None,
     dry_run: bool,
     reason: str | None,
     wait: bool,
@@ -41,6 +50,11 @@ def compensate(
     parallel: bool,
     timeout: float,
     as_json: bool,
+    status: str | None,
+    tool: str | None,
+    older_than: str | None,
+    run_prefix: str | None,
+    yes: bool,
 ) -> None:
     """Condemn RUN_ID and undo its steps in reverse order (on a worker unless --local).
 
@@ -48,34 +62,29 @@ def compensate(
     3 when it stopped at a compensation awaiting a person's approval (saga-worker
     approve-compensation), 5 when the journal had no record of RUN_ID (it is condemned all the same,
     so a run of that id can never start), 1 for an error. The audit trail names SAGA_ACTOR, else the
-    OS user."""
+    OS user.
+
+    With filters instead of RUN_ID, every run they select that is not condemned yet: a dry run
+    unless --yes; each is queued for the workers (or unwound here with --local) and the command
+    does not wait for their reports. Run it again to resume: runs done before are skipped."""
     from ..celery import compensate_run
     from ..celery.sending import celery_enqueue
     from ..operating import actions
 
+    filters = bulk_filters(status, tool, older_than, run_prefix)
+    one_run_or_filters("compensate", run_id, filters)
+    if filters is not None:
+        compensate_many(filters, dry_run=dry_run, local=local, reason=reason, yes=yes, as_json=as_json)
+        return
+    assert run_id is not None
     settings = get_settings()
     unknown = not dry_run and _never_seen(settings, run_id)
     # Both ways go through actions, which checks the run id, the actor (SAGA_ACTOR, else the OS
     # user), the reason and via before anything is enqueued, opened or written.
     if local:
-        from .. import executor
-
-        ctx = executor.WorkerContext(settings, create_journal=False)
-        try:
-            result = actions.unwind_here(
-                run_id,
-                context=ctx,
-                actor=None,
-                reason=reason,
-                via="cli",
-                dry_run=dry_run,
-                what="saga-worker compensate --local" + (" --dry-run" if dry_run else ""),
-                parallel=parallel,
-            )
-        finally:
-            ctx.close()
-        _show_report(result.model_dump(mode="json"), as_json)
-        _exit_for(result.model_dump(mode="json"), unknown, run_id, as_json)
+        data = _compensate_here(run_id, reason=reason, dry_run=dry_run, parallel=parallel)
+        _show_report(data, as_json)
+        _exit_for(data, unknown, run_id, as_json)
         return
     task_id = actions.enqueue_unwind(
         run_id,
@@ -95,6 +104,28 @@ def compensate(
     data = wait_with_progress(async_result, run_id, settings, timeout, quiet=as_json)
     _show_report(data, as_json)
     _exit_for(data, unknown, run_id, as_json)
+
+
+def _compensate_here(run_id: str, *, reason: str | None, dry_run: bool, parallel: bool) -> dict[str, Any]:
+    """``compensate --local``: through actions too (the same checks), in this process; the report."""
+    from .. import executor
+    from ..operating import actions
+
+    ctx = executor.WorkerContext(get_settings(), create_journal=False)
+    try:
+        result = actions.unwind_here(
+            run_id,
+            context=ctx,
+            actor=None,
+            reason=reason,
+            via="cli",
+            dry_run=dry_run,
+            what="saga-worker compensate --local" + (" --dry-run" if dry_run else ""),
+            parallel=parallel,
+        )
+    finally:
+        ctx.close()
+    return result.model_dump(mode="json")
 
 
 def _show_report(data: dict[str, Any], as_json: bool) -> None:
@@ -137,11 +168,29 @@ def _exit_for(data: dict[str, Any], unknown: bool, run_id: str, as_json: bool) -
 
 
 @click.command()
-@click.argument("run_id")
+@click.argument("run_id", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def redrive(run_id: str, as_json: bool) -> None:
+@filter_options
+def redrive(
+    run_id: str | None,
+    as_json: bool,
+    status: str | None,
+    tool: str | None,
+    older_than: str | None,
+    run_prefix: str | None,
+    yes: bool,
+) -> None:
     """Hand a run's unwind back to the workers once, now: one flagged for attention (the sweeper
-    gave up) or a stuck one (pending or incomplete, as the inbox's stuck lane lists)."""
+    gave up) or a stuck one (pending or incomplete, as the inbox's stuck lane lists).
+
+    With filters instead of RUN_ID, every run they select that is flagged for attention: a dry run
+    unless --yes. Run it again to resume: runs re-driven before are no longer flagged, and skipped."""
+    filters = bulk_filters(status, tool, older_than, run_prefix)
+    one_run_or_filters("redrive", run_id, filters)
+    if filters is not None:
+        run_bulk_command("redrive", filters, yes=yes, as_json=as_json, make_act=redrive_act)
+        return
+    assert run_id is not None
     from ..celery import compensate_run
     from ..celery.sending import celery_enqueue
     from ..operating import actions

@@ -156,7 +156,9 @@ def runs_table(found: Sequence[Mapping[str, Any]]) -> Table:
             f"[{style}]{unwind_state}[/]" if style else unwind_state,
             str(r["unwind_attempts"]),
             when(r["updated_at"]),
-            safe(r["unwind_note"] or "", lines=True),
+            f"pruned {when(r['pruned_at'])}"
+            if r.get("pruned_at") is not None
+            else safe(r["unwind_note"] or "", lines=True),
         )
     return table
 
@@ -177,7 +179,9 @@ def runs_lines(found: Sequence[Mapping[str, Any]]) -> list[str]:
                 cell(r["unwind_state"]),
                 str(r["unwind_attempts"]),
                 when(r["updated_at"]),
-                cell(r["unwind_note"] or ""),
+                f"pruned {when(r['pruned_at'])}"
+                if r.get("pruned_at") is not None
+                else cell(r["unwind_note"] or ""),
             )
         )
         for r in found

@@ -28,6 +28,7 @@ from ..journal.records import (
     WorklistView,
     condemned_by,
 )
+from ..journal.retention import refuse_pruned
 from ..journal.roles import UnwindJournal
 from ..locks.base import StepLock
 from ..observing import metrics, tracing
@@ -70,7 +71,9 @@ def begin_unwind(
     plan_only = check_dry_run(dry_run)
     try:
         if plan_only:
-            return journal.read_worklist(run_id, UNWOUND)
+            view = journal.read_worklist(run_id, UNWOUND)
+            refuse_pruned(view.run)
+            return view
         # The reads ride in the tombstone's transaction where that costs no round trip (SQLite).
         view = journal.condemn_and_read(run_id, UNWOUND, audit=audit)
     except MalformedRecordError as exc:
@@ -80,7 +83,19 @@ def begin_unwind(
                 journal.hold_sweep(run_id, 0.0, f"cannot unwind: {exc}"[:2000])
         raise
     metrics.inc(metrics.UNWINDS_STARTED)
+    if view.run is not None and view.run.pruned:
+        _refuse_pruned_unwind(journal, view.run)
     return view
+
+
+def _refuse_pruned_unwind(journal: UnwindJournal, run: RunInfo) -> None:
+    """A pruned run's calls are gone: an unwind would find nothing and call the run undone. Read with
+    the tombstone (no extra round trip on every unwind), so the stub is condemned by now: it waits
+    for a person (``attention``), never for the sweeper, and the caller gets ``RunPrunedError``."""
+    note = "pruned by retention: its calls are gone, nothing can be undone from the journal"
+    with contextlib.suppress(SagaError):  # the refusal itself is what the caller must see
+        journal.set_unwind_state(run.run_id, UnwindState.ATTENTION, note=note)
+    refuse_pruned(run)
 
 
 @dataclass(frozen=True)

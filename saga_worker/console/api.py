@@ -16,10 +16,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from ..celery.task_ids import step_task_id
 from ..errors import InvalidInputError, UnknownRunError
 from ..journal.records import CompensationGate
 from ..operating import actions, views
 from ..operating import inbox as inbox_view
+from ..operating.timeline import timeline
 from .service import blocking, console_of, operator, principal, request_unwind, run_id_of
 
 
@@ -58,6 +60,7 @@ async def get_run(request: Request) -> JSONResponse:
     )
     if view is None:
         raise UnknownRunError(run_id)
+    view["timeline"] = timeline(view, step_task_id)  # the run page's story, for programs too
     return JSONResponse(view)
 
 

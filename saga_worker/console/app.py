@@ -49,7 +49,7 @@ from ..observing import metrics
 from ..operating import inbox as inbox_view
 from ..operating.actions import ActionRefusedError, Enqueue, Workers
 from ..settings import SagaSettings, get_settings
-from . import api, pages
+from . import api, bulk, pages
 from .auth import Tokens
 from .bodies import BodyLimit
 from .csrf import CsrfCheck
@@ -243,6 +243,7 @@ def create_app(
         routes=[
             *pages.routes,
             *api.routes,
+            *bulk.routes,
             Route("/metrics", metrics_endpoint),
             Mount("/static", StaticFiles(directory=str(Path(__file__).with_name("static"))), name="static"),
         ],

@@ -20,12 +20,14 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
+from ..celery.task_ids import step_task_id
 from ..core.display import neutral
 from ..errors import InvalidInputError, UnknownRunError
 from ..journal.records import AuditAction
 from ..operating import actions, views
 from ..operating import inbox as inbox_view
 from ..operating.stuck import QUEUED_WINDOW_S, STUCK_REASONS
+from ..operating.timeline import timeline
 from .auth import COOKIE, Principal
 from .security import journal_summary
 from .service import (
@@ -173,6 +175,7 @@ def render(
             "journal": journal_summary(console.settings.resolved_journal_url()) if who is not None else "",
             "inbox_counts": getattr(request.state, "inbox_counts", None) if who is not None else None,
             "fleet": getattr(request.state, "fleet", None) if who is not None else None,
+            "flower": (console.settings.flower_url or "").rstrip("/") if who is not None else "",
             **context,
         },
         status_code=status_code,
@@ -261,6 +264,22 @@ async def inbox_page(request: Request) -> Response:
     )
 
 
+async def journal_size(request: Request) -> dict[str, Any]:
+    """How big the journal is and its oldest run (retention's measure), read at most once a minute:
+    counting every run is not free on a large journal."""
+    console = console_of(request)
+    cached = getattr(console, "_journal_size", None)
+    now = time.monotonic()
+    if cached is None or now - cached[0] > SIZE_TTL_S:
+        size = await blocking(console.journal.journal_size)
+        cached = (now, views.size_summary(size))
+        console._journal_size = cached  # type: ignore[attr-defined]
+    return dict(cached[1])
+
+
+SIZE_TTL_S = 60.0
+
+
 async def runs_list(request: Request) -> Response:
     who = principal(request)
     q = request.query_params
@@ -286,6 +305,7 @@ async def runs_list(request: Request) -> Response:
         filters=filters,
         next_url=next_url,
         first_url="/?" + urlencode(kept) if q.get("cursor") else None,
+        size=await journal_size(request),
     )
 
 
@@ -301,6 +321,7 @@ async def _view(request: Request) -> tuple[str, dict[str, Any]]:
     )
     if view is None:
         raise UnknownRunError(run_id)
+    view["timeline"] = timeline(view, step_task_id)
     return run_id, view
 
 

@@ -218,3 +218,18 @@ def check_storable_text(value: object, field: str, **detail: Any) -> str:
     if problem is not None:
         raise InvalidInputError(f"{field} cannot be stored: {problem}; nothing was written", **detail)
     return value
+
+
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_AGE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
+
+
+def check_age(age: object, name: str = "--older-than") -> float:
+    """An age such as ``90d``, ``12h``, ``30m``, ``45s`` or ``2w``, in seconds (more than zero)."""
+    match = _AGE.match(age) if isinstance(age, str) else None
+    seconds = float(match.group(1)) * _AGE_UNITS[match.group(2)] if match else 0.0
+    if seconds <= 0:
+        raise InvalidInputError(
+            f"{name} must be an age such as 90d, 12h, 30m, 45s or 2w, got {shown(age)}", value=clipped(age)
+        )
+    return seconds

@@ -34,11 +34,11 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..compensation import assert_not_compensated
 from ..core.checks import check_run_id, check_tool_name
 from ..core.keys import canonical_json, hash16
 from ..core.storable import exception_text
 from ..errors import CompensatedRunError, InvalidInputError, OutOfLineCallError, ToolFailedError
+from ..journal.retention import refuse_stopped
 from ..journal.roles import RunJournal
 from ..recording.blocks import saga
 from ..recording.groups import recorded_as_group
@@ -149,8 +149,9 @@ class AgentJournal:
         self.prompt = prompt if isinstance(prompt, str) else ""
 
     def refuse_if_condemned(self) -> None:
-        """Raise ``CompensatedRunError`` before an agent run starts on a condemned run id."""
-        assert_not_compensated(self.journal, self.run_id)
+        """Raise ``CompensatedRunError`` before an agent run starts on a condemned run id, and
+        ``RunPrunedError`` on a pruned one."""
+        refuse_stopped(self.journal.get_run(self.run_id))
 
     def call_id(self, tool_name: str, input: Any, position: int) -> str:
         """The journal's name for a call: its position, or its arguments for an args-mode tool."""

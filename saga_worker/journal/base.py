@@ -17,7 +17,7 @@ from typing import Any
 
 from ..core import faults
 from ..core.keys import compensate_key
-from .parts import AuditPart, ClaimsPart, RecordsPart, RunsPart, SharedPart, UnwindsPart
+from .parts import AuditPart, ClaimsPart, RecordsPart, RetentionPart, RunsPart, SharedPart, UnwindsPart
 from .records import (
     ClaimAttempt,
     ClaimStatus,
@@ -38,7 +38,7 @@ from .tombstone import condemn_then_read
 _GUARDS_LOCK = threading.Lock()
 
 
-class Journal(RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsPart, abc.ABC):
+class Journal(RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsPart, RetentionPart, abc.ABC):
     """What the run engine and the compensation engine need from storage, and nothing more."""
 
     url: str = ""

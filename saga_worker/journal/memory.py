@@ -12,6 +12,7 @@ from .memory_parts.audit import MemoryAudit
 from .memory_parts.claims import MemoryClaims
 from .memory_parts.common import copy_json as _copy
 from .memory_parts.records import MemoryRecords
+from .memory_parts.retention import MemoryRetention
 from .memory_parts.runs import MemoryRuns, new_run
 from .memory_parts.shared import MemoryShared
 from .memory_parts.unwinds import MemoryUnwinds
@@ -27,10 +28,18 @@ from .records import (
     ToolRecord,
     UnwindInfo,
 )
+from .retention import refuse_pruned
 
 
 class MemoryJournal(
-    MemoryRuns, MemoryRecords, MemoryUnwinds, MemoryAudit, MemoryShared, MemoryClaims, Journal
+    MemoryRuns,
+    MemoryRecords,
+    MemoryUnwinds,
+    MemoryAudit,
+    MemoryShared,
+    MemoryClaims,
+    MemoryRetention,
+    Journal,
 ):
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
@@ -59,6 +68,7 @@ class MemoryJournal(
                 raise UnknownRunError(source_run_id)
             if source.condemned:
                 raise CompensatedRunError(source_run_id)
+            refuse_pruned(source)
             target = self._runs.get(new_run_id)
             if target is not None:
                 if target.condemned:

@@ -23,6 +23,7 @@ from .records import (
     ClaimStatus,
     CompensationClaim,
     CompensationGate,
+    JournalSize,
     NewAudit,
     NewRecord,
     RecordStatus,
@@ -35,6 +36,7 @@ from .records import (
     UnwindInfo,
     UnwindState,
 )
+from .retention import Archive
 
 
 class Clock(Protocol):
@@ -417,3 +419,38 @@ class UnwindsPart(Clock, Protocol):
     @abc.abstractmethod
     def forget_redeliveries(self, task_id: str) -> None:
         """The task ended (any way but its worker being lost): its count goes."""
+
+
+class RetentionPart(Clock, Protocol):
+    """Retention: the runs nothing can still need, removed in bounded batches, each leaving a stub
+    (the rule: ``journal/retention.py``)."""
+
+    @abc.abstractmethod
+    def prunable_runs(
+        self, before: float, *, limit: int = 100, after: tuple[float, str] | None = None
+    ) -> list[RunInfo]:
+        """Runs the rule allows pruning, last updated before ``before``, least recently updated first,
+        starting strictly after ``after`` (an ``(updated_at, run_id)`` key), at most ``limit``."""
+
+    @abc.abstractmethod
+    def count_prunable(self, before: float) -> int:
+        """How many runs ``prune_runs`` would remove now with this cut-off."""
+
+    @abc.abstractmethod
+    def prune_runs(
+        self,
+        before: float,
+        *,
+        limit: int = 500,
+        after: tuple[float, str] | None = None,
+        archive: Archive | None = None,
+    ) -> list[RunInfo]:
+        """Prune at most ``limit`` runs (as ``prunable_runs`` chooses them) in one transaction; return
+        their stubs, least recently updated first. ``archive`` is handed what is removed (each run's
+        row and its rows of every table) before anything is deleted, in the transaction: if it raises,
+        nothing is pruned. Each run is checked again as it is pruned, so one condemned or given a new
+        call meanwhile is left alone."""
+
+    @abc.abstractmethod
+    def journal_size(self) -> JournalSize:
+        """How many runs the journal holds (and pruned stubs), and its least recently updated run."""

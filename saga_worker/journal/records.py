@@ -79,10 +79,16 @@ class RunInfo:
     unwind_epoch: int = 0  # bumped when an outcome lands after the tombstone: the unwind must look again
     # The span of the run's start (W3C traceparent), when it was traced: later spans of the run link to it.
     traceparent: str | None = None
+    # When retention pruned the run (``saga-worker db prune``): its row stays as a stub, the rest is gone.
+    pruned_at: float | None = None
 
     @property
     def condemned(self) -> bool:
         return self.condemned_at is not None
+
+    @property
+    def pruned(self) -> bool:
+        return self.pruned_at is not None
 
     @property
     def ended(self) -> bool:
@@ -368,6 +374,16 @@ class StepView:
     record: ToolRecord | None
     claim: CompensationClaim | None
     previous: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class JournalSize:
+    """How big the journal is: its runs (pruned stubs apart) and the oldest one it still holds."""
+
+    runs: int
+    pruned: int
+    oldest_run_id: str | None
+    oldest_at: float | None  # when it was last updated: the age retention judges by
 
 
 @dataclass(frozen=True)

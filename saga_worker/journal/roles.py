@@ -28,6 +28,7 @@ from .records import (
     CompensationClaim,
     CompensationGate,
     FinishedClaim,
+    JournalSize,
     NewAudit,
     NewRecord,
     RecordStatus,
@@ -322,6 +323,8 @@ class OperatorJournal(_RunAndRecord, _History, _Trail, _UnwindProgress, Protocol
     def get_unwind(self, unwind_id: str) -> UnwindInfo | None: ...
 
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]: ...
+
+    def journal_size(self) -> JournalSize: ...
 
 
 def _every_journal_plays_every_role(journal: Journal) -> tuple[UnwindJournal, RunJournal, OperatorJournal]:

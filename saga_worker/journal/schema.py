@@ -30,6 +30,8 @@ runs = sa.Table(
     sa.Column("unwind_epoch", sa.Integer, nullable=False, server_default="0"),
     # Migration 0007: the span that started the run (W3C traceparent), when it was traced.
     sa.Column("traceparent", sa.String(64)),
+    # Migration 0012: when retention pruned the run; its row stays as a stub, so its id never runs again.
+    sa.Column("pruned_at", sa.Double),
 )
 # Migration 0003: the runs listing's keyset indexes (see that migration).
 sa.Index("ix_saga_runs_page", runs.c.updated_at, runs.c.run_id)
@@ -46,6 +48,13 @@ sa.Index(
 # expression index on one dialect, which autogenerate cannot compare; only the migration knows it.
 MIGRATION_ONLY_INDEXES = frozenset({"ix_saga_runs_id_bytes"})
 sa.Index("ix_saga_runs_unwind_due", runs.c.unwind_state, runs.c.unwind_next_at)
+# Migration 0012: the stubs a prune batch just made (their calls, decisions and audit are deleted by it).
+sa.Index(
+    "ix_saga_runs_pruned",
+    runs.c.pruned_at,
+    sqlite_where=runs.c.pruned_at.is_not(None),
+    postgresql_where=runs.c.pruned_at.is_not(None),
+)
 
 decisions = sa.Table(
     "saga_decisions",
@@ -85,6 +94,20 @@ records = sa.Table(
     sa.Column("group", sa.String(64)),
 )
 sa.Index("ix_saga_tool_records_order", records.c.run_id, records.c.seq)
+
+
+def forked_records_clause() -> sa.ColumnElement[bool]:
+    """Records copied into a fork (their effect is another run's): the partial index's condition."""
+    return sa.text("origin_run_id <> run_id")  # type: ignore[return-value]
+
+
+# Migration 0012: which runs' effects live on in a fork (retention keeps such a run); few rows.
+sa.Index(
+    "ix_saga_tool_records_forked",
+    records.c.origin_run_id,
+    postgresql_where=forked_records_clause(),
+    sqlite_where=forked_records_clause(),
+)
 
 
 def records_waiting_clause() -> sa.ColumnElement[bool]:

@@ -28,6 +28,7 @@ from .dialects import POLICIES, policy_for
 from .sql_parts.audit import SqlAudit
 from .sql_parts.claims import SqlClaims
 from .sql_parts.records import SqlRecords
+from .sql_parts.retention import SqlRetention
 from .sql_parts.runs import SqlRuns
 from .sql_parts.shared import SqlShared
 from .sql_parts.sweeps import SqlSweeps
@@ -39,7 +40,16 @@ T = TypeVar("T")
 
 
 class SqlJournal(
-    SqlTombstone, SqlRuns, SqlRecords, SqlSweeps, SqlUnwinds, SqlAudit, SqlShared, SqlClaims, Journal
+    SqlTombstone,
+    SqlRuns,
+    SqlRecords,
+    SqlSweeps,
+    SqlUnwinds,
+    SqlAudit,
+    SqlShared,
+    SqlClaims,
+    SqlRetention,
+    Journal,
 ):
     """A journal in a SQL database. Every process that opens the same URL sees the same journal."""
 

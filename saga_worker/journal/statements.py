@@ -18,6 +18,7 @@ from .sql_parts.common import StatementsBase
 from .sql_parts.common import server_clock as server_clock  # tests/faults/breaks.py
 from .sql_parts.gate import GateStatements
 from .sql_parts.records import RecordReads, RecordStatements
+from .sql_parts.retention import RetentionReads, RetentionStatements
 from .sql_parts.runs import RunReads, RunStatements
 from .sql_parts.shared import SharedReads, SharedStatements
 from .sql_parts.sweeps import SweepReads, SweepStatements
@@ -35,6 +36,7 @@ class Statements(
     ClaimStatements,
     SweepStatements,
     UnwindStatements,
+    RetentionStatements,
     StatementsBase,
 ):
     """The prepared statements of one dialect, as attributes named for what they do."""
@@ -61,6 +63,7 @@ class Statements(
         self._build_unwinds()
         self._build_step_view()
         self._build_step_finish()
+        self._build_retention()
 
 
 # Each dialect's statements, compiled once per process and shared by every journal whose engine the
@@ -82,8 +85,16 @@ def shared_statements(dialect: sa.Dialect) -> Statements:
 def _every_part_reads_only_what_is_built(
     q: Statements,
 ) -> tuple[
-    AuditReads, ClaimReads, RecordReads, RunReads, SharedReads, SweepReads, TombstoneReads, UnwindReads
+    AuditReads,
+    ClaimReads,
+    RecordReads,
+    RunReads,
+    SharedReads,
+    SweepReads,
+    TombstoneReads,
+    UnwindReads,
+    RetentionReads,
 ]:
     """Never called: mypy checks that the composed statements hold every statement each part reads
     (each part's ``_q`` protocol), so a part cannot read a statement no area builds."""
-    return q, q, q, q, q, q, q, q
+    return q, q, q, q, q, q, q, q, q

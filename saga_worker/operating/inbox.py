@@ -230,7 +230,9 @@ def _halted_unwinds(
             gates = awaiting_gates(journal, run, steps, tools or {})
             if not gates:  # the console does not know the tools (SAGA_TOOLS): the run page tells
                 items.append(_inbox_item(kind, run, run.updated_at, note="halted at a compensation gate"))
+            by_suffix = {s["suffix"]: s for s in steps}
             for gate in gates:
+                call = by_suffix.get(gate["suffix"], {})  # what the person approves undoing: its amount
                 items.append(
                     _inbox_item(
                         kind,
@@ -241,6 +243,8 @@ def _halted_unwinds(
                         tool_name=gate["tool_name"],
                         target=gate["target"],
                         actions=gate["actions"],
+                        input_preview=call.get("input_preview"),
+                        output_preview=call.get("output_preview"),
                     )
                 )
     return items, more

@@ -61,6 +61,7 @@ def step_dict(
 ) -> dict[str, Any]:
     return {
         "seq": record.seq,
+        "step": record.step,  # the planner decision that made the call
         "suffix": record.suffix,
         "tool_call_id": record.tool_call_id,
         "tool_name": record.tool_name,

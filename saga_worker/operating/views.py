@@ -24,6 +24,7 @@ from ..core.redact import SECRET_KEYS, redact_secrets, redact_text, redact_value
 from ..errors import InvalidInputError
 from ..journal.records import (
     AuditRecord,
+    JournalSize,
     RecordStatus,
     RunInfo,
     RunQuery,
@@ -164,6 +165,17 @@ def _suspended_runs(journal: OperatorJournal, query: RunQuery) -> list[RunInfo]:
 SUSPENDED = "suspended"  # a status a run reads while a call of it waits for a person (not stored)
 
 
+def size_summary(size: JournalSize) -> dict[str, Any]:
+    """The journal's size for a person: its runs, pruned stubs, and the least recently updated run."""
+    return {
+        "runs": size.runs,
+        "pruned": size.pruned,
+        "oldest_run_id": size.oldest_run_id,
+        "oldest_at": size.oldest_at,
+        "oldest_at_iso": iso(size.oldest_at),
+    }
+
+
 def run_summary(run: RunInfo, suspended: bool | str | None = False) -> dict[str, Any]:
     """A run's row. ``suspended``: a call of it waits for a person (True, or ``"suspended"``), and the
     run, still ``running`` in the journal, reads ``suspended``; ``"interrupted"``: its executor died
@@ -181,12 +193,15 @@ def run_summary(run: RunInfo, suspended: bool | str | None = False) -> dict[str,
         "unwind_attempts": run.unwind_attempts,
         "unwind_next_at": run.unwind_next_at,
         "unwind_note": None if run.unwind_note is None else redact_text(run.unwind_note),
+        "error": None if run.error is None else redact_text(run.error),
         "source_run_id": run.source_run_id,
         "created_at": run.created_at,
         "created_at_iso": iso(run.created_at),
         "updated_at": run.updated_at,
         "updated_at_iso": iso(run.updated_at),
         "condemned_at_iso": iso(run.condemned_at),
+        "pruned_at": run.pruned_at,  # retention removed its journal; the row is a stub
+        "pruned_at_iso": iso(run.pruned_at),
     }
 
 

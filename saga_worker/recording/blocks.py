@@ -28,7 +28,6 @@ from ..core.checks import check_call_id, check_run_id, check_storable_text
 from ..core.keys import canonical_json, record_suffix
 from ..core.storable import exception_text
 from ..errors import (
-    CompensatedRunError,
     InvalidInputError,
     ReplayMismatchError,
     RunEndedError,
@@ -37,6 +36,7 @@ from ..errors import (
     UnknownToolError,
 )
 from ..journal.records import RecordStatus, RunInfo, RunStatus
+from ..journal.retention import refuse_stopped
 from ..journal.roles import RunJournal
 from ..observing import tracing
 from .calls import CallSettler
@@ -101,8 +101,7 @@ class SagaRun:
         self._used: set[str] = set()
         self._group: str | None = None  # the group of an open ``parallel()`` block
         run = journal.get_run(self.run_id)
-        if run is not None and run.condemned:
-            raise CompensatedRunError(self.run_id)
+        refuse_stopped(run)  # condemned, or pruned (its journal is gone: nothing to replay)
         self._run: RunInfo | None = run
         self._decisions: list[Any] = journal.list_decisions(self.run_id) if run is not None else []
 

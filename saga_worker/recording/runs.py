@@ -10,8 +10,9 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..core.checks import check_run_id, check_storable_text
-from ..errors import CompensatedRunError, InvalidInputError, UnknownRunError
+from ..errors import InvalidInputError, UnknownRunError
 from ..journal.records import RunInfo, RunStatus
+from ..journal.retention import refuse_stopped
 from ..journal.roles import RunJournal
 from ..observing import tracing
 from .calls import CallSettler
@@ -68,8 +69,7 @@ def stream_durable(
     loop = _RunLoop(run_id, journal, tools, planner, max_steps)
     check_storable_text(prompt, "prompt", run_id=run_id)
     run = journal.get_run(run_id)
-    if run is not None and run.condemned:
-        raise CompensatedRunError(run_id)
+    refuse_stopped(run)  # condemned or pruned: it never moves, and a pruned one has nothing to replay
     # A run already started keeps its journaled prompt: the planner must see what it saw before.
     return tracing.traced_run(loop, run, loop.events(run, prompt if run is None else run.prompt), "run")
 
@@ -82,8 +82,7 @@ def resume_run(
     run = journal.get_run(run_id)
     if run is None or run.status is RunStatus.UNKNOWN and not run.condemned:
         raise UnknownRunError(run_id)
-    if run.condemned:
-        raise CompensatedRunError(run_id)
+    refuse_stopped(run)
     result: RunResult | None = None
     for event in tracing.traced_run(loop, run, loop.events(run, run.prompt), "resume"):
         result = event.result if event.kind == "end" else result
@@ -100,8 +99,7 @@ def fork_run(journal: RunJournal, run_id: str, step: int, new_run_id: str) -> st
     run = journal.get_run(run_id)
     if run is None:
         raise UnknownRunError(run_id)
-    if run.condemned:
-        raise CompensatedRunError(run_id)
+    refuse_stopped(run)
     made = len(journal.list_decisions(run_id))
     if step > made:
         raise InvalidInputError(

@@ -50,6 +50,7 @@ def test_library_celery_layer_works_outside_a_checkout_without_tasks_or_config_p
         "saga.compensate_run",
         "saga.compensate_step",
         "saga.finalize_unwind",
+        "saga.prune",
         "saga.retry_uncertain",
     ]
     assert got["delay_name"] == "saga.compensate_run"

@@ -112,3 +112,30 @@ def test_a_saga_task_sent_by_name_from_a_pickle_app_goes_out_as_json_on_the_saga
     assert message is not None
     assert message.content_type == "application/json"
     assert message.body is not None and json.loads(message.body)[0] == ["order-7"]
+
+
+def test_beat_prunes_only_when_an_age_is_set_and_the_task_prunes_what_db_prune_would(
+    host: Celery, tmp_path: Any
+) -> None:
+    install(host, settings=settings())
+    assert "saga-prune" not in host.conf.beat_schedule  # off by default: the task is never sent unasked
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    install(host, settings=settings(journal_url=url, prune_older_than="1s", prune_interval=600))
+    entry = host.conf.beat_schedule["saga-prune"]
+    assert (entry["task"], entry["schedule"], entry["args"]) == ("saga.prune", 600, ("1s",))
+    from saga_worker import open_journal, run_durable, scripted
+
+    with open_journal(url) as journal:
+        run_durable("old", journal=journal, tools={}, planner=scripted(final="done"))
+        import time
+
+        time.sleep(1.1)
+        run_durable("new", journal=journal, tools={}, planner=scripted(final="done"))
+        summary = host.tasks["saga.prune"].apply(args=("1s",)).get()
+        assert summary["pruned"] == 1
+        assert journal.get_run("old").pruned and not journal.get_run("new").pruned  # type: ignore[union-attr]
+
+
+def test_an_age_beat_cannot_read_is_refused_when_the_app_is_configured(host: Celery) -> None:
+    with pytest.raises(InvalidInputError, match="SAGA_PRUNE_OLDER_THAN must be an age"):
+        install(host, settings=settings(prune_older_than="ninety days"))

@@ -357,6 +357,8 @@ def test_compensate_local_parallel_undoes_a_recorded_group_and_shows_each_entrys
         ("reserve_stock", 1, "compensated"),
         ("charge", 1, "compensated"),
     ]
+
+
 def test_compensating_a_run_the_journal_never_saw_says_no_records_and_exits_5(demo_tools: Path) -> None:
     place("order-1")  # the journal exists; "order-l" is a typo of its id
     result = CliRunner().invoke(main, ["compensate", "order-l", "--local", "--reason", "typo"])

@@ -10,12 +10,20 @@ backend.
 from __future__ import annotations
 
 from saga_worker.journal.base import Journal
-from saga_worker.journal.parts import AuditPart, ClaimsPart, RecordsPart, RunsPart, SharedPart, UnwindsPart
+from saga_worker.journal.parts import (
+    AuditPart,
+    ClaimsPart,
+    RecordsPart,
+    RetentionPart,
+    RunsPart,
+    SharedPart,
+    UnwindsPart,
+)
 from tests.journal.parts_only import SPANNING, PartsOnly
 
 
 def test_the_parts_leave_only_what_spans_them_to_the_journal() -> None:
-    parts = (RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsPart)
+    parts = (RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsPart, RetentionPart)
     assert all(part in Journal.__mro__ for part in parts)
     every = set().union(*(part.__abstractmethods__ for part in parts))
     assert Journal.__abstractmethods__ == every  # nothing abstract but the parts' methods

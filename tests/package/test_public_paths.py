@@ -40,7 +40,7 @@ ROOT = {
     "CompensationStatus", "Finish", "GateDecision", "InvalidInputError", "Journal", "JournalError",
     "JournalUnavailableError", "MalformedRecordError", "MemoryJournal", "NoEffect", "OpenTransactionError",
     "PendingCall", "Planner", "RecoverResult", "ReplayMismatchError", "RetryPolicy", "RunEndedError",
-    "RunEvent", "RunExistsError", "RunResult", "RunState", "SagaError", "SagaRun",
+    "RunEvent", "RunExistsError", "RunPrunedError", "RunResult", "RunState", "SagaError", "SagaRun",
     "SideEffectRetryBlockedError", "SqlJournal", "Tool", "ToolCall", "ToolFailedError",
     "ToolsNotConfiguredError", "UnknownRunError", "UnknownToolError", "approve", "approve_compensation",
     "assert_not_compensated", "compensate_run", "deny", "deny_compensation", "fork_run", "open_journal",

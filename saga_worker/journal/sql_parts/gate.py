@@ -72,6 +72,7 @@ def run_row(m: Mapping[Any, Any]) -> RunInfo:
         unwind_note=m["unwind_note"],
         unwind_epoch=m.get("unwind_epoch") or 0,
         traceparent=m.get("traceparent"),
+        pruned_at=m.get("pruned_at"),
     )
 
 

@@ -14,6 +14,7 @@ from .. import driver
 from ..dialects import policy_for
 from ..driver import Prepared
 from ..records import RunInfo, RunQuery, RunStatus, UnwindState, like_pattern
+from ..retention import refuse_pruned
 from ..schema import decisions, records, runs
 from .common import ENDED, NEW_RUN, NOW, RUN, SqlPlumbing, StatementsBase, b
 from .common import dump_json as _dump
@@ -322,6 +323,7 @@ class SqlRuns(SqlPlumbing):
                 raise UnknownRunError(source_run_id)
             if run_row(source).condemned:
                 raise CompensatedRunError(source_run_id)
+            refuse_pruned(run_row(source))  # under the source's row lock: ordered against a prune
             made = tx.one(
                 q.fork_insert, {**params, "new_prompt": source["prompt"], "at_seq": source["next_seq"]}
             )
