@@ -67,25 +67,49 @@ def compensate(
     With filters instead of RUN_ID, every run they select that is not condemned yet: a dry run
     unless --yes; each is queued for the workers (or unwound here with --local) and the command
     does not wait for their reports. Run it again to resume: runs done before are skipped."""
-    from ..celery import compensate_run
-    from ..celery.sending import celery_enqueue
-    from ..operating import actions
-
     filters = bulk_filters(status, tool, older_than, run_prefix)
     one_run_or_filters("compensate", run_id, filters)
     if filters is not None:
         compensate_many(filters, dry_run=dry_run, local=local, reason=reason, yes=yes, as_json=as_json)
         return
     assert run_id is not None
-    settings = get_settings()
-    unknown = not dry_run and _never_seen(settings, run_id)
+    unknown = not dry_run and _never_seen(get_settings(), run_id)
     # Both ways go through actions, which checks the run id, the actor (SAGA_ACTOR, else the OS
     # user), the reason and via before anything is enqueued, opened or written.
+    data: dict[str, Any] | None
     if local:
         data = _compensate_here(run_id, reason=reason, dry_run=dry_run, parallel=parallel)
-        _show_report(data, as_json)
-        _exit_for(data, unknown, run_id, as_json)
-        return
+    else:
+        data = _compensate_on_worker(
+            run_id,
+            reason=reason,
+            dry_run=dry_run,
+            parallel=parallel,
+            wait=wait,
+            timeout=timeout,
+            as_json=as_json,
+        )
+        if data is None:
+            return  # not waiting: the task id was printed
+    _show_report(data, as_json)
+    _exit_for(data, unknown, run_id, as_json)
+
+
+def _compensate_on_worker(
+    run_id: str,
+    *,
+    reason: str | None,
+    dry_run: bool,
+    parallel: bool,
+    wait: bool,
+    timeout: float,
+    as_json: bool,
+) -> dict[str, Any] | None:
+    """``compensate`` on a worker: the report, or None when not waiting for it (the task id printed)."""
+    from ..celery import compensate_run
+    from ..celery.sending import celery_enqueue
+    from ..operating import actions
+
     task_id = actions.enqueue_unwind(
         run_id,
         enqueue=celery_enqueue(compensate_run),
@@ -100,10 +124,8 @@ def compensate(
         dump({"task_id": async_result.id, "run_id": run_id}) if as_json else out.print(
             f"unwind of run [bold]{run_id}[/] enqueued as task {async_result.id}"
         )
-        return
-    data = wait_with_progress(async_result, run_id, settings, timeout, quiet=as_json)
-    _show_report(data, as_json)
-    _exit_for(data, unknown, run_id, as_json)
+        return None
+    return wait_with_progress(async_result, run_id, get_settings(), timeout, quiet=as_json)
 
 
 def _compensate_here(run_id: str, *, reason: str | None, dry_run: bool, parallel: bool) -> dict[str, Any]:

@@ -206,6 +206,12 @@ def _give_health(console: Console, health: Callable[[], dict[str, Any] | None] |
         console.beat_metrics = True
 
 
+def _signer(settings: SagaSettings) -> Signer:
+    """What signs the console's session cookies: ``SAGA_CONSOLE_SECRET``, or one made for this process."""
+    key = settings.console_secret.get_secret_value() if settings.console_secret else None
+    return Signer(console_secret(key, embedded=settings.embedded))
+
+
 def create_app(
     settings: SagaSettings | None = None,
     *,
@@ -219,9 +225,7 @@ def create_app(
     consumes the queue) to a Celery ping."""
     settings = settings if settings is not None else get_settings()
     secret = settings.console_tokens.get_secret_value() if settings.console_tokens else None
-    tokens = Tokens(secret)
-    key = settings.console_secret.get_secret_value() if settings.console_secret else None
-    signer = Signer(console_secret(key, embedded=settings.embedded))
+    signer = _signer(settings)
     network = Network.configure(
         allowed_hosts=settings.console_allowed_hosts,
         bind_host=settings.console_host,
@@ -229,7 +233,7 @@ def create_app(
     )
     console = Console(
         settings=settings,
-        tokens=tokens,
+        tokens=Tokens(secret),
         context=context if context is not None else _existing_journal(settings),
         enqueue=enqueue if enqueue is not None else celery_enqueue(compensate_run),
         sessions=Sessions(settings.console_session_ttl, signer),

@@ -5,7 +5,7 @@ finished or failed run it was (its status and tombstone stay), so it neither re-
 it: an ended run takes no new call, a condemned one none at all.
 
 Revision ID: 0012
-Revises: 0009
+Revises: 0010
 Create Date: 2026-12-07
 """
 
