@@ -33,8 +33,12 @@ class SagaWorkerConfig(AppConfig):  # type: ignore[misc]
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
         from ...recording import transactions
         from ...settings import get_settings
+        from .migrating import upgrade_after_migrate
 
         transactions.add_probe(open_atomic_block)
+        post_migrate.connect(upgrade_after_migrate, sender=self, dispatch_uid="saga_worker.upgrade_journal")
         get_settings.cache_clear()  # from now on SAGA_* come from Django's settings
