@@ -11,12 +11,19 @@ and the error says what to do instead: send the step once the transaction has co
 
 Which transactions count is told by *probes*: ``saga_worker.contrib.django`` registers one for
 Django's connections, :func:`watch_sqlalchemy` one for a SQLAlchemy engine of the app's.
+
+One kind of call may be made inside the app's transaction: a ``Tool(in_transaction=True)`` whose
+effect is a write to the journal's own database, while the journal can *join* that transaction
+(``journal/hosts.py``: Django's ``atomic()`` on ``SAGA_DATABASE``). Such a call is settled under
+:func:`joining`: the probes leave out the transaction it joins, and the journal writes the call's
+rows (its run, decision, gate, claim and record) in it, so its effect and its record commit together.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..errors import OpenTransactionError
@@ -47,6 +54,26 @@ def open_transaction() -> str | None:
         if seen:
             return seen
     return None
+
+
+_joining = threading.local()
+
+
+@contextmanager
+def joining() -> Iterator[None]:
+    """Settle a ``Tool(in_transaction=True)`` call: the journal joins the app's open transaction on
+    its own database, if there is one it can join (a host says so), and probes leave that one out."""
+    before = getattr(_joining, "depth", 0)
+    _joining.depth = before + 1
+    try:
+        yield
+    finally:
+        _joining.depth = before
+
+
+def is_joining() -> bool:
+    """Is this thread settling a call that joins the app's transaction (:func:`joining`)?"""
+    return getattr(_joining, "depth", 0) > 0
 
 
 def refuse_inside_open_transaction(run_id: str, tool_call_id: str, tool_name: str) -> None:
@@ -93,6 +120,8 @@ def watch_sqlalchemy(engine: Any, *, name: str | None = None) -> Probe:
 __all__ = [
     "Probe",
     "add_probe",
+    "is_joining",
+    "joining",
     "open_transaction",
     "refuse_inside_open_transaction",
     "remove_probe",
