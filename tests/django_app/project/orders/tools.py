@@ -24,6 +24,7 @@ def _compensate(name: str) -> Any:
     return undo
 
 
+# --8<-- [start:in-db]
 def _pay_in_db(input: Any, opts: CallOptions) -> Any:
     from .models import Payment
 
@@ -39,11 +40,14 @@ def _refund_in_db(input: Any, output: Any, opts: CallOptions) -> None:
     Payment.objects.filter(key=opts.idempotency_key).delete()
 
 
+# --8<-- [end:in-db]
+
+
 TOOLS = {
     **DEMO,
     "pay": Tool(_execute("pay"), _compensate("pay")),
     "reserve": Tool(_execute("reserve"), _compensate("reserve"), compensate_needs_approval=True),
     "refund": Tool(_execute("refund"), _compensate("refund"), needs_approval=True),
-    "pay_in_db": Tool(_pay_in_db, _refund_in_db, in_transaction=True),
+    "pay_in_db": Tool(_pay_in_db, _refund_in_db, in_transaction=True),  # the ORM, in the app's transaction
     "check_stock": Tool(lambda input, opts: {"in_stock": True}, side_effect=False),
 }
