@@ -78,7 +78,7 @@ class SagaRun:
         if tool_name not in tools:
             raise UnknownToolError(self.run_id, tool_name, sorted(tools))
         # An in_transaction call's run, decision and record join the app's transaction with its effect.
-        with joined_if_in_transaction(tools[tool_name]):
+        with joined_if_in_transaction(tools[tool_name], self.journal):
             with self._lock:
                 self._position += 1
                 call_id = check_call_id(id) if id is not None else f"call-{self._position}"

@@ -40,10 +40,10 @@ def must_be_durable(tool: Tool) -> bool:
     return tool.side_effect and not tool.idempotent
 
 
-def joined_if_in_transaction(tool: Tool) -> AbstractContextManager[None]:
+def joined_if_in_transaction(tool: Tool, journal: RunJournal) -> AbstractContextManager[None]:
     """A ``Tool(in_transaction=True)`` call joins the app's open transaction where the journal can
     (``transactions.joining``); any other call is journaled on the journal's own connections."""
-    return transactions.joining() if tool.in_transaction else nullcontext()
+    return transactions.joining(journal) if tool.in_transaction else nullcontext()
 
 
 class CallSettler:
@@ -69,7 +69,7 @@ class CallSettler:
         if tool is None:
             raise UnknownToolError(self.run_id, tool_name, sorted(self.tools))
         suffix = record_suffix(tool.idempotency, tool_name, call_id, input)
-        with joined_if_in_transaction(tool):
+        with joined_if_in_transaction(tool, self.journal):
             event = self._settle_record(step, tool, suffix, call_id, tool_name, input)
         self.settled.add(suffix)
         return event
@@ -88,7 +88,7 @@ class CallSettler:
         tool = self.tools.get(tool_name)
         if tool is None or not tool.side_effect:
             return
-        with joined_if_in_transaction(tool):
+        with joined_if_in_transaction(tool, self.journal):
             seen = transactions.open_transaction()
         if seen is None:
             return

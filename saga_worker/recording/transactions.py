@@ -60,20 +60,26 @@ _joining = threading.local()
 
 
 @contextmanager
-def joining() -> Iterator[None]:
-    """Settle a ``Tool(in_transaction=True)`` call: the journal joins the app's open transaction on
-    its own database, if there is one it can join (a host says so), and probes leave that one out."""
-    before = getattr(_joining, "depth", 0)
-    _joining.depth = before + 1
+def joining(journal: object) -> Iterator[None]:
+    """Settle a ``Tool(in_transaction=True)`` call on ``journal``: it joins the app's open
+    transaction on its own database, if there is one it can join (a host says so), and probes leave
+    that one out (they ask :func:`joining_journal` which journal it is)."""
+    before = getattr(_joining, "journal", None)
+    _joining.journal = journal
     try:
         yield
     finally:
-        _joining.depth = before
+        _joining.journal = before
+
+
+def joining_journal() -> object | None:
+    """The journal of the call this thread settles under :func:`joining`, or None."""
+    return getattr(_joining, "journal", None)
 
 
 def is_joining() -> bool:
     """Is this thread settling a call that joins the app's transaction (:func:`joining`)?"""
-    return getattr(_joining, "depth", 0) > 0
+    return joining_journal() is not None
 
 
 def refuse_inside_open_transaction(run_id: str, tool_call_id: str, tool_name: str) -> None:
@@ -122,6 +128,7 @@ __all__ = [
     "add_probe",
     "is_joining",
     "joining",
+    "joining_journal",
     "open_transaction",
     "refuse_inside_open_transaction",
     "remove_probe",

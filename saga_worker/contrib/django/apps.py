@@ -20,9 +20,9 @@ def open_atomic_block() -> str | None:
     from ...recording import transactions
     from .hosting import joinable
 
-    joining = transactions.is_joining()
+    joining = transactions.joining_journal()
     for conn in connections.all(initialized_only=True):
-        if joining and joinable(conn.alias):
+        if joining is not None and joinable(conn.alias, joining):
             continue  # an in_transaction call: the journal joins this one (hosting.py)
         if conn.in_atomic_block:
             blocks: list[Any] = list(getattr(conn, "atomic_blocks", []))

@@ -24,10 +24,9 @@ import sqlalchemy as sa
 
 from ...recording import transactions
 
-# The app transaction this thread's journal joined: (alias, its outermost atomic block or _UNMANAGED).
-# Joined as long as that block is open (autocommit off: as long as it is off).
+# The PostgreSQL transaction this thread's journal joined: (alias, its transaction id). Joined for as
+# long as that transaction is open: a later one (after a commit, a rollback) has another id.
 _joined = threading.local()
-_UNMANAGED = object()  # a transaction of the app's with autocommit off, outside atomic()
 
 
 def journal_alias() -> str | None:
@@ -53,20 +52,39 @@ def same_database(url: sa.URL, alias: str) -> bool:
     return (url.host, url.port or 5432, url.database) == (theirs.host, theirs.port or 5432, theirs.database)
 
 
-def open_app_transaction(conn: Any) -> object | None:
-    """The app's open transaction on Django connection ``conn``: its outermost atomic block, or the
-    transaction of a connection whose autocommit is off; None in autocommit."""
+def in_app_transaction(conn: Any) -> bool:
+    """Has the app a transaction open on Django connection ``conn`` (``atomic()``, the test case's
+    included, or autocommit off)?"""
     if conn.connection is None:
-        return None
-    if conn.in_atomic_block:
-        blocks = list(getattr(conn, "atomic_blocks", ()))
-        return blocks[0] if blocks else _UNMANAGED
-    return None if conn.get_autocommit() else _UNMANAGED
+        return False
+    return bool(conn.in_atomic_block) or not conn.get_autocommit()
 
 
-def joinable(alias: str) -> bool:
-    """May a joining call leave out the app's transaction on ``alias`` (it is the journal's)?"""
-    return alias == journal_alias()
+def transaction_id(raw: Any) -> str | None:
+    """The id of the PostgreSQL transaction open on driver connection ``raw``, once it has written."""
+    with raw.cursor() as cursor:
+        cursor.execute("SELECT txid_current_if_assigned()")
+        row = cursor.fetchone()
+    return None if row is None or row[0] is None else str(row[0])
+
+
+def still_joined(alias: str, conn: Any) -> bool:
+    """Is the transaction open on ``conn`` the one this thread's journal joined (and wrote in)?"""
+    joined = getattr(_joined, "txn", None)
+    if joined is None or joined[0] != alias:
+        return False
+    try:
+        return bool(transaction_id(conn.connection) == joined[1])
+    except Exception:  # noqa: BLE001 - an aborted transaction: the journal's work fails in it, clearly
+        return True
+
+
+def joinable(alias: str, journal: object) -> bool:
+    """May a call joining on ``journal`` leave out the app's transaction on ``alias``: is ``journal``
+    (a SQL journal's engine) Django's database ``alias``, the journal's?"""
+    engine = getattr(journal, "engine", None)
+    url = getattr(engine, "url", None)
+    return alias == journal_alias() and isinstance(url, sa.URL) and same_database(url, alias)
 
 
 def lend(url: sa.URL) -> AbstractContextManager[Any] | None:
@@ -78,21 +96,20 @@ def lend(url: sa.URL) -> AbstractContextManager[Any] | None:
     if alias is None or alias not in connections:
         return None
     conn = connections[alias]
-    txn = open_app_transaction(conn)
-    if txn is None:
+    if not in_app_transaction(conn):
         return None
-    joined = getattr(_joined, "txn", None)
-    again = joined is not None and joined[0] == alias and joined[1] is txn
-    if not (again or transactions.is_joining() or conn.vendor == "sqlite"):
+    sqlite = conn.vendor == "sqlite"
+    if not (sqlite or transactions.is_joining() or still_joined(alias, conn)):
         return None
     if not same_database(url, alias):
         return None
-    _joined.txn = (alias, txn)  # held, not its id: a later block must not pass for this one
-    return _savepoint(alias)
+    return _savepoint(alias, remember=not sqlite)
 
 
 @contextmanager
-def _savepoint(alias: str) -> Iterator[Any]:
+def _savepoint(alias: str, *, remember: bool) -> Iterator[Any]:
+    """A savepoint on Django's connection ``alias``, yielding its driver connection; ``remember``:
+    the transaction's id is noted afterwards, so the journal's later work in it joins it too."""
     from django.db import connections, transaction
 
     conn = connections[alias]
@@ -102,8 +119,15 @@ def _savepoint(alias: str) -> Iterator[Any]:
         # (it begins one before a write only), and a SAVEPOINT outside one is a transaction of its
         # own, committed by its RELEASE. Begin the app's, which it then commits or rolls back.
         raw.execute("BEGIN")
-    with transaction.atomic(using=alias):
-        yield raw
+    try:
+        with transaction.atomic(using=alias):
+            yield raw
+    finally:
+        if remember:
+            try:
+                _joined.txn = (alias, transaction_id(raw))
+            except Exception:  # noqa: BLE001 - an aborted transaction: what aborted it is the error to see
+                _joined.txn = None
 
 
-__all__ = ["journal_alias", "joinable", "lend", "open_app_transaction", "same_database"]
+__all__ = ["in_app_transaction", "joinable", "journal_alias", "lend", "same_database", "still_joined"]

@@ -10,7 +10,7 @@ from typing import Any
 from django.db import transaction
 from django.test import TransactionTestCase
 
-from saga_worker import OpenTransactionError, ToolFailedError, saga
+from saga_worker import OpenTransactionError, ToolFailedError, open_journal, saga
 from saga_worker.contrib.django import journal, tools
 from saga_worker.journal.records import RecordStatus, RunStatus
 
@@ -116,6 +116,16 @@ class InTransactionTests(TransactionTestCase):  # type: ignore[misc]
             pay(self.run, 30)
         self.assertEqual((paid(self.run), records(self.run), run_status(self.run)), ([], [], None))
 
+    def test_a_journal_elsewhere_cannot_join_and_its_call_is_refused(self) -> None:
+        elsewhere = open_journal("memory://")
+        with (
+            self.assertRaises(OpenTransactionError),
+            transaction.atomic(),
+            saga(self.run, journal=elsewhere, tools=tools()) as run,
+        ):
+            run.call("pay_in_db", {"amount": 30})
+        self.assertEqual((paid(self.run), elsewhere.list_records(self.run)), ([], []))
+
     def test_a_tool_that_raises_leaves_no_payment_and_a_record_of_no_effect(self) -> None:
         with transaction.atomic(), self.assertRaises(ToolFailedError):
             pay(self.run, 30, fail=True)
@@ -145,3 +155,22 @@ class InTransactionTests(TransactionTestCase):  # type: ignore[misc]
             ],
         )
         self.assertEqual(run_status(self.run), RunStatus.FINISHED.value)
+
+    def test_after_the_joined_transaction_ends_other_journal_work_is_on_the_journal_s_own_again(self) -> None:
+        # One atomic object used twice, as a view decorated with @transaction.atomic uses its own.
+        block = transaction.atomic()
+        with block:
+            pay(self.run, 30)
+        other = f"{self.run}-read"
+        with self.assertRaises(Rollback), block:
+            with saga(other, journal=journal(), tools=tools()) as run:
+                run.call("check_stock", {"sku": "A1"})
+            raise Rollback
+        if transaction.get_connection().vendor == "sqlite":
+            # One writer: the journal joins every transaction of the app's on its file.
+            self.assertEqual((records(other), run_status(other)), ([], None))
+        else:
+            # A read-only call's record, on the journal's own connection, outlives the app's rollback.
+            self.assertEqual(records(other), [("check_stock", RecordStatus.SUCCEEDED.value, False)])
+            self.assertEqual(run_status(other), RunStatus.FINISHED.value)
+        self.assertEqual(paid(self.run), [30])
