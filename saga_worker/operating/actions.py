@@ -224,22 +224,23 @@ def redrive(
     actor: str,
     claim_ttl: float,
     via: str = "console",
+    reason: str | None = None,
 ) -> str:
-    """Hand a run flagged ``attention`` (the sweeper spent its budget) back to the workers once.
+    """Hand a run flagged ``attention`` (the sweeper spent its budget) back to the workers once;
+    ``reason``, the person's, goes to the audit trail (a default one says what happened).
 
     The run is held off the sweeper while the unwind starts (as a fresh unwind holds it); if it
     halts again the sweeper, whose budget is still spent, flags it for a person again."""
     run = _known(journal, run_id)
     actor = check_actor(actor)
+    said = " ".join(check_reason(reason).split()) or "re-driven after the sweeper gave up"
     if not run.condemned or run.unwind_state is not UnwindState.ATTENTION:
         raise ActionRefusedError(
             run_id, "re-drive", f"its unwind is {run.unwind_state.value}, not flagged for attention"
         )
     by = actor if via == "console" else f"{via}:{actor}"  # a console token's name is its own
     journal.hold_sweep(run_id, SWEEP_GRACE_TTLS * claim_ttl, f"re-driven by {by}"[:2000])
-    task_id = enqueue_unwind(
-        run_id, enqueue=enqueue, actor=actor, reason="re-driven after the sweeper gave up", via=via
-    )
+    task_id = enqueue_unwind(run_id, enqueue=enqueue, actor=actor, reason=said, via=via)
     log.info("run %s re-driven by %s (task %s)", run_id, actor, task_id)
     return task_id
 

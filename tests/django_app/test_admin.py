@@ -21,8 +21,8 @@ PROJECT = Path(__file__).resolve().parent / "project"
 
 
 RUNNERS = {
-    "manage.py test": (["manage.py", "test", "orders", "--noinput"], ["Ran 18 tests", "\nOK"]),
-    "pytest-django": (["-m", "pytest", "-q", "-p", "no:cacheprovider"], ["18 passed"]),
+    "manage.py test": (["manage.py", "test", "orders", "--noinput"], ["Ran 19 tests", "\nOK"]),
+    "pytest-django": (["-m", "pytest", "-q", "-p", "no:cacheprovider"], ["19 passed"]),
 }
 
 
