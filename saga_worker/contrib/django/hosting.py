@@ -21,8 +21,10 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import sqlalchemy as sa
+from django.db import connections, transaction
 
 from ...recording import transactions
+from ...settings import get_settings
 
 # The PostgreSQL transaction this thread's journal joined: (alias, its transaction id). Joined for as
 # long as that transaction is open: a later one (after a commit, a rollback) has another id.
@@ -31,8 +33,6 @@ _joined = threading.local()
 
 def journal_alias() -> str | None:
     """The Django database alias the journal lives in, or None (``SAGA_JOURNAL_URL`` elsewhere)."""
-    from ...settings import get_settings
-
     settings = get_settings()
     if settings.journal_url is not None:
         return None
@@ -74,9 +74,12 @@ def still_joined(alias: str, conn: Any) -> bool:
     if joined is None or joined[0] != alias:
         return False
     try:
-        return bool(transaction_id(conn.connection) == joined[1])
+        same = bool(transaction_id(conn.connection) == joined[1])
     except Exception:  # noqa: BLE001 - an aborted transaction: the journal's work fails in it, clearly
         return True
+    if not same:
+        _joined.txn = None  # that transaction has ended: this thread's journal work is its own again
+    return same
 
 
 def joinable(alias: str, journal: object) -> bool:
@@ -90,15 +93,19 @@ def joinable(alias: str, journal: object) -> bool:
 def lend(url: sa.URL) -> AbstractContextManager[Any] | None:
     """The host: Django's connection to ``SAGA_DATABASE``, lent while this thread joins its open
     transaction (an in_transaction call made in it, and everything after it there; always on SQLite)."""
-    from django.db import connections
-
+    sqlite = url.drivername.startswith("sqlite")
+    if not (sqlite or transactions.is_joining() or getattr(_joined, "txn", None) is not None):
+        return None  # every journal transaction asks: PostgreSQL's, with nothing joined, ends here
     alias = journal_alias()
-    if alias is None or alias not in connections:
+    if alias is None:
         return None
-    conn = connections[alias]
+    try:
+        conn = connections[alias]
+    except Exception:  # noqa: BLE001 - no such alias (ConnectionDoesNotExist): nothing to join
+        return None
     if not in_app_transaction(conn):
+        _joined.txn = None  # whatever this thread joined has ended
         return None
-    sqlite = conn.vendor == "sqlite"
     if not (sqlite or transactions.is_joining() or still_joined(alias, conn)):
         return None
     if not same_database(url, alias):
@@ -110,8 +117,6 @@ def lend(url: sa.URL) -> AbstractContextManager[Any] | None:
 def _savepoint(alias: str, *, remember: bool) -> Iterator[Any]:
     """A savepoint on Django's connection ``alias``, yielding its driver connection; ``remember``:
     the transaction's id is noted afterwards, so the journal's later work in it joins it too."""
-    from django.db import connections, transaction
-
     conn = connections[alias]
     raw = conn.connection
     if conn.vendor == "sqlite" and not raw.in_transaction:
