@@ -23,6 +23,7 @@ from typing import Any
 import sqlalchemy as sa
 from django.db import connections, transaction
 
+from ...errors import JournalError
 from ...recording import transactions
 from ...settings import get_settings
 
@@ -44,7 +45,10 @@ def same_database(url: sa.URL, alias: str) -> bool:
     """Is the journal at ``url`` Django's database ``alias``?"""
     from . import database_url
 
-    theirs = sa.engine.make_url(database_url(alias))
+    try:
+        theirs = sa.engine.make_url(database_url(alias))
+    except JournalError:  # a database no journal can be in (in-memory SQLite, another engine)
+        return False
     if url.get_backend_name() != theirs.get_backend_name():
         return False
     if url.get_backend_name() == "sqlite":
