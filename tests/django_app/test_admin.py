@@ -23,8 +23,8 @@ PROJECT = Path(__file__).resolve().parent / "project"
 
 
 RUNNERS = {
-    "manage.py test": (["manage.py", "test", "orders", "--noinput"], ["Ran 19 tests", "\nOK"]),
-    "pytest-django": (["-m", "pytest", "-q", "-p", "no:cacheprovider"], ["19 passed"]),
+    "manage.py test": (["manage.py", "test", "orders", "--noinput"], ["Ran 20 tests", "\nOK"]),
+    "pytest-django": (["-m", "pytest", "-q", "-p", "no:cacheprovider"], ["20 passed"]),
 }
 
 

@@ -138,6 +138,17 @@ class InTransactionTests(TransactionTestCase):  # type: ignore[misc]
             pay(other, 30, fail=True)
         self.assertEqual((paid(other), records(other), run_status(other)), ([], [], None))
 
+    def test_a_database_error_inside_the_tool_is_rolled_back_alone_and_the_app_s_transaction_goes_on(
+        self,
+    ) -> None:
+        with transaction.atomic():
+            with self.assertRaises(ToolFailedError) as failed:
+                pay(self.run, 30, twice=True)
+            Payment.objects.create(key=f"{self.run}-after", amount=5)  # the app's transaction still works
+        self.assertIn("IntegrityError", failed.exception.error)
+        self.assertEqual(paid(self.run), [5])
+        self.assertEqual(records(self.run), [("pay_in_db", RecordStatus.FAILED.value, True)])
+
     def test_the_app_s_write_transaction_open_the_journal_writes_without_waiting_for_it(self) -> None:
         # The app writes first (on SQLite: it holds the file's one write lock), then a run with a
         # read-only call, the in_transaction call and the run's end: none waits on the app's lock.

@@ -29,6 +29,10 @@ def _pay_in_db(input: Any, opts: CallOptions) -> Any:
     from .models import Payment
 
     payment = Payment.objects.create(key=opts.idempotency_key, amount=input["amount"])
+    if input.get(
+        "twice"
+    ):  # the database refuses the second (IntegrityError): on PostgreSQL, an aborted transaction
+        Payment.objects.create(key=opts.idempotency_key, amount=input["amount"])
     if input.get("fail"):
         raise RuntimeError("the card was declined after the payment row was written")
     return {"payment": payment.pk}
