@@ -171,6 +171,40 @@ class Tx:
         return out
 
 
+class LentTx(Tx):
+    """A transaction on a connection an app's open transaction lends (``hosts.py``): its batches run
+    one statement after the other, never pipelined nor framed (a framed ``COMMIT`` would commit the
+    app's transaction)."""
+
+    __slots__ = ()
+
+    def batch(
+        self, items: Sequence[tuple[Prepared, Mapping[str, Any]]], *, framed: Frame | None = None
+    ) -> list[list[Row]]:
+        return [self.all(stmt, params) for stmt, params in items]
+
+
+def on_lent(
+    connections: Connections, loan: contextlib.AbstractContextManager[Any], work: Callable[[Tx], T]
+) -> T:
+    """Run ``work`` on the connection ``loan`` lends, inside the savepoint it opens: the writes commit
+    with the app's transaction (or roll back with it), not here. Errors are raised as ``transaction``
+    raises them."""
+    dbapi_error = connections.engine.dialect.loaded_dbapi.Error
+    try:
+        with loan as connection:
+            cursor = connection.cursor()
+            try:
+                return work(LentTx(cursor))
+            finally:
+                cursor.close()
+    except dbapi_error as exc:
+        refused = storage_refusal(exc, connections.shown_url)
+        if refused is not None:
+            raise refused from exc
+        raise sa.exc.DBAPIError.instance(None, None, exc, dbapi_error) from exc
+
+
 class Connections:
     """Where a transaction gets its driver connection: out of the engine's pool for each transaction,
     or, with ``per_thread`` (SQLite), kept by each thread from one transaction to the next.

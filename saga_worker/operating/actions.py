@@ -235,16 +235,19 @@ def redrive(
     actor: str,
     claim_ttl: float,
     via: str = "console",
+    reason: str | None = None,
 ) -> str:
     """Hand a run's unwind back to the workers once, now: one flagged ``attention`` (the sweeper
     spent its budget) or a stuck one (``pending`` or ``incomplete``: the inbox's stuck lane), without
-    waiting for the sweeper's next look.
+    waiting for the sweeper's next look. ``reason``, the person's, goes to the audit trail (a default
+    one says what happened).
 
     The run is held off the sweeper while the unwind starts (as a fresh unwind holds it); if it
     halts again the sweeper, whose budget is still spent, flags it for a person again. A re-drive of
     an unwind a live unwinder holds is harmless: its steps read busy and the sweeper comes back."""
     run = _known(journal, run_id)
     actor = check_actor(actor)
+    said = " ".join(check_reason(reason).split())
     if not run.condemned or run.unwind_state not in REDRIVABLE:
         raise ActionRefusedError(
             run_id,
@@ -254,7 +257,7 @@ def redrive(
     gave_up = run.unwind_state is UnwindState.ATTENTION
     by = actor if via == "console" else f"{via}:{actor}"  # a console token's name is its own
     journal.hold_sweep(run_id, SWEEP_GRACE_TTLS * claim_ttl, f"re-driven by {by}"[:2000])
-    why = (
+    why = said or (
         "re-driven after the sweeper gave up" if gave_up else "re-driven now, before the sweeper's next look"
     )
     task_id = enqueue_unwind(run_id, enqueue=enqueue, actor=actor, reason=why, via=via)

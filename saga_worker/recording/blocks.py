@@ -39,7 +39,7 @@ from ..journal.records import RecordStatus, RunInfo, RunStatus
 from ..journal.retention import refuse_stopped
 from ..journal.roles import RunJournal
 from ..observing import tracing
-from .calls import CallSettler
+from .calls import CallSettler, joined_if_in_transaction
 from .decisions import decoded_calls, encode_decision
 from .groups import new_token, recorded_as_group
 from .planning import ToolCall
@@ -116,20 +116,22 @@ class SagaRun:
         tools = self.calls.tools
         if tool_name not in tools:
             raise UnknownToolError(self.run_id, tool_name, sorted(tools))
-        with self._lock:
-            self._position += 1
-            call_id = check_call_id(id) if id is not None else f"call-{self._position}"
-            if call_id in self._used:
-                raise InvalidInputError(
-                    f"run {self.run_id!r}: tool call id {call_id!r} is used twice in one saga() block",
-                    run_id=self.run_id,
-                    tool_call_id=call_id,
-                )
-            self._used.add(call_id)
-            step = self._journaled_step(call_id, tool_name, input)
-            if step is None:
-                step = self._append(call_id, tool_name, input)
-        event = self._settle(step, call_id, tool_name, input)
+        # An in_transaction call's run, decision and record join the app's transaction with its effect.
+        with joined_if_in_transaction(tools[tool_name], self.journal):
+            with self._lock:
+                self._position += 1
+                call_id = check_call_id(id) if id is not None else f"call-{self._position}"
+                if call_id in self._used:
+                    raise InvalidInputError(
+                        f"run {self.run_id!r}: tool call id {call_id!r} is used twice in one saga() block",
+                        run_id=self.run_id,
+                        tool_call_id=call_id,
+                    )
+                self._used.add(call_id)
+                step = self._journaled_step(call_id, tool_name, input)
+                if step is None:
+                    step = self._append(call_id, tool_name, input)
+            event = self._settle(step, call_id, tool_name, input)
         if event.error is not None:
             raise ToolFailedError(self.run_id, call_id, tool_name, event.error)
         return event.output

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from ..core import faults
@@ -40,6 +41,12 @@ def must_be_durable(tool: Tool) -> bool:
     return tool.side_effect and not tool.idempotent
 
 
+def joined_if_in_transaction(tool: Tool, journal: RunJournal) -> AbstractContextManager[None]:
+    """A ``Tool(in_transaction=True)`` call joins the app's open transaction where the journal can
+    (``transactions.joining``); any other call is journaled on the journal's own connections."""
+    return transactions.joining(journal) if tool.in_transaction else nullcontext()
+
+
 class CallSettler:
     """Settles the calls of one run (``run_id`` and ``tools`` checked by the caller)."""
 
@@ -63,7 +70,8 @@ class CallSettler:
         if tool is None:
             raise UnknownToolError(self.run_id, tool_name, sorted(self.tools))
         suffix = record_suffix(tool.idempotency, tool_name, call_id, input)
-        event = self._settle_record(step, tool, suffix, call_id, tool_name, input)
+        with joined_if_in_transaction(tool, self.journal):
+            event = self._settle_record(step, tool, suffix, call_id, tool_name, input)
         self.settled.add(suffix)
         return event
 
@@ -81,7 +89,8 @@ class CallSettler:
         tool = self.tools.get(tool_name)
         if tool is None or not tool.side_effect:
             return
-        seen = transactions.open_transaction()
+        with joined_if_in_transaction(tool, self.journal):
+            seen = transactions.open_transaction()
         if seen is None:
             return
         suffix = record_suffix(tool.idempotency, tool_name, call_id, input)

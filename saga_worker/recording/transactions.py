@@ -11,12 +11,19 @@ and the error says what to do instead: send the step once the transaction has co
 
 Which transactions count is told by *probes*: ``saga_worker.contrib.django`` registers one for
 Django's connections, :func:`watch_sqlalchemy` one for a SQLAlchemy engine of the app's.
+
+One kind of call may be made inside the app's transaction: a ``Tool(in_transaction=True)`` whose
+effect is a write to the journal's own database, while the journal can *join* that transaction
+(``journal/hosts.py``: Django's ``atomic()`` on ``SAGA_DATABASE``). Such a call is settled under
+:func:`joining`: the probes leave out the transaction it joins, and the journal writes the call's
+rows (its run, decision, gate, claim and record) in it, so its effect and its record commit together.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..errors import OpenTransactionError
@@ -47,6 +54,32 @@ def open_transaction() -> str | None:
         if seen:
             return seen
     return None
+
+
+_joining = threading.local()
+
+
+@contextmanager
+def joining(journal: object) -> Iterator[None]:
+    """Settle a ``Tool(in_transaction=True)`` call on ``journal``: it joins the app's open
+    transaction on its own database, if there is one it can join (a host says so), and probes leave
+    that one out (they ask :func:`joining_journal` which journal it is)."""
+    before = getattr(_joining, "journal", None)
+    _joining.journal = journal
+    try:
+        yield
+    finally:
+        _joining.journal = before
+
+
+def joining_journal() -> object | None:
+    """The journal of the call this thread settles under :func:`joining`, or None."""
+    return getattr(_joining, "journal", None)
+
+
+def is_joining() -> bool:
+    """Is this thread settling a call that joins the app's transaction (:func:`joining`)?"""
+    return joining_journal() is not None
 
 
 def refuse_inside_open_transaction(run_id: str, tool_call_id: str, tool_name: str) -> None:
@@ -93,6 +126,9 @@ def watch_sqlalchemy(engine: Any, *, name: str | None = None) -> Probe:
 __all__ = [
     "Probe",
     "add_probe",
+    "is_joining",
+    "joining",
+    "joining_journal",
     "open_transaction",
     "refuse_inside_open_transaction",
     "remove_probe",

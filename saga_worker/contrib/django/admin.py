@@ -231,6 +231,7 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[misc]
                 actor=self._actor(request),
                 claim_ttl=get_settings().claim_ttl,
                 via="console",
+                reason=self._reason(request) or None,
             )
             messages.success(request, f"Unwind of {run_id} re-driven as task {task_id}")
         except SagaError as exc:

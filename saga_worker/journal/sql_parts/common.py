@@ -19,7 +19,7 @@ import sqlalchemy as sa
 
 from ...core.keys import canonical_json
 from ...errors import MalformedRecordError
-from .. import driver
+from .. import driver, hosts
 from ..dialects import DialectPolicy, policy_for
 from ..driver import Prepared
 from ..records import RunStatus, UnwindState
@@ -135,10 +135,17 @@ class SqlPlumbing:
         otherwise each statement is atomic alone and the work allows for writers between them.
         ``durable`` when the commit must be on stable storage before this returns (SQLite's other
         commits are synced lazily, at checkpoints: see ``driver.transaction``)."""
+        loan = hosts.lent(self.engine.url)
+        if loan is not None:  # the app's open transaction, joined (hosts.py)
+            return driver.on_lent(self._connections, loan, work)
         return driver.transaction(self._connections, work, write=True, atomic=atomic, durable=durable)
 
     def _fetch(self, work: Callable[[driver.Tx], T]) -> T:
-        """Run ``work``, which only reads; each read is a fresh look, as under READ COMMITTED."""
+        """Run ``work``, which only reads; each read is a fresh look, as under READ COMMITTED (in a
+        joined app transaction, a look that sees its writes)."""
+        loan = hosts.lent(self.engine.url)
+        if loan is not None:
+            return driver.on_lent(self._connections, loan, work)
         return driver.transaction(self._connections, work, write=False, atomic=False)
 
     def now(self) -> float:

@@ -1,5 +1,6 @@
 """``manage.py migrate`` creates and upgrades the journal's tables (its Alembic migrations, on the
-database the migration runs against) when the journal is Django's database."""
+database the migration runs against) when the journal is Django's database; later revisions are
+applied by every ``migrate`` after this one (``saga_worker.contrib.django.migrating``)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,11 @@ from django.db import migrations
 
 
 def upgrade_journal(apps: Any, schema_editor: Any) -> None:
-    from saga_worker.contrib.django import database_url
-    from saga_worker.journal import open_journal
-    from saga_worker.settings import get_settings
+    # A journal elsewhere (SAGA_JOURNAL_URL) is not Django's: `saga-worker db upgrade` migrates it.
+    # Every later `migrate` upgrades the journal again (its post_migrate receiver: migrating.py).
+    from saga_worker.contrib.django.migrating import upgrade_journal_on
 
-    settings = get_settings()
-    if settings.journal_url is not None:
-        return  # a journal elsewhere: `saga-worker db upgrade` migrates it
-    alias = schema_editor.connection.alias
-    if alias != getattr(settings, "database", "default"):
-        return
-    open_journal(database_url(alias), migrate=True).close()
+    upgrade_journal_on(schema_editor.connection.alias)
 
 
 class Migration(migrations.Migration):  # type: ignore[misc]

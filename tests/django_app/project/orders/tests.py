@@ -14,7 +14,7 @@ from django.test import TransactionTestCase
 from saga_worker import ToolCall, run_durable, scripted
 from saga_worker.celery.install import installed_app
 from saga_worker.contrib.django import journal, tools
-from saga_worker.journal.records import RunInfo
+from saga_worker.journal.records import RunInfo, UnwindState
 
 from . import tools as order_tools
 
@@ -169,6 +169,15 @@ class AdminTests(TransactionTestCase):  # type: ignore[misc]
         )
         self.assertContains(denied, "recorded")
         self.assertIn(("denied", self.operator.username, "too much"), audit(self.waiting))
+
+    def test_redrive_of_a_run_flagged_for_attention_hands_it_back_with_the_user_s_reason(self) -> None:
+        self.post(self.operator, "compensate", self.placed, confirm="1", reason="cancel")
+        journal().set_unwind_state(self.placed, UnwindState.ATTENTION, note="gave up after 8 re-drives")
+        self.assertIn('id="redrive-reason"', self.page(self.operator, f"{RUNS}{self.placed}/"))
+        done = self.post(self.operator, "redrive", self.placed, reason="provider is back")
+        self.assertContains(done, "re-driven as task")
+        self.assertIn(("unwound", self.operator.username, "provider is back"), audit(self.placed))
+        self.assertNotEqual(journal().get_run(self.placed).unwind_state, UnwindState.ATTENTION)  # type: ignore[union-attr]
 
     def test_redrive_of_a_run_not_flagged_for_attention_is_refused_and_says_why(self) -> None:
         refused = self.post(self.operator, "redrive", self.placed)

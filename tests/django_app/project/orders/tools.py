@@ -1,5 +1,6 @@
-"""The project's tools, in a module of their own (SAGA_TOOLS): the demo's, and two that wait for a
-person: ``refund`` before it executes, ``reserve``'s compensation before it runs."""
+"""The project's tools, in a module of their own (SAGA_TOOLS): the demo's; two that wait for a
+person: ``refund`` before it executes, ``reserve``'s compensation before it runs; and ``pay_in_db``,
+whose effect is a ``Payment`` written with the ORM in the transaction that records it."""
 
 from typing import Any
 
@@ -23,9 +24,34 @@ def _compensate(name: str) -> Any:
     return undo
 
 
+# --8<-- [start:in-db]
+def _pay_in_db(input: Any, opts: CallOptions) -> Any:
+    from .models import Payment
+
+    payment = Payment.objects.create(key=opts.idempotency_key, amount=input["amount"])
+    if input.get(
+        "twice"
+    ):  # the database refuses the second (IntegrityError): on PostgreSQL, an aborted transaction
+        Payment.objects.create(key=opts.idempotency_key, amount=input["amount"])
+    if input.get("fail"):
+        raise RuntimeError("the card was declined after the payment row was written")
+    return {"payment": payment.pk}
+
+
+def _refund_in_db(input: Any, output: Any, opts: CallOptions) -> None:
+    from .models import Payment
+
+    Payment.objects.filter(key=opts.idempotency_key).delete()
+
+
+# --8<-- [end:in-db]
+
+
 TOOLS = {
     **DEMO,
     "pay": Tool(_execute("pay"), _compensate("pay")),
     "reserve": Tool(_execute("reserve"), _compensate("reserve"), compensate_needs_approval=True),
     "refund": Tool(_execute("refund"), _compensate("refund"), needs_approval=True),
+    "pay_in_db": Tool(_pay_in_db, _refund_in_db, in_transaction=True),  # the ORM, in the app's transaction
+    "check_stock": Tool(lambda input, opts: {"in_stock": True}, side_effect=False),
 }

@@ -1,7 +1,9 @@
 """A project as `django-admin startproject proj` lays it out, with saga-worker's app installed. Its
 database (and so the journal) is the URL in PROJ_DATABASE_URL: SQLite or PostgreSQL."""
 
+import hashlib
 import os
+import tempfile
 from urllib.parse import urlsplit
 
 SECRET_KEY = "django-insecure-tests-only"
@@ -64,6 +66,17 @@ else:
             "PORT": str(_db.port or ""),
         }
     }
+
+# A second database, which the journal does not live in: a call inside its atomic() is refused.
+_other = os.path.join(
+    tempfile.gettempdir(),
+    "proj-other-" + hashlib.sha256(os.environ["PROJ_DATABASE_URL"].encode()).hexdigest()[:16],
+)
+DATABASES["other"] = {
+    "ENGINE": "django.db.backends.sqlite3",
+    "NAME": _other,
+    "TEST": {"NAME": _other + ".test"},
+}
 
 CELERY_BROKER_URL = os.environ.get("PROJ_BROKER_URL", "memory://")
 CELERY_RESULT_BACKEND = "cache+memory://"
