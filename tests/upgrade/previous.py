@@ -60,7 +60,7 @@ class Release:
         return subprocess.run(
             [str(self.python), *args],
             cwd=self.tests_root,
-            env=self.env(**extra),
+            env=self.env(None, **extra),
             capture_output=True,
             text=True,
             timeout=timeout,
