@@ -55,15 +55,16 @@ class Release:
         env.update(extra)
         return env
 
-    def run(self, *args: str, timeout: float = 120, **extra: str) -> subprocess.CompletedProcess[str]:
-        """``python ARGS`` of the release, outside this checkout (so nothing of it is imported)."""
+    def run(self, *args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """``python ARGS`` of the release, outside this checkout (so nothing of it is imported), with
+        ``env`` added to the environment."""
         return subprocess.run(
             [str(self.python), *args],
             cwd=self.tests_root,
-            env=self.env(None, **extra),
+            env=self.env(None, **(env or {})),
             capture_output=True,
             text=True,
-            timeout=timeout,
+            timeout=300,
         )
 
 
