@@ -1,0 +1,56 @@
+"""The rolling upgrade under faults (issue 51): ``make fleet-upgrade`` (short, in CI) and
+``make fleet-upgrade-long``. Runs ``python -m tests.fleet.upgrade`` (the previous release built from
+its tag, then tests/fleet/rolling.py in the fleet), echoes its output, keeps its table in
+``SAGA_UPGRADE_TABLE`` and asserts the ``upgrade:`` line: nothing lost, doubled or run after a
+tombstone, every report true, every unwind finished; the run's own checks (both directions served,
+every task type served by both releases, no task refused as unregistered, the contract step reached
+with no process of the previous release left) make it exit non-zero otherwise."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.faults.harness import REPO
+
+from .needs import missing, parse
+
+pytestmark = [pytest.mark.fleet, pytest.mark.slow]
+
+RUNS = int(os.environ.get("SAGA_UPGRADE_RUNS", "40"))
+REPEATS = int(os.environ.get("SAGA_UPGRADE_REPEATS", "1"))
+
+
+@pytest.mark.timeout(3 * 3600)
+def test_a_rolling_upgrade_under_faults_loses_nothing_doubles_nothing_and_reports_true(
+    tmp_path: Path,
+) -> None:
+    lacking = missing()
+    if lacking:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the fleet needs {lacking}")
+        pytest.skip(f"the fleet needs {lacking}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.fleet.upgrade", "--runs", str(RUNS), "--repeats", str(REPEATS)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=3 * 3600,
+    )
+    print(proc.stdout[-20000:])
+    lines = proc.stdout.strip().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("settings:")), len(lines))
+    table = Path(os.environ.get("SAGA_UPGRADE_TABLE", str(tmp_path / "upgrade.txt")))
+    table.write_text("\n".join(lines[start:]) + "\n")
+    last = lines[-1] if lines else ""
+    assert last.startswith("upgrade: "), proc.stdout[-4000:] + proc.stderr[-4000:]
+    got = parse(last)
+    assert (got["lost"], got["doubled"], got["after_tombstone"], got["mismatches"]) == ("0", "0", "0", "0"), (
+        last
+    )
+    assert proc.returncode == 0, "\n".join(lines[start:]) + proc.stderr[-4000:]
+    assert int(got["runs"]) >= RUNS, last
