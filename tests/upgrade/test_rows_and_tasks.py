@@ -15,7 +15,6 @@ import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,11 +22,12 @@ from saga_worker import open_journal
 from saga_worker.journal import migrate
 
 from .previous import Release
+from .tasks import tasks_of
 
 pytestmark = pytest.mark.slow
 
 HERE = Path(__file__).resolve().parent
-SIDES, TASK_NAMES = HERE / "sides.py", HERE / "task_names.py"
+SIDES = HERE / "sides.py"
 TTL = "1"
 
 
@@ -93,17 +93,6 @@ def test_the_previous_release_refuses_to_open_a_journal_expanded_past_it(
     )
     assert proc.returncode != 0
     assert "JournalError" in proc.stderr and migrate.head_revision() in proc.stderr, proc.stderr[-2000:]
-
-
-def tasks_of(release: Release | None) -> dict[str, Any]:
-    if release is None:
-        proc = subprocess.run(
-            [sys.executable, str(TASK_NAMES)], capture_output=True, text=True, timeout=120, cwd=HERE
-        )
-    else:
-        proc = release.run(str(TASK_NAMES))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return dict(json.loads(proc.stdout))
 
 
 def test_every_task_the_previous_release_sends_is_registered_here_and_takes_its_arguments(
