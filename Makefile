@@ -137,7 +137,7 @@ fleet-long: $(STAMP)
 # release's wheel built from its tag into .venv-previous/, its workers and the current code's serving
 # one queue while the journal is expanded, the old workers stopped one by one, then the contract step;
 # every fault kind landed SAGA_UPGRADE_REPEATS times. Ends with the `upgrade:` line. The short form
-# (~3 minutes) runs in CI.
+# (~3 minutes, with a build whose checker must bite) runs in CI.
 UPGRADE_TABLE ?= /tmp/saga-upgrade-table.txt
 fleet-upgrade: $(STAMP)
 	bash .ci/programs

@@ -263,6 +263,9 @@ class RollingDrive(Drive):
         self.phase = "side by side"
         self.faults_total = plan.repeats * len(KINDS)
         self.mix = random.Random(plan.seed + 51)
+        self.breaks = (
+            ""  # tests/faults/breaks.py names every worker is started with (proving the checker bites)
+        )
 
     # -- runs: half from the previous release's client while it is up --------------------------------
     def start_one(self, index: int) -> None:
@@ -313,6 +316,9 @@ class RollingDrive(Drive):
             release = None if worker.release is None or self.upgrade.expanded_to else worker.release
             if worker.release is not None and release is None:
                 self.upgrade.rolled_forward += 1
+                self.upgrade.events.append(
+                    f"{self.elapsed()} previous worker on {worker.host} crashed: started again as a current one"
+                )
             self.workers.append(self.start_worker(release, worker.host, beat=worker.beat))
         if self.phase == "side by side" and self.progress() >= 1 / 3:
             self.roll("worker-b")
@@ -323,10 +329,11 @@ class RollingDrive(Drive):
             self.contract()
 
     def start_worker(self, release: Release | None, host: str, *, beat: bool) -> ReleaseWorker:
-        return start_worker(self.fleet, release, host, beat=beat, count=len(self.workers))
+        return start_worker(self.fleet, release, host, beat=beat, count=len(self.workers), breaks=self.breaks)
 
     def roll(self, host: str) -> None:
         """Stop the previous release's worker on ``host`` (warm); its beat moves to a current worker there."""
+        said = f"nothing of the previous release left to stop on {host}"
         for worker in self.workers:
             if worker.release is not None and worker.host == host and not worker.stopping:
                 took = worker.warm_stop()
@@ -342,10 +349,10 @@ class RollingDrive(Drive):
                     self.upgrade.events.append(f"{self.elapsed()} beat rolled to a current worker on {host}")
                     for other in others:
                         other.warm_stop()
-        print(
-            f"  {self.upgrade.events[-1] if self.upgrade.events else 'nothing to roll on ' + host}",
-            flush=True,
-        )
+                said = self.upgrade.events[-1]
+        if said.startswith("nothing"):
+            self.upgrade.events.append(f"{self.elapsed()} {said}")
+        print(f"  {said}", flush=True)
 
     def previous_left(self) -> list[str]:
         """Processes of the previous release still up: its workers (ours, and any that answers a
@@ -458,9 +465,11 @@ class RollingDrive(Drive):
 
 
 def start_worker(
-    fleet: Fleet, release: Release | None, host: str, *, beat: bool, count: int
+    fleet: Fleet, release: Release | None, host: str, *, beat: bool, count: int, breaks: str = ""
 ) -> ReleaseWorker:
-    env = fleet.dep.env(FAULT_BREAK="", **fleet.timing_env(), **(fleet.skew_env() if host == SKEWED else {}))
+    env = fleet.dep.env(
+        FAULT_BREAK=breaks, **fleet.timing_env(), **(fleet.skew_env() if host == SKEWED else {})
+    )
     name = "previous" if release is not None else "current"
     worker = ReleaseWorker(release, env, STATE / f"{name}-worker-{count}.log", host=host, beat=beat)
     wait_for(worker.ready, 90, f"the {name} worker on {host} to be ready", interval=0.1)
@@ -498,6 +507,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--seed", type=int, default=51)
+    parser.add_argument(
+        "--break",
+        dest="breaks",
+        default="",
+        help="tests/faults/breaks.py names both releases know, comma-separated",
+    )
     args = parser.parse_args()
     release = Release(args.tag, "", Path(args.previous))
     plan = Plan(runs=args.runs, repeats=args.repeats, seed=args.seed)
@@ -522,8 +537,8 @@ def main() -> None:
             raise RuntimeError(f"the previous release could not migrate its journal:\n{made.stderr[-3000:]}")
         up.previous_head = revision_of(url) or "none"
         fleet.start_delayers()
-        workers.append(start_worker(fleet, release, "worker-a", beat=True, count=0))
-        workers.append(start_worker(fleet, release, SKEWED, beat=False, count=1))
+        workers.append(start_worker(fleet, release, "worker-a", beat=True, count=0, breaks=args.breaks))
+        workers.append(start_worker(fleet, release, SKEWED, beat=False, count=1, breaks=args.breaks))
         client = PreviousClient(release, fleet.dep.env(**fleet.timing_env()), STATE / "previous-client.log")
         early: Early = []
         warm_up(ledger, client, early)
@@ -543,10 +558,11 @@ def main() -> None:
             and run.unwind_state.value not in ("complete", "attention")
         )
         # 3. The current code's workers beside the previous release's.
-        workers.append(start_worker(fleet, None, "worker-a", beat=False, count=2))
-        workers.append(start_worker(fleet, None, SKEWED, beat=False, count=3))
+        workers.append(start_worker(fleet, None, "worker-a", beat=False, count=2, breaks=args.breaks))
+        workers.append(start_worker(fleet, None, SKEWED, beat=False, count=3, breaks=args.breaks))
         print(f"fleet up for the upgrade: journal {url}, {up.previous_head} -> {up.expanded_to}", flush=True)
         drive = RollingDrive(fleet, net, journal, ledger, plan, release, workers, client, up)
+        drive.breaks = args.breaks
         for run_id, at, task_ids in early:
             drive.all_runs.append(run_id)
             drive.client_of[run_id] = "previous"

@@ -25,22 +25,39 @@ RUNS = int(os.environ.get("SAGA_UPGRADE_RUNS", "40"))
 REPEATS = int(os.environ.get("SAGA_UPGRADE_REPEATS", "1"))
 
 
-@pytest.mark.timeout(3 * 3600)
-def test_a_rolling_upgrade_under_faults_loses_nothing_doubles_nothing_and_reports_true(
-    tmp_path: Path,
-) -> None:
+def upgrade(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m tests.fleet.upgrade ARGS``, or a skip (a failure under CI) when the machine lacks a part."""
     lacking = missing()
     if lacking:
         if os.environ.get("CI") == "true":
             pytest.fail(f"the fleet needs {lacking}")
         pytest.skip(f"the fleet needs {lacking}")
-    proc = subprocess.run(
-        [sys.executable, "-m", "tests.fleet.upgrade", "--runs", str(RUNS), "--repeats", str(REPEATS)],
+    return subprocess.run(
+        [sys.executable, "-m", "tests.fleet.upgrade", *args],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=3 * 3600,
     )
+
+
+@pytest.mark.timeout(900)
+def test_the_upgrade_reports_the_damage_of_builds_without_stable_keys() -> None:
+    """The upgrade's checker bites: workers of both releases that undo each step under a fresh key are
+    counted doubled, and the run exits non-zero."""
+    proc = upgrade("--runs", "12", "--repeats", "0", "--break", "unstable-key")
+    lines = proc.stdout.strip().splitlines()
+    assert lines and lines[-1].startswith("upgrade: "), proc.stdout[-4000:] + proc.stderr[-4000:]
+    got = parse(lines[-1])
+    assert int(got["doubled"]) > 0 and int(got["mismatches"]) > 0, lines[-1]
+    assert proc.returncode != 0, lines[-1]
+
+
+@pytest.mark.timeout(3 * 3600)
+def test_a_rolling_upgrade_under_faults_loses_nothing_doubles_nothing_and_reports_true(
+    tmp_path: Path,
+) -> None:
+    proc = upgrade("--runs", str(RUNS), "--repeats", str(REPEATS))
     print(proc.stdout[-20000:])
     lines = proc.stdout.strip().splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("settings:")), len(lines))
