@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The demo needs the package alone (no dev extras: no agent frameworks, no browser, no docs tools).
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: screenshots install demo test test-core test-core-quick test-fast lint typecheck docs dist bench bench-peers soak fleet fleet-long fleet-upgrade fleet-upgrade-long clean services browser
+.PHONY: screenshots install demo test test-core test-core-quick test-fast lint typecheck docs dist bench bench-peers soak fleet fleet-long fleet-upgrade fleet-upgrade-long fleet-upgrade-long-roll clean services browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -146,6 +146,11 @@ fleet-upgrade: $(STAMP)
 
 fleet-upgrade-long: $(STAMP)
 	SAGA_UPGRADE_RUNS=600 SAGA_UPGRADE_REPEATS=12 $(MAKE) fleet-upgrade
+
+# The long form with Redis lost only once the previous release's workers are gone, so they serve
+# through two thirds of the faults and are stopped in their turn (a Redis loss ends them otherwise).
+fleet-upgrade-long-roll: $(STAMP)
+	SAGA_UPGRADE_REDIS_AFTER_ROLL=1 $(MAKE) fleet-upgrade-long
 
 services:
 	bash .ci/services

@@ -227,6 +227,24 @@ class PreviousClient:
 
 
 # -- the upgrade ----------------------------------------------------------------------------------------
+REDIS_LOST = "Redis restarted without its data"
+
+
+class LateKinds(random.Random):
+    """The drive's random source, whose shuffle of the fault schedule puts ``late`` kinds last (the
+    drive pops from the end): with ``--redis-after-roll`` Redis is lost only once the previous
+    release's workers are gone, so they live out their turn to be stopped (a Redis loss ends their
+    main process, and on the expanded journal they cannot start again: docs/guides/upgrading.md)."""
+
+    def __init__(self, seed: int, late: set[str]) -> None:
+        super().__init__(seed)
+        self.late = late
+
+    def shuffle(self, x: list[str]) -> None:  # type: ignore[override]  # the drive shuffles names only
+        super().shuffle(x)
+        x.sort(key=lambda kind: kind not in self.late)
+
+
 @dataclass
 class Upgrade:
     """What the rolling upgrade did and when (seconds from the drive's start)."""
@@ -254,8 +272,11 @@ class RollingDrive(Drive):
         workers: list[ReleaseWorker],
         client: PreviousClient,
         upgrade: Upgrade,
+        redis_after_roll: bool = False,
     ) -> None:
         super().__init__(fleet, net, journal, ledger, plan)
+        if redis_after_roll:
+            self.rng = LateKinds(plan.seed, {REDIS_LOST})
         self.release, self.workers, self.client, self.upgrade = release, workers, client, upgrade
         self.client_of: dict[str, str] = {}  # run id -> the release whose client started it
         self.version_of: dict[int, str] = {}  # pid -> the release of the worker it belongs to
@@ -507,6 +528,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--seed", type=int, default=51)
+    parser.add_argument("--redis-after-roll", action="store_true", help="Redis is lost only after the roll")
     parser.add_argument(
         "--break",
         dest="breaks",
@@ -561,7 +583,18 @@ def main() -> None:
         workers.append(start_worker(fleet, None, "worker-a", beat=False, count=2, breaks=args.breaks))
         workers.append(start_worker(fleet, None, SKEWED, beat=False, count=3, breaks=args.breaks))
         print(f"fleet up for the upgrade: journal {url}, {up.previous_head} -> {up.expanded_to}", flush=True)
-        drive = RollingDrive(fleet, net, journal, ledger, plan, release, workers, client, up)
+        drive = RollingDrive(
+            fleet,
+            net,
+            journal,
+            ledger,
+            plan,
+            release,
+            workers,
+            client,
+            up,
+            redis_after_roll=args.redis_after_roll,
+        )
         drive.breaks = args.breaks
         for run_id, at, task_ids in early:
             drive.all_runs.append(run_id)

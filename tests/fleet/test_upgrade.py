@@ -57,7 +57,8 @@ def test_the_upgrade_reports_the_damage_of_builds_without_stable_keys() -> None:
 def test_a_rolling_upgrade_under_faults_loses_nothing_doubles_nothing_and_reports_true(
     tmp_path: Path,
 ) -> None:
-    proc = upgrade("--runs", str(RUNS), "--repeats", str(REPEATS))
+    late = ["--redis-after-roll"] if os.environ.get("SAGA_UPGRADE_REDIS_AFTER_ROLL") == "1" else []
+    proc = upgrade("--runs", str(RUNS), "--repeats", str(REPEATS), *late)
     print(proc.stdout[-20000:])
     lines = proc.stdout.strip().splitlines()
     start = next((i for i, line in enumerate(lines) if line.startswith("settings:")), len(lines))
