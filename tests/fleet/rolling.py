@@ -60,22 +60,25 @@ UNREGISTERED = b"Received unregistered task"
 
 
 # -- migrations --------------------------------------------------------------------------------------
-def contract_revisions() -> list[str]:
-    """The current code's contract migrations (a module sets ``contract = True``): they drop or
+def contract_revisions(directory: Path = migrate.MIGRATIONS) -> list[str]:
+    """The contract migrations in ``directory`` (a module sets ``contract = True``): they drop or
     narrow what the previous release still uses, so they run only once none of its processes is
     left. Oldest first."""
-    scripts = ScriptDirectory(str(migrate.MIGRATIONS))
+    scripts = ScriptDirectory(str(directory))
     return [
         s.revision for s in reversed(list(scripts.walk_revisions())) if getattr(s.module, "contract", False)
     ]
 
 
-def expand_target() -> str:
+def expand_target(directory: Path = migrate.MIGRATIONS) -> str:
     """Where the expand step migrates: the head, or the revision before the first contract one."""
-    contracts = contract_revisions()
+    scripts = ScriptDirectory(str(directory))
+    contracts = contract_revisions(directory)
     if not contracts:
-        return migrate.head_revision()
-    first = ScriptDirectory(str(migrate.MIGRATIONS)).get_revision(contracts[0])
+        head = scripts.get_current_head()
+        assert head is not None
+        return head
+    first = scripts.get_revision(contracts[0])
     assert first is not None and isinstance(first.down_revision, str)
     return first.down_revision
 
