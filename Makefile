@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # The demo needs the package alone (no dev extras: no agent frameworks, no browser, no docs tools).
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: screenshots install demo test test-core test-core-quick test-fast lint typecheck docs dist bench bench-peers soak fleet fleet-long clean services browser
+.PHONY: screenshots install demo test test-core test-core-quick test-fast lint typecheck docs dist bench bench-peers soak fleet fleet-long fleet-upgrade fleet-upgrade-long fleet-upgrade-long-roll clean services browser
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -127,14 +127,33 @@ soak: $(STAMP)
 FLEET_TABLE ?= /tmp/saga-fleet-table.txt
 fleet: $(STAMP)
 	bash .ci/programs
-	SAGA_FLEET_TABLE=$(FLEET_TABLE) $(BIN)/python -m pytest tests/fleet -m fleet -p no:randomly -s
+	SAGA_FLEET_TABLE=$(FLEET_TABLE) $(BIN)/python -m pytest tests/fleet/test_fleet.py -m fleet -p no:randomly -s
 	@tail -n 1 $(FLEET_TABLE)
 
 fleet-long: $(STAMP)
 	SAGA_FLEET_RUNS=1000 SAGA_FLEET_REPEATS=43 $(MAKE) fleet
 
+# The rolling upgrade under faults (tests/fleet/rolling.py, docs/guides/upgrading.md): the previous
+# release's wheel built from its tag into .venv-previous/, its workers and the current code's serving
+# one queue while the journal is expanded, the old workers stopped one by one, then the contract step;
+# every fault kind landed SAGA_UPGRADE_REPEATS times. Ends with the `upgrade:` line. The short form
+# (~3 minutes, with a build whose checker must bite) runs in CI.
+UPGRADE_TABLE ?= /tmp/saga-upgrade-table.txt
+fleet-upgrade: $(STAMP)
+	bash .ci/programs
+	SAGA_UPGRADE_TABLE=$(UPGRADE_TABLE) $(BIN)/python -m pytest tests/fleet/test_upgrade.py -m fleet -p no:randomly -s
+	@tail -n 1 $(UPGRADE_TABLE)
+
+fleet-upgrade-long: $(STAMP)
+	SAGA_UPGRADE_RUNS=600 SAGA_UPGRADE_REPEATS=12 $(MAKE) fleet-upgrade
+
+# The long form with Redis lost only once the previous release's workers are gone, so they serve
+# through two thirds of the faults and are stopped in their turn (a Redis loss ends them otherwise).
+fleet-upgrade-long-roll: $(STAMP)
+	SAGA_UPGRADE_REDIS_AFTER_ROLL=1 $(MAKE) fleet-upgrade-long
+
 services:
 	bash .ci/services
 
 clean:
-	rm -rf $(VENV) .saga *.egg-info .pytest_cache .mypy_cache build dist site
+	rm -rf $(VENV) .venv-previous .saga *.egg-info .pytest_cache .mypy_cache build dist site

@@ -65,6 +65,20 @@ def head_revision() -> str:
     return head
 
 
+@functools.cache
+def known_revisions() -> frozenset[str]:
+    """Every revision this package ships."""
+    return frozenset(s.revision for s in ScriptDirectory.from_config(_config()).walk_revisions())
+
+
+def from_a_later_release(revision: str | None) -> bool:
+    """Is ``revision`` one this package does not ship: a later release's migration, run during a
+    rolling upgrade while this release's workers still serve (docs/guides/upgrading.md)? A later
+    release's expand migration only adds, so this release still reads and writes the journal; its
+    contract migration runs only once no worker of this release is left."""
+    return revision is not None and revision not in known_revisions()
+
+
 def current_revision(engine: sa.Engine) -> str | None:
     with _quiet_context(), engine.connect() as conn:
         return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()

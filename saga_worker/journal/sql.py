@@ -11,6 +11,7 @@ time, with a busy timeout).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -37,6 +38,7 @@ from .sql_parts.unwinds import SqlUnwinds
 from .statements import Statements, shared_statements
 
 T = TypeVar("T")
+_LOG = logging.getLogger(__name__)
 
 
 class SqlJournal(
@@ -84,7 +86,15 @@ class SqlJournal(
                     "a command that reads never creates one",
                     url=redact_url(url),
                 )
-            if current != migrate.head_revision():
+            if migrate.from_a_later_release(current):
+                _LOG.warning(
+                    "journal at %s has schema revision %s, from a later release than this one (head %s): "
+                    "opened as a rolling upgrade does; roll this worker forward before the contract migration",
+                    redact_url(url),
+                    current,
+                    migrate.head_revision(),
+                )
+            elif current != migrate.head_revision():
                 if not migrate_schema:
                     raise JournalError(
                         f"journal at {redact_url(url)} has schema revision {current or 'none'}, expected "

@@ -29,13 +29,15 @@ def keep_logs() -> None:
             shutil.copy(path, LOGS / "-".join(path.relative_to(STATE).parts))
 
 
-def main() -> int:
+def main(drive: str = "tests.fleet.drive", args: list[str] | None = None) -> int:
+    """Run the client module ``drive`` with ``args`` (default: this command's) in the fleet."""
     stop_leftovers()
     net = Network()
     try:
         net.build()
         STATE.mkdir(parents=True, exist_ok=True)
-        argv = [*HOSTS["client"].exec_prefix(), sys.executable, "-m", "tests.fleet.drive", *sys.argv[1:]]
+        given = sys.argv[1:] if args is None else args
+        argv = [*HOSTS["client"].exec_prefix(), sys.executable, "-m", drive, *given]
         return subprocess.run(argv, timeout=DRIVE_LIMIT_S).returncode
     finally:
         keep_logs()

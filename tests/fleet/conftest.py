@@ -12,7 +12,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     markexpr = config.getoption("markexpr", "") or ""
     if os.environ.get("SAGA_FLEET") == "1" or ("fleet" in markexpr and "not fleet" not in markexpr):
         return
-    skip = pytest.mark.skip(reason="fleet tier: run it with `make fleet` (or SAGA_FLEET=1)")
+    skip = pytest.mark.skip(
+        reason="fleet tier: run it with `make fleet`, `make fleet-upgrade` (or SAGA_FLEET=1)"
+    )
     for item in items:
         if "fleet" in item.keywords:
             item.add_marker(skip)

@@ -116,6 +116,29 @@ class Fleet:
     def start_workers(self, breaks: str = "") -> None:
         """``breaks``: names from tests/faults/breaks.py to break the workers with (proving the
         fleet's checker bites: ``python -m tests.fleet --break no-fencing`` must report the damage)."""
+        self.start_delayers()
+        timing = self.timing_env()
+        self.dep.start_worker(
+            beat=True, concurrency=2, prefix=HOSTS["worker-a"].exec_prefix(), FAULT_BREAK=breaks, **timing
+        )
+        self.dep.start_worker(
+            concurrency=2,
+            prefix=HOSTS[SKEWED].exec_prefix(),
+            FAULT_BREAK=breaks,
+            **self.skew_env(),
+            **timing,
+        )
+
+    def timing_env(self) -> dict[str, Any]:
+        return {f"SAGA_{k.upper()}": v for k, v in self.timing.items()}
+
+    @staticmethod
+    def skew_env() -> dict[str, Any]:
+        """What puts a process on the skewed host's clock (libfaketime, ``SKEW_S`` ahead)."""
+        return {"LD_PRELOAD": faketime_lib(), "FAKETIME": f"+{SKEW_S}"}
+
+    def start_delayers(self) -> None:
+        """The slow-network fault's delayer on each worker host."""
         for name in ("worker-a", "worker-b"):
             proc = Proc(
                 [
@@ -130,18 +153,6 @@ class Fleet:
                 log=STATE / f"delayer-{name}.log",
             )
             self.delayers.append(proc)
-        timing: dict[str, Any] = {f"SAGA_{k.upper()}": v for k, v in self.timing.items()}
-        self.dep.start_worker(
-            beat=True, concurrency=2, prefix=HOSTS["worker-a"].exec_prefix(), FAULT_BREAK=breaks, **timing
-        )
-        self.dep.start_worker(
-            concurrency=2,
-            prefix=HOSTS[SKEWED].exec_prefix(),
-            FAULT_BREAK=breaks,
-            LD_PRELOAD=faketime_lib(),
-            FAKETIME=f"+{SKEW_S}",
-            **timing,
-        )
 
     def worker_pids(self, host: str) -> list[int]:
         """Every process on a worker host but its delayer (the worker's main process, pool, beat)."""

@@ -9,8 +9,6 @@ every fault kind landed.
 from __future__ import annotations
 
 import os
-import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,32 +18,12 @@ import pytest
 from tests.faults.harness import REPO
 
 from .faults import KINDS
+from .needs import missing, parse
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
 RUNS = int(os.environ.get("SAGA_FLEET_RUNS", "200"))
 REPEATS = int(os.environ.get("SAGA_FLEET_REPEATS", "5"))
-
-
-def missing() -> list[str]:
-    """What the fleet needs and this machine lacks (``.ci/programs`` installs the programs)."""
-    out = [
-        p
-        for p in ("ip", "iptables-legacy", "initdb", "pg_ctl", "redis-server", "runuser")
-        if not shutil.which(p)
-    ]
-    if not any(
-        Path(p).exists()
-        for p in ("/usr/lib/x86_64-linux-gnu/faketime", "/usr/lib/aarch64-linux-gnu/faketime")
-    ):
-        out.append("libfaketime")
-    if os.geteuid() != 0:
-        out.append("root (network namespaces)")
-    return out
-
-
-def parse(line: str) -> dict[str, str]:
-    return dict(re.findall(r"(\w+)=(\S+)", line))
 
 
 def fleet(*args: str) -> subprocess.CompletedProcess[str]:

@@ -19,6 +19,7 @@ from saga_worker import (
     SqlJournal,
     Tool,
     ToolCall,
+    compensate_run,
     open_journal,
     run_durable,
     scripted,
@@ -279,3 +280,34 @@ def test_opening_a_migrated_journal_logs_no_alembic_lines(tmp_path: Path) -> Non
         [sys.executable, "-c", code, url], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "opened", out.stdout
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_a_journal_a_later_release_expanded_still_opens_and_runs_here(
+    backend: str, request: pytest.FixtureRequest
+) -> None:
+    """A rolling upgrade migrates the journal (expand) while this release's workers still run: a worker
+    of this release started or restarted then must open it, not refuse a revision it does not know
+    nor try to migrate it back (docs/guides/upgrading.md)."""
+    url = request.getfixturevalue("sqlite_url" if backend == "sqlite" else "empty_pg_url")
+    open_journal(url, migrate=True).close()
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:  # what a later release's additive migration leaves
+        conn.execute(sa.text("ALTER TABLE saga_compensations ADD COLUMN later_release_note VARCHAR(20)"))
+        conn.execute(sa.text(f"UPDATE {migrate.VERSION_TABLE} SET version_num = 'later-0099'"))
+    engine.dispose()
+    tools = {"t": Tool(lambda i, o: 2, lambda i, out, o: None)}
+    for migrate_on_open in (None, False, True):
+        with open_journal(url, migrate=migrate_on_open) as journal:
+            result = run_durable(
+                f"after-expand-{migrate_on_open}",
+                journal=journal,
+                tools=tools,
+                planner=scripted(ToolCall("t", {})),
+            )
+            assert result.status == "finished"
+            report = compensate_run(f"after-expand-{migrate_on_open}", journal=journal, tools=tools)
+            assert [e.status.value for e in report.entries] == ["compensated"]
+            assert isinstance(journal, SqlJournal)
+            # Left as the later release set it: nothing migrated back or forth.
+            assert migrate.current_revision(journal.engine) == "later-0099"

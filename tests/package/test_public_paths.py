@@ -65,6 +65,7 @@ DOCUMENTED: dict[str, tuple[str, ...]] = {
     "saga_worker.cli.commands_journal": (),
     "saga_worker.cli.commands_processes": (),
     "saga_worker.cli.commands_unwind": (),
+    "saga_worker.journal": ("migrate",),  # the rollback of docs/guides/upgrading.md
     "saga_worker.journal.sql": ("SqlJournal",),
     "saga_worker.settings": ("get_settings", "SagaSettings"),
     "saga_worker.errors": (),
