@@ -18,7 +18,7 @@ from saga_worker.errors import UnwindInTransactionError
 from saga_worker.journal.records import ClaimStatus
 
 from . import tools as order_tools
-from .test_in_transaction import Rollback, paid, pay, records, run_status
+from .payments import Rollback, paid, pay, records, run_status
 
 
 def condemned(run_id: str) -> bool:
