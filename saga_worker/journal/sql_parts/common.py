@@ -149,9 +149,7 @@ class SqlPlumbing:
         Not run on the journal's own connection instead: that one would wait for rows the joined
         transaction locks (the run's row), in this same thread, for ever; on SQLite for its one lock."""
         loan = hosts.lent(self.engine.url)
-        if (
-            loan is not None
-        ):  # the app's open transaction, joined (hosts.py); a loan does nothing until entered
+        if loan is not None:  # the app's open transaction, joined (hosts.py); nothing done until entered
             if alone is not None:
                 raise UnwindInTransactionError(alone)
             return driver.on_lent(self._connections, loan, work)
