@@ -236,3 +236,23 @@ class OpenTransactionError(SagaError):
             tool_name=tool_name,
             transaction=transaction,
         )
+
+
+class UnwindInTransactionError(OpenTransactionError):
+    """An unwind's write (its tombstone, a compensation's claim or lease, its rows, the sweeper's
+    state) was asked for inside an app transaction the journal would join. An unwind's writes commit
+    on their own (the tombstone on stable storage before the first compensation runs, each claim
+    before its hook); written there, they would commit or roll back with the app's transaction."""
+
+    def __init__(self, what: str) -> None:
+        SagaError.__init__(
+            self,
+            f"{what} was asked for inside the app's open transaction on the journal's database, which the "
+            "journal joins (a Tool(in_transaction=True) call made in it; on SQLite any transaction of the "
+            "app's on the journal's file): an unwind's writes must commit on their own, never with the "
+            "app's transaction. Nothing was written and no compensation ran. Unwind once the transaction "
+            "has committed (Django: transaction.on_commit(lambda: compensate_run.delay(run_id))), or "
+            "outside it",
+            what=what,
+        )
+        self._rebuilds_from(what)

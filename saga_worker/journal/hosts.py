@@ -7,6 +7,10 @@ opens a savepoint around the work (rolled back alone if the work raises) and yie
 connection; the work's writes then commit, or roll back, with the app's transaction. That is how a
 ``Tool(in_transaction=True)`` call made inside Django's ``atomic()`` has its effect (the ORM's) and its
 record commit together: the host decides which work joins (docs/guides/django.md).
+
+A loan does nothing until it is entered, so the journal may refuse it: an unwind's writes (a
+tombstone, a compensation's claim or lease) must commit on their own, and are refused, with
+``UnwindInTransactionError``, before anything is written wherever a host would lend a connection.
 """
 
 from __future__ import annotations

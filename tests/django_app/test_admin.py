@@ -3,8 +3,9 @@ runner, SagaDiscoverRunner) and `pytest` (pytest-django: the project's pytest.in
 in the test project run its admin tests (`project/orders/tests.py`:
 Django's test client on the runs list, its filters and search, a run's page, each action, and users
 without the permissions refused) and its in_transaction tool's (`project/orders/test_in_transaction.py`:
-an ORM effect and its record committed or rolled back together, every path), with the journal in the
-test database, on SQLite and PostgreSQL."""
+an ORM effect and its record committed or rolled back together, every path; and
+`project/orders/test_unwind_in_transaction.py`: an unwind inside the transaction the journal joins
+refused before anything is written), with the journal in the test database, on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
@@ -23,8 +24,8 @@ PROJECT = Path(__file__).resolve().parent / "project"
 
 
 RUNNERS = {
-    "manage.py test": (["manage.py", "test", "orders", "--noinput"], ["Ran 20 tests", "\nOK"]),
-    "pytest-django": (["-m", "pytest", "-q", "-p", "no:cacheprovider"], ["20 passed"]),
+    "manage.py test": (["manage.py", "test", "orders", "--noinput"], ["Ran 24 tests", "\nOK"]),
+    "pytest-django": (["-m", "pytest", "-q", "-p", "no:cacheprovider"], ["24 passed"]),
 }
 
 

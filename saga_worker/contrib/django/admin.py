@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db import connections, transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -86,12 +87,16 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[misc]
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
+
+        def act(view: Any) -> Any:
+            return _outside_atomic_requests(wrap(view))
+
         return [
             path("", wrap(self.runs_view), name="saga_worker_run_changelist"),
             path("<str:run_id>/", wrap(self.run_view), name="saga_worker_run_change"),
-            path("<str:run_id>/compensate/", wrap(self.compensate_view), name="saga_worker_run_compensate"),
-            path("<str:run_id>/redrive/", wrap(self.redrive_view), name="saga_worker_run_redrive"),
-            path("<str:run_id>/decide/", wrap(self.decide_view), name="saga_worker_run_decide"),
+            path("<str:run_id>/compensate/", act(self.compensate_view), name="saga_worker_run_compensate"),
+            path("<str:run_id>/redrive/", act(self.redrive_view), name="saga_worker_run_redrive"),
+            path("<str:run_id>/decide/", act(self.decide_view), name="saga_worker_run_decide"),
         ]
 
     def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
@@ -258,6 +263,15 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[misc]
         except SagaError as exc:
             messages.error(request, str(exc))
         return self._back(run_id)
+
+
+def _outside_atomic_requests(view: Any) -> Any:
+    """``view`` never wrapped in the request's transaction (``ATOMIC_REQUESTS``), on any database: an
+    action writes the journal, whose unwind must commit on its own (on SQLite the journal would join
+    the request's transaction, and refuse the unwind an eager Celery runs in it: docs/guides/django.md)."""
+    for alias in connections:
+        view = transaction.non_atomic_requests(using=alias)(view)
+    return view
 
 
 def _post_only(request: HttpRequest) -> HttpResponse | None:

@@ -10,6 +10,10 @@ ends: the joined rows are locked by it (the run's row, by the tombstone gate), a
 connection, waiting for them in the same thread, would wait for ever. On SQLite the journal always
 joins an open transaction of the app's on its file: one writer at a time, and the app's transaction
 may hold the write lock the journal's own connection would wait for ("database is locked").
+
+An unwind's writes (its tombstone, claims, leases) are the exception: lent a connection here, the
+journal refuses them before anything is written (``SqlPlumbing._write``'s ``alone``), as they must
+commit on their own and the journal's own connection would wait as above.
 """
 
 from __future__ import annotations

@@ -253,7 +253,7 @@ class SqlClaims(SqlPlumbing):
             current = tx.one(q.claim_get, params)
             return ClaimAttempt(False, None if current is None else claim_row(current))
 
-        return self._write(work)
+        return self._write(work, alone=f"the compensation claim of step {suffix!r} of run {origin_run_id!r}")
 
     def finish_and_claim(
         self,
@@ -360,7 +360,8 @@ class SqlClaims(SqlPlumbing):
             "now": time.time(),
             **self.policy.lease_clock(),
         }
-        return self._write(lambda tx: tx.one(self._q.claim_renew, params)) is not None
+        claim = f"the lease of the compensation of step {suffix!r} of run {origin_run_id!r}"
+        return self._write(lambda tx: tx.one(self._q.claim_renew, params), alone=claim) is not None
 
     def finish_claim(
         self, origin_run_id: str, suffix: str, owner: str, status: ClaimStatus, error: str | None = None
@@ -373,4 +374,5 @@ class SqlClaims(SqlPlumbing):
             "new_error": storable_or_none(error),
             "now": time.time(),
         }
-        return self._write(lambda tx: tx.one(self._q.claim_finish, params)) is not None
+        claim = f"the outcome of the compensation of step {suffix!r} of run {origin_run_id!r}"
+        return self._write(lambda tx: tx.one(self._q.claim_finish, params), alone=claim) is not None

@@ -18,7 +18,7 @@ from typing import Any, Protocol, TypeVar
 import sqlalchemy as sa
 
 from ...core.keys import canonical_json
-from ...errors import MalformedRecordError
+from ...errors import MalformedRecordError, UnwindInTransactionError
 from .. import driver, hosts
 from ..dialects import DialectPolicy, policy_for
 from ..driver import Prepared
@@ -128,15 +128,30 @@ class SqlPlumbing:
     # and other areas'), so mypy checks every read against what ``Statements`` builds.
     _q: PlumbingStatements
 
-    def _write(self, work: Callable[[driver.Tx], T], *, atomic: bool = False, durable: bool = False) -> T:
+    def _write(
+        self,
+        work: Callable[[driver.Tx], T],
+        *,
+        atomic: bool = False,
+        durable: bool = False,
+        alone: str | None = None,
+    ) -> T:
         """Run ``work``, which writes, on the driver (the hot path: see ``driver.transaction``).
 
         ``atomic`` when its statements must commit together (a claim's gate and insert, a fork);
         otherwise each statement is atomic alone and the work allows for writers between them.
         ``durable`` when the commit must be on stable storage before this returns (SQLite's other
-        commits are synced lazily, at checkpoints: see ``driver.transaction``)."""
+        commits are synced lazily, at checkpoints: see ``driver.transaction``).
+
+        ``alone`` names an unwind's write (a tombstone, a compensation's claim or lease, the unwind's
+        rows, the sweeper's state), which must commit on its own: where the app's open transaction
+        would be joined (hosts.py), it is refused before anything is written (UnwindInTransactionError).
+        Not run on the journal's own connection instead: that one would wait for rows the joined
+        transaction locks (the run's row), in this same thread, for ever; on SQLite for its one lock."""
         loan = hosts.lent(self.engine.url)
-        if loan is not None:  # the app's open transaction, joined (hosts.py)
+        if loan is not None:  # the app's open transaction, joined (hosts.py); nothing done until entered
+            if alone is not None:
+                raise UnwindInTransactionError(alone)
             return driver.on_lent(self._connections, loan, work)
         return driver.transaction(self._connections, work, write=True, atomic=atomic, durable=durable)
 

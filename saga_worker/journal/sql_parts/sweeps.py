@@ -175,22 +175,23 @@ class SqlSweeps(SqlPlumbing):
             "now": time.time(),
         }
         q = self._q
+        alone = f"the unwind state of run {run_id!r}"
         stmt = q.unwind_state if epoch is None else q.unwind_state_at_epoch
         if audit is None:
-            self._write(lambda tx: tx.execute(stmt, params))
+            self._write(lambda tx: tx.execute(stmt, params), alone=alone)
             return
         both = {**audit_params(audit), **params}
         # One statement where the dialect allows (the row in the state's WITH clause), else one transaction.
         one = q.unwind_state_audited if epoch is None else q.unwind_state_at_epoch_audited
         if one is not None:
-            self._write(lambda tx: tx.execute(one, both))
+            self._write(lambda tx: tx.execute(one, both), alone=alone)
             return
 
         def write(tx: driver.Tx) -> None:
             tx.one(q.audit_insert, both)
             tx.execute(stmt, both)
 
-        self._write(write, atomic=True)
+        self._write(write, atomic=True, alone=alone)
 
     def finish_last_step(
         self, finished: FinishedClaim, run_id: str, *, epoch: int | None, audit: NewAudit
@@ -247,7 +248,7 @@ class SqlSweeps(SqlPlumbing):
 
     def hold_sweep(self, run_id: str, grace: float, note: str) -> None:
         params = {"run": run_id, "grace": float(grace), "note": storable_or_none(note), "now": time.time()}
-        self._write(lambda tx: tx.execute(self._q.hold_sweep, params))
+        self._write(lambda tx: tx.execute(self._q.hold_sweep, params), alone=f"the sweep of run {run_id!r}")
 
     def runs_to_sweep(
         self, now: float, *, limit: int = 100, unreadable: list[MalformedRecordError] | None = None

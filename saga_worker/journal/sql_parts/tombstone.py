@@ -90,7 +90,8 @@ class SqlTombstone(SqlWorklist):
     def condemn(self, run_id: str, *, audit: NewAudit | None = None) -> float:
         work, atomic, _first = self._condemn_work(run_id, audit)
         # durable before any hook runs (Journal.condemn); atomic when the audit row commits with it
-        return stamped_or_raise(run_id, self._write(work, atomic=atomic, durable=True))
+        tombstone = f"the tombstone of run {run_id!r}"
+        return stamped_or_raise(run_id, self._write(work, atomic=atomic, durable=True, alone=tombstone))
 
     def _condemn_work(
         self, run_id: str, audit: NewAudit | None
@@ -146,7 +147,7 @@ class SqlTombstone(SqlWorklist):
             stamped = condemn(tx)
             return stamped, None if stamped is None else reads(tx)
 
-        stamped, rows = self._write(work, atomic=True, durable=True)
+        stamped, rows = self._write(work, atomic=True, durable=True, alone=f"the tombstone of run {run_id!r}")
         stamped_or_raise(run_id, stamped)
         assert rows is not None
         return self._worklist_view(rows, statuses)
@@ -179,9 +180,10 @@ class SqlTombstone(SqlWorklist):
             at = condemn(tx)
             return at, None if at is None else reads(tx)
 
-        at, rows = self._write(work) if frame is not None else (None, None)
+        tombstone = f"the tombstone of run {run_id!r}"
+        at, rows = self._write(work, alone=tombstone) if frame is not None else (None, None)
         if at is None:
-            at, rows = self._write(fallback, durable=True)
+            at, rows = self._write(fallback, durable=True, alone=tombstone)
         stamped_or_raise(run_id, at)
         assert rows is not None
         return self._worklist_view(rows, statuses)

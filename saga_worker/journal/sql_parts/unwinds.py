@@ -275,12 +275,14 @@ class SqlUnwinds(SqlPlumbing):
         transaction if the stored unwind is this run's and not a dry run (one commit, not two). Where a
         round trip costs (PostgreSQL), the three statements go in one pipeline, one implicit transaction."""
         q = self._q
+        alone = f"the unwind {params['unwind']!r} of run {params['run']!r}"
         if hold is not None and self.policy.transactions_cost_round_trips:
             both = {**params, **hold}
             _, got, _ = self._write(
                 lambda tx: tx.batch(
                     [(q.unwind_insert, both), (q.unwind_get, both), (q.hold_sweep_of_unwind, both)]
-                )
+                ),
+                alone=alone,
             )
             return unwind_row(got[0])
 
@@ -295,7 +297,7 @@ class SqlUnwinds(SqlPlumbing):
                 tx.execute(q.hold_sweep, hold)
             return stored
 
-        row = self._write(work, atomic=hold is not None)
+        row = self._write(work, atomic=hold is not None, alone=alone)
         assert row is not None
         return unwind_row(row)
 
@@ -310,18 +312,28 @@ class SqlUnwinds(SqlPlumbing):
     def record_unwind_entry(self, unwind_id: str, position: int, entry: dict[str, Any]) -> dict[str, Any]:
         q = self._q
         params = {"unwind": unwind_id, "at": position, "new_entry": _dump(entry), "now": time.time()}
-        row = self._write(lambda tx: tx.one(q.entry_insert, params) or tx.one(q.entry_get, params))
+        row = self._write(
+            lambda tx: tx.one(q.entry_insert, params) or tx.one(q.entry_get, params),
+            alone=f"entry {position} of the unwind {unwind_id!r}",
+        )
         assert row is not None
         return _load(row["entry"], unwind_id, f"unwind entry {position}")  # type: ignore[no-any-return]
 
     def count_redelivery(self, task_id: str) -> int:
         params = {"task": task_id, "now": time.time()}
-        row = self._write(lambda tx: tx.one(self._q.redelivery_count, params), durable=True)
+        row = self._write(
+            lambda tx: tx.one(self._q.redelivery_count, params),
+            durable=True,
+            alone=f"the delivery count of unwind task {task_id!r}",
+        )
         assert row is not None
         return int(row["redeliveries"])
 
     def forget_redeliveries(self, task_id: str) -> None:
-        self._write(lambda tx: tx.execute(self._q.redeliveries_forget, {"task": task_id}))
+        self._write(
+            lambda tx: tx.execute(self._q.redeliveries_forget, {"task": task_id}),
+            alone=f"the delivery count of unwind task {task_id!r}",
+        )
 
     def finish_step(
         self,
@@ -367,7 +379,8 @@ class SqlUnwinds(SqlPlumbing):
                 entry = stored["entry"]
             return written, entry
 
-        written, text = self._write(work, atomic=one_statement is None)
+        alone = f"the outcome of the compensation of step {suffix!r} of run {origin_run_id!r}"
+        written, text = self._write(work, atomic=one_statement is None, alone=alone)
         return StepFinish(written, _load(text, unwind_id, f"unwind entry {position}"))
 
     def read_step(self, unwind_id: str, run_id: str, suffix: str) -> StepView:

@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 from django.contrib.auth.models import Permission, User
+from django.db import connections
 from django.test import TransactionTestCase
 
 from saga_worker import ToolCall, run_durable, scripted
@@ -183,6 +184,20 @@ class AdminTests(TransactionTestCase):  # type: ignore[misc]
         refused = self.post(self.operator, "redrive", self.placed)
         self.assertContains(refused, "not flagged for attention")
         self.assertEqual(audit(self.placed), [])
+
+    def test_under_atomic_requests_compensate_still_unwinds_outside_the_request_s_transaction(self) -> None:
+        # ATOMIC_REQUESTS wraps a view in the request's transaction, which on SQLite the journal would
+        # join, and refuse the (eager) unwind in: the admin's actions run outside it.
+        settings = connections["default"].settings_dict
+        settings["ATOMIC_REQUESTS"] = True
+        try:
+            done = self.post(self.operator, "compensate", self.placed, confirm="1", reason="cancel")
+        finally:
+            settings["ATOMIC_REQUESTS"] = False
+        self.assertContains(done, "queued as task")
+        self.assertContains(done, "halted-awaiting-approval")  # the workers' unwind ran, to reserve's gate
+        self.assertTrue(condemned(self.placed))
+        self.assertIn(("condemned", self.operator.username, "cancel"), audit(self.placed))
 
     def test_an_action_is_a_post_only(self) -> None:
         self.client.force_login(self.operator)

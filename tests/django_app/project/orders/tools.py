@@ -41,10 +41,21 @@ def _pay_in_db(input: Any, opts: CallOptions) -> Any:
 def _refund_in_db(input: Any, output: Any, opts: CallOptions) -> None:
     from .models import Payment
 
-    Payment.objects.filter(key=opts.idempotency_key).delete()
+    Payment.objects.filter(pk=output["payment"]).delete()  # (opts.idempotency_key is the refund's own)
 
 
 # --8<-- [end:in-db]
+
+
+def _counted(name: str, undo: Any) -> Any:
+    """``undo``, noted in ``UNDONE`` when it runs (the tests see whether a compensation ran at all,
+    even where what it wrote rolled back)."""
+
+    def counted(input: Any, output: Any, opts: CallOptions) -> None:
+        UNDONE.append(name)
+        undo(input, output, opts)
+
+    return counted
 
 
 TOOLS = {
@@ -52,6 +63,7 @@ TOOLS = {
     "pay": Tool(_execute("pay"), _compensate("pay")),
     "reserve": Tool(_execute("reserve"), _compensate("reserve"), compensate_needs_approval=True),
     "refund": Tool(_execute("refund"), _compensate("refund"), needs_approval=True),
-    "pay_in_db": Tool(_pay_in_db, _refund_in_db, in_transaction=True),  # the ORM, in the app's transaction
+    # the ORM, in the app's transaction
+    "pay_in_db": Tool(_pay_in_db, _counted("pay_in_db", _refund_in_db), in_transaction=True),
     "check_stock": Tool(lambda input, opts: {"in_stock": True}, side_effect=False),
 }
