@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
@@ -344,18 +343,12 @@ class WorklistView:
 class ReportView:
     """What assembling a distributed unwind's report reads, together (one round trip on PostgreSQL):
     the unwind as recorded (None if it is not in the journal), the entries its steps stored so far by
-    position, and the run's worklist as ``read_worklist`` reads it. When every step of the unwind has
-    an entry (``every_step_has_an_entry``), the report needs no record: a journal may then leave the
-    worklist's records and claims unread (empty), its run and condemner read all the same."""
+    position, and the run's worklist as ``read_worklist`` reads it, records included even when every
+    step has its entry: the report numbers each step's group by them."""
 
     unwind: UnwindInfo | None
     entries: dict[int, dict[str, Any]]
     worklist: WorklistView
-
-
-def every_step_has_an_entry(unwind: UnwindInfo, entries: Mapping[int, Any]) -> bool:
-    """Whether each position of ``unwind``'s worklist has an entry stored in ``entries``."""
-    return all(position in entries for position in range(len(unwind.suffixes)))
 
 
 @dataclass(frozen=True)

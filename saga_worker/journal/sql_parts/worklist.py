@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 from .. import driver
 from ..driver import Prepared
-from ..records import RecordStatus, ReportView, UnwindInfo, WorklistView, every_step_has_an_entry
+from ..records import RecordStatus, ReportView, UnwindInfo, WorklistView
 from .claims import claim_row
 from .common import PlumbingStatements, SqlPlumbing
 from .gate import run_row
@@ -44,14 +44,11 @@ class SqlWorklist(SqlPlumbing):
         first = [(q.unwind_get, by_unwind), (q.entries_of_unwind, by_unwind)]
 
         def work(tx: driver.Tx) -> tuple[UnwindInfo | None, dict[int, dict[str, Any]], WorklistRows]:
-            found, rows, run = self._reads(tx, [*first, (q.run_with_condemner, {"run": run_id})])
+            # The run's records always: the report numbers each step's group by them (in the same
+            # pipeline where a round trip costs, so no round trip more).
+            (found, rows), read = self._read_with_worklist(tx, run_id, first)
             unwind = unwind_row(found[0]) if found else None
-            entries = entries_by_position(rows, unwind_id)
-            read: WorklistRows = (run[0] if run else None, [], [])
-            # The run's records and claims only when some step has no entry (one read more after a halt).
-            if unwind is None or not every_step_has_an_entry(unwind, entries):
-                read = self._read_with_worklist(tx, run_id, [])[1]
-            return unwind, entries, read
+            return unwind, entries_by_position(rows, unwind_id), read
 
         unwind, entries, read = self._fetch(work)
         return ReportView(unwind, entries, self._worklist_view(read, statuses))
