@@ -107,8 +107,10 @@ def _continue(task: Task[Any, Any], nxt: executor.Next) -> Any:
 
 
 def _shown(run_id: str, done: CompensationEntry | None) -> dict[str, Any] | None:
-    """What a step task ends with (Flower shows it as the task's result): its entry in the report;
-    for a failed hook, the ``CompensationStepFailed`` error naming the run, the step and the error."""
+    """What a step task ends with (Flower shows it as the task's result): its entry in the report,
+    but for its group's number, which only the whole report knows (it numbers the groups of every
+    step; a step reads its own); for a failed hook, the ``CompensationStepFailed`` error naming the
+    run, the step and the error."""
     if done is None:
         return None
     if done.status is CompensationStatus.FAILED:
@@ -116,7 +118,7 @@ def _shown(run_id: str, done: CompensationEntry | None) -> dict[str, Any] | None
             f"run {run_id!r} step {done.suffix!r} ({done.tool_name}): compensate failed, the unwind "
             f"halted here: {done.error}"
         )
-    return {"run_id": run_id, **done.model_dump(mode="json")}
+    return {"run_id": run_id, **done.model_dump(mode="json", exclude={"group"})}
 
 
 def _continue_here(nxt: executor.Next) -> Any:
