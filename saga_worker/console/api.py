@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 from starlette.requests import Request
@@ -111,10 +112,15 @@ async def _body(request: Request) -> dict[str, Any]:
 async def compensate(request: Request) -> JSONResponse:
     who = operator(request)
     run_id = run_id_of(request)
-    reason = (await _body(request)).get("reason")
+    body = await _body(request)
+    reason, parallel = body.get("reason"), body.get("parallel", False)
     if not isinstance(reason, str):
         raise InvalidInputError("a reason (a string) is required to compensate a run", run_id=run_id)
-    queued = await blocking(request_unwind, console_of(request), run_id, who.name, reason)
+    if not isinstance(parallel, bool):
+        raise InvalidInputError("parallel must be true or false", run_id=run_id)
+    queued = await blocking(
+        partial(request_unwind, parallel=parallel), console_of(request), run_id, who.name, reason
+    )
     return JSONResponse({"run_id": run_id, "actor": who.name, **queued}, status_code=202)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -383,7 +384,11 @@ async def compensate_form(request: Request) -> Response:
     console = console_of(request)
     reason = form.get("reason")
     queued = await blocking(
-        request_unwind, console, run_id, who.name, reason if isinstance(reason, str) else ""
+        partial(request_unwind, parallel=form.get("parallel") == "1"),
+        console,
+        run_id,
+        who.name,
+        reason if isinstance(reason, str) else "",
     )
     return RedirectResponse(
         f"/runs/{run_id}?" + urlencode({"watch": 1, "task": queued["task_id"]}), status_code=303

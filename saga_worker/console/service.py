@@ -157,10 +157,12 @@ async def blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await run_in_threadpool(fn, *args, **kwargs)
 
 
-def request_unwind(console: Console, run_id: str, actor: str, reason: str) -> dict[str, Any]:
-    """Enqueue the run's unwind, unless one queued earlier (by any console process) has not started
-    (409: a second click must not queue a second unwind). The answer names the task and the workers
-    alive."""
+def request_unwind(
+    console: Console, run_id: str, actor: str, reason: str, *, parallel: bool = False
+) -> dict[str, Any]:
+    """Enqueue the run's unwind (``parallel``: each recorded group side by side), unless one queued
+    earlier (by any console process) has not started (409: a second click must not queue a second
+    unwind). The answer names the task and the workers alive."""
     try:
         task_id = actions.request_unwind(
             run_id,
@@ -169,6 +171,7 @@ def request_unwind(console: Console, run_id: str, actor: str, reason: str) -> di
             actor=actor,
             reason=reason,
             pending_for=console.settings.visibility_timeout,
+            parallel=parallel,
         )
     except actions.UnwindQueuedError as exc:
         raise ActionRefusedError(

@@ -191,10 +191,11 @@ def request_unwind(
     reason: str,
     via: str = "console",
     pending_for: float = 300.0,
+    parallel: bool = False,
 ) -> str:
     """Condemn and unwind a run the journal knows on the workers (the console's Compensate); the task
     id. A reason is required: it is the answer to "why was order 7 reversed?" (the audit trail's
-    ``condemned`` row keeps it).
+    ``condemned`` row keeps it). ``parallel``: each recorded group's steps side by side.
 
     At most one such request waits at a time, whichever process asks: the request is an
     ``unwind-queued`` audit row, appended insert-if-absent on the run's next request number before
@@ -222,7 +223,9 @@ def request_unwind(
     if not journal.append_audit(request):
         winner = queued_unwind(journal, run_id, pending_for)
         raise UnwindQueuedError(run_id, winner.target if winner and winner.target else "?", 0.0)
-    task_id = enqueue_unwind(run_id, enqueue=enqueue, actor=actor, reason=reason, via=via, task_id=task_id)
+    task_id = enqueue_unwind(
+        run_id, enqueue=enqueue, actor=actor, reason=reason, via=via, task_id=task_id, parallel=parallel
+    )
     log.info("unwind of run %s requested by %s (task %s): %s", run_id, actor, task_id, reason)
     return task_id
 

@@ -26,11 +26,22 @@ class Sent:
         self.calls: list[tuple[str, bool]] = []
         self.audit: list[dict[str, str]] = []
         self.task_ids: list[str] = []
+        self.parallel: list[str] = []  # the runs whose unwind was asked for with parallel=True
 
     def __call__(
-        self, run_id: str, dry_run: bool, *, actor: str, reason: str, via: str, task_id: str | None = None
+        self,
+        run_id: str,
+        dry_run: bool,
+        *,
+        actor: str,
+        reason: str,
+        via: str,
+        task_id: str | None = None,
+        parallel: bool = False,
     ) -> str:
         self.calls.append((run_id, dry_run))
+        if parallel:
+            self.parallel.append(run_id)
         self.audit.append({"actor": actor, "reason": reason, "via": via})
         self.task_ids.append(task_id or f"task-{len(self.calls)}")
         return self.task_ids[-1]

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from saga_worker import saga
 from saga_worker.console.app import create_app
 from saga_worker.console.auth import ConsoleConfigError, Role, new_token
 from saga_worker.errors import JournalError
@@ -232,6 +233,29 @@ def test_compensate_needs_an_operator_and_a_reason_then_enqueues_the_unwind(
     )
 
 
+def test_compensate_with_parallel_sends_the_grouped_unwind_and_refuses_a_parallel_that_is_not_a_boolean(
+    app: TestClient, ledger: MemoryLedger, tokens: Tokens, sent: Sent
+) -> None:
+    """Issue 47: the console asks for a parallel unwind on the workers (``parallel`` in the task's
+    message only then); anything but true or false is refused before anything is sent."""
+    plain, grouped = place(app, ledger), place(app, ledger)
+    operator = bearer(tokens.operator)
+    refused = app.post(
+        f"/api/runs/{grouped}/compensate", json={"reason": "x", "parallel": "yes"}, headers=operator
+    )
+    assert refused.status_code == 400 and "parallel must be true or false" in refused.text
+    assert sent.calls == []
+    assert (
+        app.post(f"/api/runs/{plain}/compensate", json={"reason": "plain"}, headers=operator).status_code
+        == 202
+    )
+    answer = app.post(
+        f"/api/runs/{grouped}/compensate", json={"reason": "side by side", "parallel": True}, headers=operator
+    )
+    assert answer.status_code == 202
+    assert sent.calls == [(plain, False), (grouped, False)] and sent.parallel == [grouped]
+
+
 def test_redrive_applies_only_to_a_run_flagged_for_attention(
     app: TestClient, ledger: MemoryLedger, tokens: Tokens, sent: Sent
 ) -> None:
@@ -268,6 +292,27 @@ def test_browser_forms_need_the_csrf_token_of_the_logged_in_operator(
         and answer.headers["location"] == f"/runs/{run_id}?watch=1&task={sent.task_ids[0]}"
     )
     assert sent.calls == [(run_id, False)]
+
+
+def test_the_plan_page_offers_a_parallel_unwind_only_for_a_run_with_a_group_and_sends_it_when_ticked(
+    app: TestClient, ledger: MemoryLedger, tokens: Tokens, sent: Sent
+) -> None:
+    """Issue 47: the Compensate form has a "side by side" box where the run recorded a group of
+    calls (``run.parallel()``), none for a run of single steps; ticked, the unwind is sent parallel."""
+    plain = place(app, ledger)
+    grouped = "order-grouped-" + plain.split("-")[-1]
+    with saga(grouped, journal=console_journal(app), tools=order_tools(ledger)) as run:
+        run.call("charge", {"amount": 10, "currency": "EUR"})
+        with run.parallel():
+            run.call("reserve", {"sku": "A1", "qty": 2})
+            run.call("notify", {"to": "c@example.com"})
+    app.post("/login", data={"token": tokens.operator})
+    csrf = csrf_of(app.get(f"/runs/{plain}").text)
+    assert 'id="parallel"' not in app.post(f"/runs/{plain}/plan", data={"csrf": csrf}).text
+    assert 'id="parallel"' in app.post(f"/runs/{grouped}/plan", data={"csrf": csrf}).text
+    form = {"reason": "side by side", "csrf": csrf, "parallel": "1"}
+    assert app.post(f"/runs/{grouped}/compensate", data=form, follow_redirects=False).status_code == 303
+    assert sent.calls == [(grouped, False)] and sent.parallel == [grouped]
 
 
 def test_a_viewer_sees_no_action_form_and_its_posts_are_403(
