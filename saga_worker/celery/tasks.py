@@ -26,7 +26,7 @@ from celery.exceptions import Ignore
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from .. import executor
-from ..compensation.report import CompensationEntry, CompensationStatus
+from ..compensation.report import SETTLED, CompensationEntry, CompensationStatus, halts
 from ..core import faults
 from ..core.checks import check_age
 from ..errors import JournalUnavailableError
@@ -103,7 +103,22 @@ def _continue(task: Task[Any, Any], nxt: executor.Next) -> Any:
     task.request.ignore_result = True
     if task.request.id == nxt.unwind_id:
         return report
-    return _shown(nxt.run_id, nxt.done)
+    shown = _shown(nxt.run_id, nxt.done)
+    # The unwind's last step says how it ended, so a halted unwind shows in Flower without opening each row.
+    return None if shown is None else {**shown, "unwind": _how_it_ended(report)}
+
+
+def _how_it_ended(report: dict[str, Any]) -> str:
+    """``complete``, ``halted at STEP (STATUS)``, ``incomplete`` (an uncertain or skipped step left for
+    the sweeper) or ``planned`` (a dry run): the unwind's outcome as its last step's row shows it."""
+    if report["dry_run"]:
+        return "planned"
+    entries = report["entries"]
+    halt = next((e for e in entries if halts(e["status"])), None)
+    if halt is not None:
+        return f"halted at {halt['suffix']} ({halt['status']})"
+    settled = all(CompensationStatus(e["status"]) in SETTLED and not e["tool_missing"] for e in entries)
+    return "complete" if settled else "incomplete"
 
 
 def _shown(run_id: str, done: CompensationEntry | None) -> dict[str, Any] | None:

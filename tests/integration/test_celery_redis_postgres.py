@@ -201,8 +201,12 @@ def test_step_tasks_send_a_compensating_event_naming_the_run_and_the_step_for_fl
     # Then each step's result, as Flower shows it: its report entry (but the group's number, which the
     # whole report gives), in the text Celery itself writes.
     shown = {e["uuid"]: e["result"] for e in succeeded if e["uuid"] in steps}
+    # The unwind's last step (call-1) also says how the unwind ended (issue 48).
     for entry in report["entries"]:
-        text = celery_saferepr({"run_id": run_id, **{k: v for k, v in entry.items() if k != "group"}}, 1024)
+        shown_entry = {"run_id": run_id, **{k: v for k, v in entry.items() if k != "group"}}
+        if entry["suffix"] == "call-1":
+            shown_entry["unwind"] = "complete"
+        text = celery_saferepr(shown_entry, 1024)
         assert shown[f"{run_id}:{entry['suffix']}:{pending.id}"] == text
 
 
