@@ -275,7 +275,7 @@ def _compensate_run(
     first = None if dry_run or lock is not None else _first_claim(run_id, checked, ttl)
     view, pretaken = _begin(journal, run_id, dry_run=dry_run, audit=request.condemn_audit(), first=first)
     worklist = list(reversed(view.records))
-    carry = None if dry_run else OutcomeCarry(journal, pretaken)
+    carry = None if dry_run else OutcomeCarry(journal, pretaken, None if first is None else first.owner)
     entries = _undo(
         journal, run_id, worklist, checked, dry_run, claim_ttl, lock, claims=view.claims, carry=carry
     )

@@ -294,7 +294,10 @@ class SqlTombstone(SqlWorklist):
         first claim (``condemn_stamp_claimed``): still one round trip. The claim is returned only
         when it was taken; one not taken (busy, already compensated, no step to claim) wrote nothing,
         and the unwind asks for it as before. A stamp that wrote nothing claimed nothing either: the
-        fallback is ``condemn``'s, with no claim."""
+        fallback is ``condemn``'s, with no claim. The rows are parsed after the commit: a record of
+        a status this code does not know keeps the statement from claiming, but one malformed
+        otherwise fails the unwind with the step claimed and its hook never called (the claim lapses
+        with its lease; a re-drive takes it with the same key)."""
         frame = self.policy.durable_frame
         reads = self._worklist_reads(run_id)
 
