@@ -122,3 +122,17 @@ def test_a_run_never_seen_is_condemned_and_nothing_is_claimed(journal: Journal, 
 
     _condemned_once(journal, run_id)
     assert view.records == [] and got is None
+
+
+def test_without_an_audit_row_the_latest_step_is_claimed_with_the_tombstone(
+    journal: Journal, run_id: str
+) -> None:
+    _recorded(journal, run_id)
+    first = FirstClaim(frozenset({"t2"}), "first-owner", run_id, 30.0)
+
+    _view, got = journal.condemn_read_and_claim(run_id, UNWOUND, first=first)
+
+    run = journal.get_run(run_id)
+    assert run is not None and run.condemned
+    assert got is not None and got.acquired and got.claim is not None
+    assert got.claim == journal.get_claim(run_id, LATEST)
