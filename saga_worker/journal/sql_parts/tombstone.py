@@ -277,8 +277,8 @@ class SqlTombstone(SqlWorklist):
                 got = ClaimAttempt(False, None if current is None else claim_row(current))
             else:
                 got = ClaimAttempt(True, claim_row(row))
-        except self.engine.dialect.loaded_dbapi.Error:
-            tx.execute(q.claim_savepoint_undo, {})
+        except (self.engine.dialect.loaded_dbapi.Error, MalformedRecordError):
+            tx.execute(q.claim_savepoint_undo, {})  # the tombstone stays; the unwind claims the step
             got = None
         tx.execute(q.claim_savepoint_release, {})
         return got
