@@ -235,26 +235,32 @@ class SqlTombstone(SqlWorklist):
         # claim in a savepoint after the reads. The commit is synced before this returns, as condemn's.
         reads = self._worklist_reads(run_id)
 
-        def work(tx: driver.Tx) -> tuple[float | None, WorklistRows | None, ClaimAttempt | None]:
+        def work(
+            tx: driver.Tx,
+        ) -> tuple[float | None, WorklistRows | None, WorklistView | None, ClaimAttempt | None]:
             stamped = condemn(tx)
             if stamped is None:
-                return None, None, None
+                return None, None, None, None
             rows = reads(tx)
             try:
-                target = first.target(self._worklist_view(rows, statuses).records)
+                view = self._worklist_view(rows, statuses)
             except MalformedRecordError:  # raised again once the tombstone is committed
-                target = None
-            if target is None:
-                return stamped, rows, None
-            return stamped, rows, self._claim_in_savepoint(tx, target, claim)
+                return stamped, rows, None, None
+            target = first.target(view.records)
+            return (
+                stamped,
+                rows,
+                view,
+                None if target is None else self._claim_in_savepoint(tx, target, claim),
+            )
 
-        stamped, rows, got = self._write(work, atomic=True, durable=True)
+        stamped, rows, view, got = self._write(work, atomic=True, durable=True)
         stamped_or_raise(run_id, stamped)
         assert rows is not None
         if got is not None and got.acquired:
             assert got.claim is not None
             faults.point("after_first_claim", got.claim.idempotency_key)
-        return self._worklist_view(rows, statuses), got
+        return (self._worklist_view(rows, statuses) if view is None else view), got
 
     def _claim_in_savepoint(
         self, tx: driver.Tx, target: ToolRecord, claim: dict[str, Any]
