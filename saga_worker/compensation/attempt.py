@@ -326,6 +326,7 @@ class StepAttempt:
                 attempts = held.attempts if held is not None else self.attempts
                 return entry_for(record, S.BUSY, f"step is being compensated by {holder}", attempts)
             assert held is not None
+            self.owner = held.owner  # this attempt's, or the one the tombstone's commit claimed it under
             if before is not None and before.status is ClaimStatus.CLAIMED and before.owner != self.owner:
                 metrics.inc(
                     metrics.CLAIM_TAKEOVERS

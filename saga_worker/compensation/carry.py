@@ -2,7 +2,8 @@
 
 After hook n returns, its outcome is not committed on its own: it is held here and written with the
 claim of step n+1, in one commit (``Journal.finish_and_claim``); the last step's, with the unwind's
-complete state (``Journal.finish_last_step``, in ``engine``). The contract's points stay where they
+complete state (``Journal.finish_last_step``, in ``engine``). The first step's claim, when it needs
+nothing of the app's before it, was taken in the tombstone's own commit (``pretaken``). The contract's points stay where they
 are: the claim of a step is committed before its hook (it is the same commit), and every outcome is
 committed before the report says it (``flush`` at the end of each step that takes no claim, and
 before the state of an unwind that is not complete). Nothing of the next step that calls the app's
@@ -39,8 +40,17 @@ class OutcomeCarry:
     """At most one outcome held between a step's hook and the next step's claim, for one unwind
     (one thread: an in-process unwind's steps run one after the other)."""
 
-    def __init__(self, journal: UnwindJournal) -> None:
+    def __init__(
+        self, journal: UnwindJournal, pretaken: ClaimAttempt | None = None, first_owner: str | None = None
+    ) -> None:
         self.journal = journal
+        # The first step's claim, taken in the tombstone's commit (``Journal.condemn_read_and_claim``):
+        # the step's own claim when it gets there, taken by no one else meanwhile (it is held).
+        self.pretaken = pretaken
+        # The owner that commit claimed under, for the unwind's first claim when none came back: a
+        # commit whose answer was lost (a connection cut after it, the work retried) may have taken
+        # the claim all the same, and its owner takes its own claim back instead of reading busy.
+        self.first_owner = first_owner
         self.held: HeldOutcome | None = None
         # The entry of a step whose outcome turned out not written (its claim moved on), once known.
         self.lost: CompensationEntry | None = None
@@ -70,6 +80,14 @@ class OutcomeCarry:
     ) -> ClaimAttempt | None:
         """The step's claim, with the outcome held (if any) in the same commit; None when that
         outcome was not written (nothing claimed: the unwind halts at the step before)."""
+        pretaken, self.pretaken = self.pretaken, None
+        first_owner, self.first_owner = self.first_owner, None
+        if pretaken is not None and pretaken.claim is not None and self.held is None:
+            mine = pretaken.claim
+            if (mine.origin_run_id, mine.suffix) == (origin_run_id, suffix):
+                return pretaken  # the first step: claimed with the tombstone, under its own owner
+        if first_owner is not None and self.held is None:
+            owner = first_owner
         held, self.held = self.held, None
         if held is None:
             return self.journal.claim_compensation(

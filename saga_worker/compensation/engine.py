@@ -15,11 +15,14 @@ from typing import Any
 
 from ..core import faults
 from ..core.checks import check_actor, check_dry_run, check_parallel, check_reason, check_run_id
+from ..core.leases import new_owner
 from ..errors import MalformedRecordError, SagaError
 from ..journal.records import (
     AuditAction,
     AuditVia,
+    ClaimAttempt,
     CompensationClaim,
+    FirstClaim,
     NewAudit,
     RecordStatus,
     RunInfo,
@@ -68,14 +71,31 @@ def begin_unwind(
     A row the journal cannot parse (MalformedRecordError) ends the unwind before any step: the
     tombstone stands, no step is reported done, and the run's unwind stays pending with the error as
     its note (``saga-worker runs`` shows it; the sweeper retries with backoff, then flags a person)."""
+    return _begin(journal, run_id, dry_run=dry_run, audit=audit)[0]
+
+
+def _begin(
+    journal: UnwindJournal,
+    run_id: str,
+    *,
+    dry_run: bool,
+    audit: NewAudit | None = None,
+    first: FirstClaim | None = None,
+) -> tuple[WorklistView, ClaimAttempt | None]:
+    """``begin_unwind``, and with ``first``, the first step's claim in the tombstone's commit
+    (``Journal.condemn_read_and_claim``): the attempt, or None when none was made."""
     plan_only = check_dry_run(dry_run)
+    got = None
     try:
         if plan_only:
             view = journal.read_worklist(run_id, UNWOUND)
             refuse_pruned(view.run)
-            return view
+            return view, None
         # The reads ride in the tombstone's transaction where that costs no round trip (SQLite).
-        view = journal.condemn_and_read(run_id, UNWOUND, audit=audit)
+        if first is None:
+            view = journal.condemn_and_read(run_id, UNWOUND, audit=audit)
+        else:
+            view, got = journal.condemn_read_and_claim(run_id, UNWOUND, audit=audit, first=first)
     except MalformedRecordError as exc:
         if not plan_only:  # the tombstone stands: the unwind has begun, and cannot go on yet
             metrics.inc(metrics.UNWINDS_STARTED)
@@ -85,7 +105,7 @@ def begin_unwind(
     metrics.inc(metrics.UNWINDS_STARTED)
     if view.run is not None and view.run.pruned:
         _refuse_pruned_unwind(journal, view.run)
-    return view
+    return view, got
 
 
 def _refuse_pruned_unwind(journal: UnwindJournal, run: RunInfo) -> None:
@@ -273,7 +293,12 @@ def _compensate_run(
     parallel: bool = False,
 ) -> CompensationReport:
     run_id = request.run_id
-    view = request.begin(journal, dry_run=dry_run)
+    ttl = claim_ttl if claim_ttl is not None else get_settings().claim_ttl
+    # The first step's claim in the tombstone's commit (n+1 commits for n steps), unless a step lock
+    # must be taken before it (the lock is per step, and the step is not known before the worklist).
+    # Nor in a parallel unwind, whose group's steps are claimed side by side, each on its own.
+    first = None if dry_run or parallel or lock is not None else _first_claim(run_id, checked, ttl)
+    view, pretaken = _begin(journal, run_id, dry_run=dry_run, audit=request.condemn_audit(), first=first)
     worklist = list(reversed(view.records))
     if parallel:
         carry = None  # the steps of a group finish side by side: each outcome is its own commit
@@ -288,7 +313,7 @@ def _compensate_run(
             claims=view.claims,
         )
     else:
-        carry = None if dry_run else OutcomeCarry(journal)
+        carry = None if dry_run else OutcomeCarry(journal, pretaken, None if first is None else first.owner)
         entries = _undo(
             journal, run_id, worklist, checked, dry_run, claim_ttl, lock, claims=view.claims, carry=carry
         )
@@ -335,6 +360,17 @@ def _compensate_run(
     report = report_of([*entries[:-1], last.lost])
     finish(report)
     return report
+
+
+def _first_claim(run_id: str, tools: Mapping[str, Tool], ttl: float) -> FirstClaim:
+    """What the tombstone's commit may claim: a step whose tool goes straight to its claim (a
+    compensate hook, no approval rule: nothing of the app's runs before the claim)."""
+    straight = frozenset(
+        name
+        for name, tool in tools.items()
+        if tool.compensate is not None and tool.compensate_needs_approval is False
+    )
+    return FirstClaim(straight, new_owner(), run_id, ttl)
 
 
 def carry_last(carry: OutcomeCarry, entries: list[CompensationEntry]) -> None:

@@ -40,6 +40,8 @@ POINTS = (
     "after_outcome",
     # the in-process unwind's merged commit: a step's outcome written, the next step's claim not yet
     "before_next_claim",
+    # the in-process unwind's first commit: the tombstone and the first step's claim committed, no hook yet
+    "after_first_claim",
     "before_ack",
     # inside a tool's own hooks: a test tool calls these to put a fault mid-effect
     "mid_hook",

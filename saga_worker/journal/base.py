@@ -22,6 +22,7 @@ from .records import (
     ClaimAttempt,
     ClaimStatus,
     FinishedClaim,
+    FirstClaim,
     NewAudit,
     RecordStatus,
     ReportView,
@@ -68,6 +69,42 @@ class Journal(RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsP
         one commit, not two); the rows are parsed after the commit either way, so a malformed row fails
         with the tombstone standing (the rule: ``tombstone.py``)."""
         return condemn_then_read(self, run_id, statuses, audit=audit)
+
+    def condemn_read_and_claim(
+        self,
+        run_id: str,
+        statuses: Sequence[RecordStatus],
+        *,
+        audit: NewAudit | None = None,
+        first: FirstClaim,
+    ) -> tuple[WorklistView, ClaimAttempt | None]:
+        """``condemn_and_read``, then the claim of the first step to undo (``first.target``), with its
+        key: one commit where a backend can (the in-process unwind's first claim rides in the
+        tombstone's commit, so both are committed before the first hook). The attempt is None when
+        no claim was made: the first step is not one ``first`` names, or its rows could not be
+        parsed (the SQL journal also folds none into a tombstone this call did not write: a run
+        condemned before, or one never seen).
+
+        The tombstone never depends on the claim: a claim that finds the step busy (or already
+        compensated) commits the tombstone all the same (SQLite: the claim in a savepoint; PostgreSQL:
+        one statement whose claim writes nothing then). Fault point ``after_first_claim`` (the
+        claimed step's key) follows the commit, before anything else. This default commits them one
+        after the other."""
+        view = self.condemn_and_read(run_id, statuses, audit=audit)
+        target = first.target(view.records)
+        if target is None:
+            return view, None
+        key = compensate_key(target.origin_run_id, target.suffix)
+        got = self.claim_compensation(
+            target.origin_run_id,
+            target.suffix,
+            via_run_id=first.via_run_id,
+            owner=first.owner,
+            ttl=first.ttl,
+            idempotency_key=key,
+        )
+        faults.point("after_first_claim", key)
+        return view, got
 
     def hold_sweep(self, run_id: str, grace: float, note: str) -> None:
         """Mark the unwind pending and not due for ``grace`` seconds (journal clock), keeping a later

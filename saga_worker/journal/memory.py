@@ -27,6 +27,7 @@ from .records import (
     StepFinish,
     ToolRecord,
     UnwindInfo,
+    WorklistView,
 )
 from .retention import refuse_pruned
 
@@ -93,6 +94,10 @@ class MemoryJournal(
     def record_unwind(self, unwind_id: str, run_id: str, **kw: Any) -> UnwindInfo:
         with self._lock:  # reentrant: the unwind and its hold are one step for every other thread
             return super().record_unwind(unwind_id, run_id, **kw)
+
+    def condemn_read_and_claim(self, *args: Any, **kw: Any) -> tuple[WorklistView, ClaimAttempt | None]:
+        with self._lock:  # reentrant: the tombstone and the first claim are one step for every other thread
+            return super().condemn_read_and_claim(*args, **kw)
 
     def finish_and_claim(self, *args: Any, **kw: Any) -> ClaimAttempt | None:
         with self._lock:  # reentrant: the outcome and the claim are one step for every other thread

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
@@ -173,6 +174,29 @@ class FinishedClaim:
     owner: str
     status: ClaimStatus
     error: str | None = None
+
+
+@dataclass(frozen=True)
+class FirstClaim:
+    """The first step's claim, to take in the tombstone's own commit (``Journal.condemn_read_and_claim``).
+
+    The first step to undo is the run's latest record among the statuses read; it is claimed only if
+    it succeeded and its tool is one of ``tools`` (the unwinder's tools whose step goes from the
+    worklist straight to its claim: a compensate hook, no approval rule, nothing of the app's to ask
+    first). Any other first step takes no claim here: the unwind claims it (or not) as before."""
+
+    tools: frozenset[str]
+    owner: str
+    via_run_id: str
+    ttl: float
+
+    def target(self, records: Sequence[ToolRecord]) -> ToolRecord | None:
+        """The record to claim among ``records`` (the worklist, in execution order), if any."""
+        if not records:
+            return None
+        last = records[-1]
+        straight = last.status is RecordStatus.SUCCEEDED and last.tool_name in self.tools
+        return last if straight else None
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from .records import (
     CompensationClaim,
     CompensationGate,
     FinishedClaim,
+    FirstClaim,
     JournalSize,
     NewAudit,
     NewRecord,
@@ -111,6 +112,15 @@ class UnwindJournal(_RunAndRecord, _Guard, _Trail, _UnwindProgress, Protocol):
     def condemn_and_read(
         self, run_id: str, statuses: Sequence[RecordStatus], *, audit: NewAudit | None = None
     ) -> WorklistView: ...
+
+    def condemn_read_and_claim(
+        self,
+        run_id: str,
+        statuses: Sequence[RecordStatus],
+        *,
+        audit: NewAudit | None = None,
+        first: FirstClaim,
+    ) -> tuple[WorklistView, ClaimAttempt | None]: ...
 
     def read_worklist(self, run_id: str, statuses: Sequence[RecordStatus]) -> WorklistView: ...
 

@@ -57,6 +57,7 @@ class Statements(
         self._build_compensation_gates()
         self._build_audit()
         self._build_condemn_audited()
+        self._build_condemn_claimed(self._condemn_stamp())
         self._build_unwind_state_audited()
         self._build_last_step()
         self._build_shared()

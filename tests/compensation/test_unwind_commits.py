@@ -41,12 +41,12 @@ def sqlite_journal(sqlite_url: str) -> Iterator[Journal]:
     journal.close()
 
 
-def test_sqlite_unwind_of_n_steps_commits_n_plus_2_times_and_syncs_once(
+def test_sqlite_unwind_of_n_steps_commits_n_plus_1_times_and_syncs_once(
     sqlite_journal: Journal, run_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The tombstone, the first claim, each later claim with the outcome before it (n+1 commits),
-    # the last outcome with the unwind state. The worklist is read inside the tombstone's transaction (a
-    # SQLite transaction costs no round trip), and only the tombstone's commit is synced.
+    # The tombstone with the first claim, each later claim with the outcome before it, the last
+    # outcome with the unwind state: n+1 commits. The worklist is read inside the tombstone's
+    # transaction (a SQLite transaction costs no round trip), and only that commit is synced.
     tools = {f"t{i}": Tool(execute=_noop, compensate=_noop) for i in range(STEPS)}
     _record(sqlite_journal, run_id, tools)
     commits: list[bool] = []
@@ -60,8 +60,33 @@ def test_sqlite_unwind_of_n_steps_commits_n_plus_2_times_and_syncs_once(
     report = compensate_run(run_id, journal=sqlite_journal, tools=tools)
 
     assert report.complete and len(report.entries) == STEPS
-    assert len(commits) == STEPS + 2
+    assert len(commits) == STEPS + 1
     assert commits.count(True) == 1
+
+
+def test_postgres_unwind_of_n_steps_commits_n_plus_1_times(
+    pg_url: str, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The tombstone's pipeline with the first claim in the stamp's statement, one statement per later
+    # step (its claim with the outcome before it), the last outcome with the unwind state.
+    journal = open_journal(pg_url, migrate=True)
+    try:
+        tools = {f"t{i}": Tool(execute=_noop, compensate=_noop) for i in range(STEPS)}
+        _record(journal, run_id, tools)
+        commits: list[bool] = []
+        real = driver.transaction
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            commits.append(bool(kwargs.get("write")))
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(driver, "transaction", counted)
+        report = compensate_run(run_id, journal=journal, tools=tools)
+    finally:
+        journal.close()
+
+    assert report.complete and len(report.entries) == STEPS
+    assert commits == [True] * (STEPS + 1)
 
 
 def test_every_hook_finds_the_tombstone_and_its_own_claim_committed_for_other_processes(

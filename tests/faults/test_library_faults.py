@@ -73,6 +73,53 @@ def test_a_kill_inside_the_merged_commit_on_sqlite_leaves_neither_write_and_lose
         journal.close()
 
 
+def _kill_after_the_first_commit(
+    journal: Journal, fault_ledger: Ledger, env: dict[str, str], run_id: str
+) -> None:
+    """SIGKILL right after the tombstone and the first step's claim are committed together, before
+    the first hook: the run stays condemned, the step claimed by the dead process and nothing else
+    written; the sweeper re-drives it once the lease lapses, with the same key, once."""
+    assert start_run(journal, run_id, 3) == "finished"
+    key = f"{run_id}:comp:call-3"  # the first step to undo: the latest
+    with child("compensate", run_id, env={**env, "SAGA_FAULTS": f"after_first_claim=kill@{key}"}) as proc:
+        code = proc.wait()
+    assert code == -signal.SIGKILL
+    run = journal.get_run(run_id)
+    assert run is not None and run.condemned  # the tombstone: committed
+    first = journal.get_claim(run_id, "call-3")
+    assert first is not None and first.status is ClaimStatus.CLAIMED and str(proc.pid) in first.owner
+    assert first.idempotency_key == key
+    assert journal.get_claim(run_id, "call-2") is None and journal.get_claim(run_id, "call-1") is None
+    assert fault_ledger.calls("compensate") == []  # no hook ran
+    settle(journal, fault_ledger, [run_id])
+    assert_clean(judged(fault_ledger, journal, [run_id], excused_pids=[proc.pid]))
+    calls = [c for c in fault_ledger.calls("compensate") if c.step == f"{run_id}:call-3"]
+    assert [c.key for c in calls] == [key]  # re-driven with the same key, called once
+    assert all(
+        c.status is ClaimStatus.COMPENSATED
+        for c in journal.get_claims([(run_id, f"call-{i}") for i in (1, 2, 3)]).values()
+    )
+    run = journal.get_run(run_id)
+    assert run is not None and run.condemned
+
+
+def test_a_kill_after_the_tombstone_and_first_claim_on_postgres_loses_nothing(
+    pg_journal: Journal, fault_ledger: Ledger, worker_env: dict[str, str], run_id: str
+) -> None:
+    _kill_after_the_first_commit(pg_journal, fault_ledger, worker_env, run_id)
+
+
+def test_a_kill_after_the_tombstone_and_first_claim_on_sqlite_loses_nothing(
+    tmp_path: Path, fault_ledger: Ledger, worker_env: dict[str, str], run_id: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'journal.db'}"
+    journal = open_journal(url, migrate=True)
+    try:
+        _kill_after_the_first_commit(journal, fault_ledger, {**worker_env, "SAGA_JOURNAL_URL": url}, run_id)
+    finally:
+        journal.close()
+
+
 def test_a_stopped_holder_past_its_lease_cannot_overwrite_the_new_owners_outcome(
     pg_journal: Journal, fault_ledger: Ledger, worker_env: dict[str, str], run_id: str
 ) -> None:

@@ -99,7 +99,8 @@ def test_only_the_tombstone_and_a_non_idempotent_calls_claim_wait_for_the_wal_fl
         # before charge's execute: its claim (the run's row gives it its sequence number)
         ["saga_runs UPDATE", "saga_tool_records INSERT charge running"],
         # before the first compensate hook: the tombstone, with the trail's row saying who condemned it
-        ["saga_runs tombstone", "saga_audit INSERT"],
+        # and the first step's claim (one statement: the claim rides in the tombstone's commit)
+        ["saga_runs tombstone", "saga_compensations INSERT claimed", "saga_audit INSERT"],
     ]
     # Every other transaction returned without waiting: the idempotent call's claim, the calls'
     # outcomes, and the compensations' claims and outcomes (a lost one is redone with the same key).

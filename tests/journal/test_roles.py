@@ -18,7 +18,7 @@ ROLES: dict[type[Any], set[str]] = {
     UnwindJournal: SHARED_BY_ALL
     | {"get_gates", "append_audit", "read_audit"}
     | {"get_claim", "get_claims", "claim_compensation", "renew_claim", "finish_claim", "lease_left"}
-    | {"finish_and_claim", "finish_last_step"}
+    | {"finish_and_claim", "finish_last_step", "condemn_read_and_claim"}
     | {"set_unwind_state", "runs_to_sweep", "list_unwinds", "record_unwind_entry"}
     | {"count_redelivery", "forget_redeliveries"}
     | {"condemn_and_read", "read_worklist", "read_report", "read_step", "record_unwind", "finish_step"}
@@ -55,7 +55,7 @@ def test_each_role_lists_exactly_the_methods_its_consumers_call(role: type[Any])
 
 def test_the_roles_are_as_large_as_the_plan_counted() -> None:
     assert {role.__name__: len(methods_of(role)) for role in ROLES} == {
-        "UnwindJournal": 29,
+        "UnwindJournal": 30,
         "RunJournal": 21,
         "OperatorJournal": 19,
     }

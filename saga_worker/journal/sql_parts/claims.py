@@ -14,8 +14,9 @@ from ...core.storable import storable_or_none
 from .. import driver
 from ..dialects import LeaseColumns
 from ..driver import Prepared
-from ..records import ClaimAttempt, ClaimStatus, CompensationClaim, FinishedClaim, parse_status
-from ..schema import claims
+from ..records import ClaimAttempt, ClaimStatus, CompensationClaim, FinishedClaim, RecordStatus, parse_status
+from ..schema import claims, records, runs
+from .audit import audit_insert_from
 from .common import PlumbingStatements, SqlPlumbing, StatementsBase, b
 
 # A claim by its key; one its owner still holds; the columns of its lease (``dialects.LeaseColumns``).
@@ -164,6 +165,77 @@ class ClaimStatements(StatementsBase):
             sa.select(written.label("written"), *got.c).select_from(one.outerjoin(got, sa.true()))
         )
 
+    def _build_condemn_claimed(self, stamp: sa.Update) -> None:
+        """The tombstone (``stamp``, a run's row stamped if it has none yet), its audit row and the
+        first step's claim in one statement (``writes_in_with_clause``; None elsewhere: one
+        transaction instead, ``SqlTombstone.condemn_read_and_claim``).
+
+        The step claimed is ``FirstClaim.target``'s, judged in SQL: the run's latest record among
+        ``unwound``, if it succeeded and its tool is one of ``tools``, and only if the stamp wrote
+        the tombstone and every record of the run has a status this code knows (one it does not
+        fails the unwind when the rows are parsed, and no claim may be left behind by it). The claim
+        is the insert-if-absent and the take of ``claim_next``: one of them acts, or neither (busy,
+        already compensated), and the tombstone is written either way. The row: the stamp's
+        ``condemned_at`` and the claim's columns (NULL when none was taken); no row when the stamp
+        wrote nothing."""
+        self.condemn_stamp_claimed: Prepared | None = None
+        if not self.policy.writes_in_with_clause:
+            return
+        written = stamp.returning(runs.c.run_id, runs.c.condemned_at).cte("tombstone_stamp")
+        logged = audit_insert_from(self.policy, sa.select(written.c.run_id)).cte("logged")
+        of_run = records.c.run_id == b("run")
+        latest = (
+            sa.select(records.c.origin_run_id, records.c.suffix, records.c.status, records.c.tool_name)
+            .where(of_run, records.c.status == sa.any_(sa.bindparam("unwound", type_=sa.ARRAY(sa.String))))
+            .order_by(records.c.seq.desc())
+            .limit(1)
+            .cte("latest")
+        )
+        unknown = sa.exists(
+            sa.select(records.c.seq).where(of_run, *(records.c.status != v.value for v in RecordStatus))
+        )
+        target = (
+            sa.select(latest.c.origin_run_id, latest.c.suffix)
+            .where(
+                latest.c.status == RecordStatus.SUCCEEDED.value,
+                latest.c.tool_name == sa.any_(sa.bindparam("tools", type_=sa.ARRAY(sa.String))),
+                sa.exists(sa.select(written.c.run_id)),
+                ~unknown,
+            )
+            .cte("target")
+        )
+        values = self._first_claim_values()
+        values["origin_run_id"] = target.c.origin_run_id
+        values["suffix"] = target.c.suffix
+        values["idempotency_key"] = sa.func.concat(target.c.origin_run_id, ":comp:", target.c.suffix)
+        inserted = (
+            self.policy.insert(claims)
+            .from_select(
+                list(values),
+                sa.select(*(sa.literal(v) if isinstance(v, str | int) else v for v in values.values())),
+            )
+            .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
+            .returning(*claims.c)
+            .cte("first_inserted")
+        )
+        taken = (
+            sa.update(claims)
+            .where(
+                claims.c.origin_run_id == sa.select(target.c.origin_run_id).scalar_subquery(),
+                claims.c.suffix == sa.select(target.c.suffix).scalar_subquery(),
+                self._takeable(),
+            )
+            .values(**self._taking_values())
+            .returning(*claims.c)
+            .cte("first_taken")
+        )
+        got = sa.union_all(sa.select(inserted), sa.select(taken)).subquery("got")
+        self.condemn_stamp_claimed = self._prepare(
+            sa.select(written.c.condemned_at, *got.c)
+            .select_from(written.outerjoin(got, sa.true()))
+            .add_cte(logged)
+        )
+
 
 def claim_row(m: Mapping[Any, Any]) -> CompensationClaim:
     return CompensationClaim(
@@ -191,6 +263,7 @@ class ClaimReads(PlumbingStatements, Protocol):
     claim_get: Prepared
     claim_insert: Prepared
     claim_next: Prepared | None
+    condemn_stamp_claimed: Prepared | None
     claim_renew: Prepared
     claim_savepoint: Prepared
     claim_savepoint_release: Prepared

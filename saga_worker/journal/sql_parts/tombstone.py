@@ -4,7 +4,9 @@ they obey: ``journal/tombstone.py``).
 The stamp is one compare-and-set on the run's row (the row a call's tombstone gate locks, so
 whichever commits second sees the other); a run never seen gets a row holding only its tombstone.
 SQLite reads the worklist in the tombstone's own synced transaction; PostgreSQL sends BEGIN, the
-stamp, the worklist's reads and a COMMIT that waits for the WAL flush in one pipeline.
+stamp, the worklist's reads and a COMMIT that waits for the WAL flush in one pipeline. The in-process
+unwind's first claim rides in the same commit (``condemn_read_and_claim``): on SQLite in a savepoint
+after the reads, on PostgreSQL in the stamp's own statement, at the head of the same pipeline.
 """
 
 from __future__ import annotations
@@ -15,12 +17,25 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
+from ...core import faults
+from ...core.keys import compensate_key
+from ...errors import MalformedRecordError
 from .. import driver
 from ..driver import Prepared
-from ..records import NewAudit, RecordStatus, RunStatus, UnwindState, WorklistView
+from ..records import (
+    ClaimAttempt,
+    FirstClaim,
+    NewAudit,
+    RecordStatus,
+    RunStatus,
+    ToolRecord,
+    UnwindState,
+    WorklistView,
+)
 from ..schema import runs
 from ..tombstone import condemn_then_read, stamped_or_raise
 from .audit import audit_insert_from, audit_params
+from .claims import claim_row
 from .common import RUN, StatementsBase, b
 from .worklist import SqlWorklist, WorklistReads, WorklistRows
 
@@ -79,7 +94,14 @@ class TombstoneReads(WorklistReads, Protocol):
     condemned_at: Prepared
     condemn_stamp_audited: Prepared | None
     condemn_insert_audited: Prepared | None
+    condemn_stamp_claimed: Prepared | None
     audit_insert: Prepared
+    claim_insert: Prepared
+    claim_take: Prepared
+    claim_get: Prepared
+    claim_savepoint: Prepared
+    claim_savepoint_release: Prepared
+    claim_savepoint_undo: Prepared
 
 
 class SqlTombstone(SqlWorklist):
@@ -187,3 +209,124 @@ class SqlTombstone(SqlWorklist):
         stamped_or_raise(run_id, at)
         assert rows is not None
         return self._worklist_view(rows, statuses)
+
+    def condemn_read_and_claim(
+        self,
+        run_id: str,
+        statuses: Sequence[RecordStatus],
+        *,
+        audit: NewAudit | None = None,
+        first: FirstClaim,
+    ) -> tuple[WorklistView, ClaimAttempt | None]:
+        condemn, _atomic, (stamp, params) = self._condemn_work(run_id, audit)
+        claim = {
+            "holder": first.owner,
+            "ttl": float(first.ttl),
+            "via": first.via_run_id,
+            **self.policy.lease_clock(),
+        }
+        claimed = self._q.condemn_stamp_claimed
+        if (
+            self.policy.transactions_cost_round_trips
+            and claimed is not None
+            and stamp is self._q.condemn_stamp_audited
+        ):
+            both = {**params, **claim, "unwound": [s.value for s in statuses], "tools": sorted(first.tools)}
+            return self._condemned_and_claimed_pipelined(run_id, statuses, condemn, (claimed, both))
+        # SQLite (and PostgreSQL without an audit row to ride in the stamp): one transaction, the
+        # claim in a savepoint after the reads. The commit is synced before this returns, as condemn's.
+        reads = self._worklist_reads(run_id)
+
+        def work(
+            tx: driver.Tx,
+        ) -> tuple[float | None, WorklistRows | None, WorklistView | None, ClaimAttempt | None]:
+            stamped = condemn(tx)
+            if stamped is None:
+                return None, None, None, None
+            rows = reads(tx)
+            try:
+                view = self._worklist_view(rows, statuses)
+            except MalformedRecordError:  # raised again once the tombstone is committed
+                return stamped, rows, None, None
+            target = first.target(view.records)
+            return (
+                stamped,
+                rows,
+                view,
+                None if target is None else self._claim_in_savepoint(tx, target, claim),
+            )
+
+        stamped, rows, view, got = self._write(work, atomic=True, durable=True)
+        stamped_or_raise(run_id, stamped)
+        assert rows is not None
+        if got is not None and got.acquired:
+            assert got.claim is not None
+            faults.point("after_first_claim", got.claim.idempotency_key)
+        return (self._worklist_view(rows, statuses) if view is None else view), got
+
+    def _claim_in_savepoint(
+        self, tx: driver.Tx, target: ToolRecord, claim: dict[str, Any]
+    ) -> ClaimAttempt | None:
+        """The first step's claim after the tombstone, in a savepoint: an error in it is rolled back
+        to there and the tombstone committed all the same (None: the unwind claims the step itself)."""
+        q = self._q
+        params = {
+            **claim,
+            "origin": target.origin_run_id,
+            "step_suffix": target.suffix,
+            "key": compensate_key(target.origin_run_id, target.suffix),
+            "now": time.time(),
+        }
+        tx.execute(q.claim_savepoint, {})
+        try:
+            row = tx.one(q.claim_insert, params) or tx.one(q.claim_take, params)
+            if row is None:
+                current = tx.one(q.claim_get, params)
+                got = ClaimAttempt(False, None if current is None else claim_row(current))
+            else:
+                got = ClaimAttempt(True, claim_row(row))
+        except (self.engine.dialect.loaded_dbapi.Error, MalformedRecordError):
+            tx.execute(q.claim_savepoint_undo, {})  # the tombstone stays; the unwind claims the step
+            got = None
+        tx.execute(q.claim_savepoint_release, {})
+        return got
+
+    def _condemned_and_claimed_pipelined(
+        self,
+        run_id: str,
+        statuses: Sequence[RecordStatus],
+        condemn: Callable[[driver.Tx], float | None],
+        first: tuple[driver.Prepared, dict[str, Any]],
+    ) -> tuple[WorklistView, ClaimAttempt | None]:
+        """PostgreSQL: ``_condemn_and_read_pipelined`` with the stamp's statement that also takes the
+        first claim (``condemn_stamp_claimed``): still one round trip. The claim is returned only
+        when it was taken; one not taken (busy, already compensated, no step to claim) wrote nothing,
+        and the unwind asks for it as before. A stamp that wrote nothing claimed nothing either: the
+        fallback is ``condemn``'s, with no claim. The rows are parsed after the commit: a record of
+        a status this code does not know keeps the statement from claiming, but one malformed
+        otherwise fails the unwind with the step claimed and its hook never called (the claim lapses
+        with its lease; a re-drive takes it with the same key)."""
+        frame = self.policy.durable_frame
+        reads = self._worklist_reads(run_id)
+
+        def work(tx: driver.Tx) -> tuple[float | None, WorklistRows | None, driver.Row | None]:
+            (stamped,), read = self._read_with_worklist(tx, run_id, [first], framed=frame)
+            if not stamped or stamped[0]["condemned_at"] is None:
+                return None, None, None
+            row = dict(stamped[0])
+            return float(row.pop("condemned_at")), read, (row if row["origin_run_id"] is not None else None)
+
+        def fallback(tx: driver.Tx) -> tuple[float | None, WorklistRows | None, driver.Row | None]:
+            at = condemn(tx)
+            return at, None if at is None else reads(tx), None
+
+        at, rows, taken = self._write(work) if frame is not None else (None, None, None)
+        if at is None:
+            at, rows, taken = self._write(fallback, durable=True)
+        stamped_or_raise(run_id, at)
+        assert rows is not None
+        got = None if taken is None else ClaimAttempt(True, claim_row(taken))
+        if got is not None:
+            assert got.claim is not None
+            faults.point("after_first_claim", got.claim.idempotency_key)
+        return self._worklist_view(rows, statuses), got
