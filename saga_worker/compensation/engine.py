@@ -416,24 +416,12 @@ def _undo(
     """``undo_steps``, but the last step's outcome may still be held in ``carry`` when it returns
     (n+1 commits: each step's outcome goes with the next step's claim, the last one with the
     unwind's end state: ``carry.py``); its entry is the last one then."""
-    if claims is None:
-        claims = journal.get_claims([(r.origin_run_id, r.suffix) for r in worklist])
-    ttl = claim_ttl if claim_ttl is not None else get_settings().claim_ttl
-    unwinding = Unwinding(
-        journal,
-        run_id,
-        tools,
-        ttl,
-        dry_run,
-        lock,
-        tools_named="the tools given to compensate_run",
-        carry=carry,
-    )
+    unwinding, known = _unwinding(journal, run_id, worklist, tools, dry_run, claim_ttl, lock, claims, carry)
     done: list[CompensationEntry] = []
 
     def attempt(record: ToolRecord) -> CompensationEntry | None:
         held = None if carry is None else carry.held
-        entry = StepAttempt(unwinding, record, claims=claims).verdict()
+        entry = StepAttempt(unwinding, record, claims=known).verdict()
         assert entry is not None  # only a twin delivery stands down, and there are none in process
         if carry is not None and carry.held is held:
             carry.flush()  # this step took no claim: the previous outcome is written before its entry
@@ -450,6 +438,25 @@ def _undo(
     return done + [not_attempted(record) for record in worklist[len(done) :]]
 
 
+def _unwinding(
+    journal: UnwindJournal,
+    run_id: str,
+    worklist: Sequence[ToolRecord],
+    tools: Mapping[str, Tool],
+    dry_run: bool,
+    claim_ttl: float | None,
+    lock: StepLock | None,
+    claims: Mapping[tuple[str, str], CompensationClaim] | None,
+    carry: OutcomeCarry | None,
+) -> tuple[Unwinding, Mapping[tuple[str, str], CompensationClaim]]:
+    """What every step of an in-process unwind shares, and the steps' claims (read here if not given)."""
+    if claims is None:
+        claims = journal.get_claims([(r.origin_run_id, r.suffix) for r in worklist])
+    ttl = claim_ttl if claim_ttl is not None else get_settings().claim_ttl
+    tools_named = "the tools given to compensate_run"
+    return Unwinding(journal, run_id, tools, ttl, dry_run, lock, tools_named=tools_named, carry=carry), claims
+
+
 def undo_groups(
     journal: UnwindJournal,
     run_id: str,
@@ -463,16 +470,10 @@ def undo_groups(
 ) -> list[CompensationEntry]:
     """As ``undo_steps``, but the steps of each group side by side (``groups.undo_in_groups``):
     ``worklist`` latest first, as there; at most ``SAGA_PARALLEL_MAX`` hooks at once."""
-    if claims is None:
-        claims = journal.get_claims([(r.origin_run_id, r.suffix) for r in worklist])
-    settings = get_settings()
-    ttl = claim_ttl if claim_ttl is not None else settings.claim_ttl
-    unwinding = Unwinding(
-        journal, run_id, tools, ttl, dry_run, lock, tools_named="the tools given to compensate_run"
-    )
+    unwinding, known = _unwinding(journal, run_id, worklist, tools, dry_run, claim_ttl, lock, claims, None)
 
     def attempt(record: ToolRecord) -> CompensationEntry:
-        entry = StepAttempt(unwinding, record, claims=claims).verdict()
+        entry = StepAttempt(unwinding, record, claims=known).verdict()
         assert entry is not None  # only a twin delivery stands down, and there are none in process
         return entry
 
@@ -480,7 +481,7 @@ def undo_groups(
         list(reversed(worklist)),
         attempt,
         lambda record: entry_for(record, CompensationStatus.NOT_ATTEMPTED),
-        at_once=settings.parallel_max,
+        at_once=get_settings().parallel_max,
     )
 
 

@@ -24,13 +24,14 @@ from typing import Any
 import pytest
 from starlette.testclient import TestClient
 
+from saga_worker import Journal
 from saga_worker.console.auth import Role, new_token
 from saga_worker.settings import SagaSettings
 from tests.conftest import fresh_pg_database
 from tests.console.clients import Sent, client_for
 from tests.integration.conftest import REPO, Setup, make_setup, redis_db
 from tests.integration.worker_tools import approval_tools
-from tests.ledger import MemoryLedger, order_tools
+from tests.ledger import Ledger, MemoryLedger, order_tools
 from tests.services import REDIS_URL, require
 from tests.worker_process import WorkerProcess
 
@@ -225,6 +226,15 @@ def deployment(
         if console is not None:
             console.stop()
         worker.stop()
+
+
+@pytest.fixture
+def journal_and_ledger(deployment: Deployment) -> Iterator[tuple[Journal, Ledger]]:
+    """The deployment's journal and the provider's ledger, opened for one test and closed after it."""
+    journal, ledger = deployment.setup.journal(), deployment.setup.ledger()
+    yield journal, ledger
+    ledger.close()
+    journal.close()
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,14 +23,6 @@ from playwright.sync_api import Page, expect  # noqa: E402
 
 WAIT_MS = 60_000
 expect.set_options(timeout=WAIT_MS)
-
-
-@pytest.fixture
-def journal_and_ledger(deployment: Deployment) -> Iterator[tuple[Journal, Ledger]]:
-    journal, ledger = deployment.setup.journal(), deployment.setup.ledger()
-    yield journal, ledger
-    ledger.close()
-    journal.close()
 
 
 def page_for(chromium: Any, deployment: Deployment, token: str) -> Page:

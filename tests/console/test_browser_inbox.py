@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -26,14 +25,6 @@ from playwright.sync_api import Page, expect  # noqa: E402
 
 WAIT_MS = 60_000
 expect.set_options(timeout=WAIT_MS)
-
-
-@pytest.fixture
-def journal_and_ledger(deployment: Deployment) -> Iterator[tuple[Journal, Ledger]]:
-    journal, ledger = deployment.setup.journal(), deployment.setup.ledger()
-    yield journal, ledger
-    ledger.close()
-    journal.close()
 
 
 def logged_in(chromium: Any, url: str, token: str, width: int = 1440, height: int = 900) -> Page:

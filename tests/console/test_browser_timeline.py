@@ -54,14 +54,6 @@ def deployment(
         worker.stop()
 
 
-@pytest.fixture
-def journal_and_ledger(deployment: Deployment) -> Iterator[tuple[Journal, Ledger]]:
-    journal, ledger = deployment.setup.journal(), deployment.setup.ledger()
-    yield journal, ledger
-    ledger.close()
-    journal.close()
-
-
 def logged_in(chromium: Any, deployment: Deployment, token: str) -> Page:
     page: Page = chromium.new_context(viewport=WIDE).new_page()
     page.set_default_timeout(WAIT_MS)

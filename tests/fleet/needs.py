@@ -6,7 +6,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
+
+from tests.faults.harness import REPO
 
 
 def missing() -> list[str]:
@@ -28,3 +34,16 @@ def missing() -> list[str]:
 
 def parse(line: str) -> dict[str, str]:
     return dict(re.findall(r"(\w+)=(\S+)", line))
+
+
+def run_harness(module: str, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """``python -m MODULE ARGS`` from the checkout, its output captured; or a skip (a failure under CI)
+    when the machine lacks a part of the fleet."""
+    lacking = missing()
+    if lacking:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the fleet needs {lacking}")
+        pytest.skip(f"the fleet needs {lacking}")
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )

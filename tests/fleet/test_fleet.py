@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.faults.harness import REPO
-
 from .faults import KINDS
-from .needs import missing, parse
+from .needs import parse, run_harness
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
@@ -28,18 +25,7 @@ REPEATS = int(os.environ.get("SAGA_FLEET_REPEATS", "5"))
 
 def fleet(*args: str) -> subprocess.CompletedProcess[str]:
     """``python -m tests.fleet ARGS``, or a skip (a failure under CI) when the machine lacks a part."""
-    lacking = missing()
-    if lacking:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the fleet needs {lacking}")
-        pytest.skip(f"the fleet needs {lacking}")
-    return subprocess.run(
-        [sys.executable, "-m", "tests.fleet", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=4 * 3600,
-    )
+    return run_harness("tests.fleet", *args, timeout=4 * 3600)
 
 
 @pytest.mark.timeout(600)

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.faults.harness import REPO
-
-from .needs import missing, parse
+from .needs import parse, run_harness
 
 pytestmark = [pytest.mark.fleet, pytest.mark.slow]
 
@@ -27,18 +24,7 @@ REPEATS = int(os.environ.get("SAGA_UPGRADE_REPEATS", "1"))
 
 def upgrade(*args: str) -> subprocess.CompletedProcess[str]:
     """``python -m tests.fleet.upgrade ARGS``, or a skip (a failure under CI) when the machine lacks a part."""
-    lacking = missing()
-    if lacking:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the fleet needs {lacking}")
-        pytest.skip(f"the fleet needs {lacking}")
-    return subprocess.run(
-        [sys.executable, "-m", "tests.fleet.upgrade", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=3 * 3600,
-    )
+    return run_harness("tests.fleet.upgrade", *args, timeout=3 * 3600)
 
 
 @pytest.mark.timeout(900)
