@@ -68,8 +68,9 @@ def test_the_header_and_status_turn_overdue_within_three_sweep_intervals_of_beat
         found: dict[str, Any] = web.get("/api/health").json()
         return found
 
-    wait_for(lambda: health()["beat"]["last_sweep_at"] is not None, 30, "beat's first sweep")
-    wait_for(lambda: not health()["beat"]["overdue"], 30, "a sweep within three intervals")
+    # Preconditions, not timings: on a loaded machine beat's first sweeps can come late.
+    wait_for(lambda: health()["beat"]["last_sweep_at"] is not None, 90, "beat's first sweep")
+    wait_for(lambda: not health()["beat"]["overdue"], 90, "a sweep within three intervals")
     code, found = status(setup, monkeypatch)
     assert found["beat"]["sweep_interval_s"] == 1.0 and found["beat"]["last_sweep_at"] is not None
     assert found["queue"] == setup.saga["queue"] and len(found["workers"]) == 1
