@@ -16,11 +16,23 @@ import sqlalchemy as sa
 from saga_worker import Journal, OpenTransactionError
 from saga_worker.errors import UnwindInTransactionError
 from saga_worker.journal import hosts
-from saga_worker.journal.records import ClaimStatus, NewRecord, RecordStatus, UnwindState
+from saga_worker.journal.records import (
+    AuditAction,
+    AuditVia,
+    ClaimStatus,
+    FinishedClaim,
+    FirstClaim,
+    NewAudit,
+    NewRecord,
+    RecordStatus,
+    UnwindState,
+)
+from saga_worker.journal.roles import UnwindJournal
 
 pytestmark = pytest.mark.backends("sqlite", "postgres")
 
 RUN, SUFFIX = "lent-1", "pay:call-1"
+DONE = FinishedClaim(RUN, SUFFIX, "o", ClaimStatus.COMPENSATED)  # an outcome the unwind would write
 
 
 @pytest.fixture
@@ -72,6 +84,15 @@ UNWIND_WRITES: dict[str, Callable[[Journal], Any]] = {
     "hold_sweep": lambda j: j.hold_sweep(RUN, 9.0, "held"),
     "count_redelivery": lambda j: j.count_redelivery("task-1"),
     "forget_redeliveries": lambda j: j.forget_redeliveries("task-1"),
+    "condemn_read_and_claim": lambda j: j.condemn_read_and_claim(
+        RUN, [RecordStatus.SUCCEEDED], first=FirstClaim(frozenset({"pay"}), "o", RUN, 30.0)
+    ),
+    "finish_and_claim": lambda j: j.finish_and_claim(
+        DONE, RUN, SUFFIX, via_run_id=RUN, owner="o", ttl=30.0, idempotency_key="k"
+    ),
+    "finish_last_step": lambda j: j.finish_last_step(
+        DONE, RUN, epoch=None, audit=NewAudit(RUN, AuditAction.UNWOUND, "ann", AuditVia.CLI, "done")
+    ),
 }
 
 
@@ -98,3 +119,31 @@ def test_a_run_s_own_write_still_enters_the_loan(
     with lent(), pytest.raises(AssertionError, match="entered"):
         journal.start_run("lent-2", "")
     assert entered == ["entered"]
+
+
+# What an unwind's journal does besides the writes above: reads, and the audit row a decision or
+# an unwind's end writes (a rollback un-makes it with the decision it records).
+UNWIND_READS = {
+    "now",
+    "get_run",
+    "get_record",
+    "get_gates",
+    "read_audit",
+    "get_claim",
+    "get_claims",
+    "lease_left",
+    "runs_to_sweep",
+    "list_unwinds",
+    "read_worklist",
+    "read_report",
+    "read_step",
+    "execution_guard",
+    "executor_gone",
+}
+JOINABLE = {"append_audit"}
+
+
+def test_every_write_of_the_unwind_role_is_among_those_refused() -> None:
+    """A new write on the unwind's side of the journal must be listed (and so tested) above."""
+    methods = {name for name in dir(UnwindJournal) if not name.startswith("_")}
+    assert methods - UNWIND_READS - JOINABLE <= set(UNWIND_WRITES)  # (and condemn, insert_unwind)

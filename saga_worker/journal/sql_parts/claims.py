@@ -378,7 +378,9 @@ class SqlClaims(SqlPlumbing):
                 written = bool(row.pop("written"))
                 return written, (row if row["origin_run_id"] is not None else None)
 
-            written, taken = self._write(one)
+            written, taken = self._write(
+                one, alone=f"the compensation claim of step {suffix!r} of run {origin_run_id!r}"
+            )
             if not written:
                 return None
             if taken is not None:
@@ -403,7 +405,9 @@ class SqlClaims(SqlPlumbing):
             tx.execute(q.claim_savepoint_release, {})
             return True, got
 
-        written, got = self._write(work, atomic=True)
+        written, got = self._write(
+            work, atomic=True, alone=f"the compensation claim of step {suffix!r} of run {origin_run_id!r}"
+        )
         if not written:
             return None
         if got is None:

@@ -256,7 +256,9 @@ class SqlTombstone(SqlWorklist):
                 None if target is None else self._claim_in_savepoint(tx, target, claim),
             )
 
-        stamped, rows, view, got = self._write(work, atomic=True, durable=True)
+        stamped, rows, view, got = self._write(
+            work, atomic=True, durable=True, alone=f"the tombstone of run {run_id!r}"
+        )
         stamped_or_raise(run_id, stamped)
         assert rows is not None
         if got is not None and got.acquired:
@@ -320,9 +322,10 @@ class SqlTombstone(SqlWorklist):
             at = condemn(tx)
             return at, None if at is None else reads(tx), None
 
-        at, rows, taken = self._write(work) if frame is not None else (None, None, None)
+        tombstone = f"the tombstone of run {run_id!r}"
+        at, rows, taken = self._write(work, alone=tombstone) if frame is not None else (None, None, None)
         if at is None:
-            at, rows, taken = self._write(fallback, durable=True)
+            at, rows, taken = self._write(fallback, durable=True, alone=tombstone)
         stamped_or_raise(run_id, at)
         assert rows is not None
         got = None if taken is None else ClaimAttempt(True, claim_row(taken))
