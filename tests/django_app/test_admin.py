@@ -24,8 +24,8 @@ PROJECT = Path(__file__).resolve().parent / "project"
 
 
 RUNNERS = {
-    "manage.py test": (["manage.py", "test", "orders", "--noinput"], ["Ran 24 tests", "\nOK"]),
-    "pytest-django": (["-m", "pytest", "-q", "-p", "no:cacheprovider"], ["24 passed"]),
+    "manage.py test": (["manage.py", "test", "orders", "--noinput"], ["Ran 25 tests", "\nOK"]),
+    "pytest-django": (["-m", "pytest", "-q", "-p", "no:cacheprovider"], ["25 passed"]),
 }
 
 

@@ -50,9 +50,9 @@ def _needing_a_person(query: RunQuery) -> list[dict[str, Any]]:
     on, a call left uncertain) that match the other filters, newest first: one page, as the inbox is
     bounded."""
     box = inbox_view.inbox(journal(), _tools())
-    suspended = {i["run_id"] for i in box["items"] if i["kind"] == "suspended"}
+    readings = inbox_view.run_readings(journal())  # suspended or interrupted, as the console reads them
     found = [journal().get_run(run_id) for run_id in sorted({i["run_id"] for i in box["items"]})]
-    runs = [views.run_summary(r, r.run_id in suspended) for r in found if r is not None]
+    runs = [views.run_summary(r, readings.get(r.run_id)) for r in found if r is not None]
     if isinstance(query, views.ListingQuery) and query.suspended:
         status: str | None = views.SUSPENDED
     else:
@@ -130,8 +130,8 @@ class RunAdmin(admin.ModelAdmin):  # type: ignore[misc]
                 runs, next_cursor = _needing_a_person(query), None
             else:
                 page = views.runs_page(journal(), query)
-                waiting = inbox_view.waiting_runs(journal())
-                runs = [views.run_summary(r, r.run_id in waiting) for r in page.runs]
+                readings = inbox_view.run_readings(journal())
+                runs = [views.run_summary(r, readings.get(r.run_id)) for r in page.runs]
                 next_cursor = page.next_cursor
         except SagaError as exc:
             messages.error(request, str(exc))

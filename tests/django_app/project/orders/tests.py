@@ -5,6 +5,7 @@ actor; and a user without the permission refused. Celery runs eagerly, the journ
 database's."""
 
 import re
+import time
 import uuid
 from typing import Any
 
@@ -15,7 +16,7 @@ from django.test import TransactionTestCase
 from saga_worker import ToolCall, run_durable, scripted
 from saga_worker.celery.install import installed_app
 from saga_worker.contrib.django import journal, tools
-from saga_worker.journal.records import RunInfo, UnwindState
+from saga_worker.journal.records import NewRecord, RunInfo, UnwindState
 
 from . import tools as order_tools
 
@@ -96,6 +97,21 @@ class AdminTests(TransactionTestCase):  # type: ignore[misc]
         self.assertEqual(listed(self.page(self.viewer, RUNS, q=prefix, unwind="none")), both)
         self.assertEqual(listed(self.page(self.viewer, RUNS, q=prefix, unwind="complete")), set())
         self.assertIn("No runs match.", self.page(self.viewer, RUNS, q="no-such-run-anywhere"))
+
+    def test_a_run_whose_process_died_mid_call_is_listed_interrupted_not_running(self) -> None:
+        crashed = f"crashed-{uuid.uuid4().hex[:8]}"
+        journal().start_run(crashed, "ship it")
+        new = NewRecord("call-1", 0, "call-1", "pay", "call", {"amount": 5}, crashed)
+        journal().claim_record(crashed, new, gated=True, owner="dead-worker", ttl=0.001)  # its lease runs out
+        time.sleep(0.05)
+        row = re.search(
+            rf'<a href="[^"]+">{crashed}</a>.*?<td class="status">([^<]+)</td>',
+            self.page(self.viewer, RUNS),
+            re.S,
+        )
+        self.assertIsNotNone(row)
+        assert row is not None
+        self.assertEqual(row.group(1).strip(), "interrupted")
 
     def test_a_run_page_shows_its_calls_and_what_waits_for_a_person(self) -> None:
         page = self.page(self.viewer, f"{RUNS}{self.placed}/")
