@@ -1,8 +1,9 @@
 """The fleet's health as the console's header and ``saga-worker status`` show it: which workers
 consume the saga queue, how many messages wait in it, and when beat last swept.
 
-Each sweep (``saga.retry_uncertain``) stores when it ran in the result backend under a fixed id
-(``LAST_SWEEP_ID``), so any process with the deployment's settings reads it back. Beat is overdue
+Each sweep (``saga.retry_uncertain``) stores when it ran in the result backend under an id named by
+the deployment's queue (``last_sweep_id``: deployments sharing a result backend keep theirs apart), so
+any process with the deployment's settings reads it back. Beat is overdue
 when its last sweep is more than ``OVERDUE_INTERVALS`` sweep intervals old (or none is stored): with
 a broker, beat is a process of its own, and when it is not running nothing is re-driven and nothing
 else says so. Overdue is shown red, logged (once per change) and counted as ``saga_beat_overdue``.
@@ -27,7 +28,12 @@ from ..settings import SagaSettings
 
 log = logging.getLogger(__name__)
 
-LAST_SWEEP_ID = "saga-beat-last-sweep"
+
+def last_sweep_id(queue: str) -> str:
+    """The result backend's id of the last sweep of the deployment whose saga queue is ``queue``."""
+    return f"saga-beat-last-sweep:{queue}"
+
+
 # Its state: not SUCCESS, which Celery's result backends never overwrite (each sweep must; a final
 # state found there, written by anything else, is forgotten first).
 SWEPT = "SWEPT"
@@ -36,19 +42,22 @@ OVERDUE_INTERVALS = 3
 Health = Callable[[], "dict[str, Any] | None"]
 
 
-def note_sweep(app: Celery, outcome: dict[str, list[str]]) -> None:
-    """Store that a sweep ran now (and what it did), for ``last_sweep``; never raises into the sweep."""
+def note_sweep(app: Celery, queue: str, outcome: dict[str, list[str]]) -> None:
+    """Store that a sweep of the deployment on ``queue`` ran now (and what it did), for
+    ``last_sweep``; never raises into the sweep."""
     with quietly("noting the sweep in the result backend"):
         swept = {"swept_at": time.time(), **{k: len(v) for k, v in outcome.items()}}
-        if app.backend.get_task_meta(LAST_SWEEP_ID, cache=False).get("status") in states.READY_STATES:
-            app.backend.forget(LAST_SWEEP_ID)
-        app.backend.store_result(LAST_SWEEP_ID, swept, SWEPT)
+        task_id = last_sweep_id(queue)
+        if app.backend.get_task_meta(task_id, cache=False).get("status") in states.READY_STATES:
+            app.backend.forget(task_id)
+        app.backend.store_result(task_id, swept, SWEPT)
 
 
-def last_sweep(app: Celery) -> float | None:
-    """When beat's sweeper last ran, as the result backend has it (None: never, or unknown)."""
+def last_sweep(app: Celery, queue: str) -> float | None:
+    """When beat's sweeper of the deployment on ``queue`` last ran, as the result backend has it
+    (None: never, or unknown)."""
     try:
-        meta = app.backend.get_task_meta(LAST_SWEEP_ID, cache=False)
+        meta = app.backend.get_task_meta(last_sweep_id(queue), cache=False)
     except Exception:  # noqa: BLE001 - no result backend, or it is down: unknown, not an error page
         log.debug("cannot read the last sweep", exc_info=True)
         return None
@@ -115,7 +124,7 @@ def fleet_health(app: Celery, settings: SagaSettings, workers: Workers) -> dict[
         "queue": settings.queue,
         "workers": alive,
         "queue_depth": queue_depth(app, settings.queue),
-        "beat": beat_state(last_sweep(app), settings.sweep_interval, time.time()),
+        "beat": beat_state(last_sweep(app, settings.queue), settings.sweep_interval, time.time()),
     }
 
 
@@ -134,7 +143,9 @@ class BeatCollector(Collector):
             "saga_beat_overdue", "1 when beat's last sweep is more than three sweep intervals old, else 0."
         )
         try:
-            state = beat_state(last_sweep(self._app), self._settings.sweep_interval, time.time())
+            state = beat_state(
+                last_sweep(self._app, self._settings.queue), self._settings.sweep_interval, time.time()
+            )
             seconds = state["last_sweep_age_s"]
             age.add_metric([], -1.0 if seconds is None else float(seconds))
             overdue.add_metric([], 1.0 if state["overdue"] else 0.0)
@@ -146,13 +157,13 @@ class BeatCollector(Collector):
 
 
 __all__ = [
-    "LAST_SWEEP_ID",
     "OVERDUE_INTERVALS",
     "BeatCollector",
     "Health",
     "beat_state",
     "fleet_health",
     "last_sweep",
+    "last_sweep_id",
     "note_sweep",
     "queue_depth",
 ]

@@ -275,7 +275,8 @@ def retry_uncertain(self: Task[Any, Any]) -> dict[str, list[str]]:
         return actions.sweeper_redrive(run_id, journal=ctx.journal, enqueue=enqueue, answered=answered)
 
     outcome = executor.sweep(ctx.journal, enqueue=redrive, settings=ctx.settings).as_dict()
-    health.note_sweep(self.app, outcome)  # when beat last swept: the console's header, `saga-worker status`
+    # When beat last swept (the console's header, `saga-worker status`), under this deployment's queue.
+    health.note_sweep(self.app, ctx.settings.queue, outcome)
     return outcome
 
 
