@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from click.testing import CliRunner
 
-from saga_worker.cli import main
-from saga_worker.settings import get_settings
 from tests.integration.conftest import Setup, Workers, redis_setup, wait_for
 
 from .conftest import ConsoleServer, Tokens
@@ -45,20 +44,22 @@ def console(setup: Setup, tokens: Tokens, tmp_path: Path) -> Iterator[ConsoleSer
     server.stop()
 
 
-def status(setup: Setup, monkeypatch: pytest.MonkeyPatch) -> tuple[int, dict[str, Any]]:
-    for key, value in setup.env().items():
-        if key.startswith("SAGA_"):
-            monkeypatch.setenv(key, value)
-    get_settings.cache_clear()
-    try:
-        done = CliRunner().invoke(main, ["status", "--json"])
-    finally:
-        get_settings.cache_clear()
-    return done.exit_code, json.loads(done.output)
+def status(setup: Setup) -> tuple[int, dict[str, Any]]:
+    """``saga-worker status --json`` as an operator runs it: a process of its own, with the
+    deployment's settings (in this process the Celery app is configured once, by whichever test first
+    used it)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "saga_worker.cli", "status", "--json"],
+        env=setup.env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return done.returncode, json.loads(done.stdout)
 
 
 def test_the_header_and_status_turn_overdue_within_three_sweep_intervals_of_beat_stopping(
-    setup: Setup, workers: Workers, console: ConsoleServer, tokens: Tokens, monkeypatch: pytest.MonkeyPatch
+    setup: Setup, workers: Workers, console: ConsoleServer, tokens: Tokens
 ) -> None:
     bearer = {"Authorization": f"Bearer {tokens.viewer}"}
     web = httpx.Client(base_url=console.url, headers=bearer)
@@ -71,7 +72,7 @@ def test_the_header_and_status_turn_overdue_within_three_sweep_intervals_of_beat
     # Preconditions, not timings: on a loaded machine beat's first sweeps can come late.
     wait_for(lambda: health()["beat"]["last_sweep_at"] is not None, 90, "beat's first sweep")
     wait_for(lambda: not health()["beat"]["overdue"], 90, "a sweep within three intervals")
-    code, found = status(setup, monkeypatch)
+    code, found = status(setup)
     assert found["beat"]["sweep_interval_s"] == 1.0 and found["beat"]["last_sweep_at"] is not None
     assert found["queue"] == setup.saga["queue"] and len(found["workers"]) == 1
     assert found["queue_depth"] == 0
@@ -87,7 +88,7 @@ def test_the_header_and_status_turn_overdue_within_three_sweep_intervals_of_beat
     assert health()["beat"]["overdue_after_s"] == 3.0
     wait_for(lambda: 'data-overdue="yes"' in web.get("/").text, 20, "the header to turn red")
     assert re.search(r'class="fleet overdue"', web.get("/").text)
-    code, found = status(setup, monkeypatch)
+    code, found = status(setup)
     assert code == 4 and found["beat"]["overdue"] is True and found["workers"] == []
     metrics = web.get("/metrics").text
     assert "saga_beat_overdue 1.0" in metrics
