@@ -207,8 +207,14 @@ def module_pg_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
+def console_env() -> dict[str, str]:
+    """Settings the deployment's console gets beside the deployment's own (a module may override it)."""
+    return {}
+
+
+@pytest.fixture(scope="module")
 def deployment(
-    tmp_path_factory: pytest.TempPathFactory, module_pg_url: str, tokens: Tokens
+    tmp_path_factory: pytest.TempPathFactory, module_pg_url: str, tokens: Tokens, console_env: dict[str, str]
 ) -> Iterator[Deployment]:
     """Redis (broker, results, locks) + PostgreSQL journal, one worker, one console."""
     require("redis")
@@ -220,7 +226,7 @@ def deployment(
     console = None
     try:
         worker.wait_ready()
-        console = ConsoleServer(setup, tokens, tmp / "console.log")
+        console = ConsoleServer(setup, tokens, tmp / "console.log", None, **console_env)
         yield Deployment(setup, worker, console, tmp)
     finally:
         if console is not None:

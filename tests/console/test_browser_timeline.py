@@ -6,20 +6,17 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from saga_worker import Journal, compensate_run
 from saga_worker.journal.records import UnwindState
-from tests.integration.conftest import make_setup, redis_db
 from tests.integration.scenarios import place_order
 from tests.ledger import Ledger, order_tools
 from tests.reads import run_of
-from tests.services import REDIS_URL, require
 
-from .conftest import DOCS, ConsoleServer, Deployment, MetricsWorker, Tokens
+from .conftest import DOCS, Deployment, Tokens
 
 pytestmark = [pytest.mark.celery, pytest.mark.redis, pytest.mark.postgres, pytest.mark.slow]
 pytest.importorskip("playwright")
@@ -33,25 +30,9 @@ PHONE: ViewportSize = {"width": 390, "height": 844}
 
 
 @pytest.fixture(scope="module")
-def deployment(
-    tmp_path_factory: pytest.TempPathFactory, module_pg_url: str, tokens: Tokens
-) -> Iterator[Deployment]:
-    """As the console's other browser tests deploy it, with Flower's address set."""
-    require("redis")
-    tmp = tmp_path_factory.mktemp("console-timeline")
-    url = REDIS_URL.rsplit("/", 1)[0] + f"/{redis_db()}"
-    setup = make_setup(tmp, broker_url=url, result_backend=url, redis_url=url, journal_url=module_pg_url)
-    (tmp / "metrics").mkdir()
-    worker = MetricsWorker(setup, tmp / "worker.log", tmp / "metrics")
-    console = None
-    try:
-        worker.wait_ready()
-        console = ConsoleServer(setup, tokens, tmp / "console.log", SAGA_FLOWER_URL=FLOWER)
-        yield Deployment(setup, worker, console, tmp)
-    finally:
-        if console is not None:
-            console.stop()
-        worker.stop()
+def console_env() -> dict[str, str]:
+    """The console's other browser tests' deployment, with Flower's address set."""
+    return {"SAGA_FLOWER_URL": FLOWER}
 
 
 def logged_in(chromium: Any, deployment: Deployment, token: str) -> Page:
