@@ -28,7 +28,7 @@ from sqlalchemy.exc import InterfaceError, OperationalError
 from .. import executor
 from ..compensation.report import SETTLED, CompensationEntry, CompensationStatus, halts
 from ..core import faults
-from ..core.checks import check_age
+from ..core.checks import check_age, check_parallel
 from ..errors import JournalUnavailableError
 from ..operating import actions, retention
 from . import health, result_store
@@ -74,13 +74,21 @@ def _continue(task: Task[Any, Any], nxt: executor.Next) -> Any:
     if task.request.is_eager:
         return _continue_here(nxt)
     plain = _plain_request(task)
+    if isinstance(nxt, executor.Wait):
+        # Another step of this wave is still running: the last one to end goes on.
+        task.request.ignore_result = True
+        return _shown(nxt.run_id, nxt.done)
+    if isinstance(nxt, executor.Fan):
+        if not plain:
+            return _continue_here(nxt)  # under someone else's chain: one task id, the wave here
+        for one in nxt.steps:  # each step of the wave its own task (and Flower row), side by side
+            _step_signature(task, one).apply_async(
+                task_id=step_task_id(one.run_id, one.suffix, one.unwind_id)
+            )
+        task.request.ignore_result = True
+        return _shown(nxt.run_id, nxt.done)
     if isinstance(nxt, executor.Step):
-        step = task.app.tasks[COMPENSATE_STEP]
-        sig = step.si(nxt.run_id, nxt.unwind_id, nxt.suffix, nxt.dry_run)
-        ctx = executor.current()  # a tool's compensation timeout bounds its step task too
-        limits = executor.time_limits(ctx.journal, ctx.tools_if_configured, nxt, ctx.settings.claim_ttl)
-        if limits is not None:
-            sig.options.update(soft_time_limit=limits[0], time_limit=limits[1])  # apply_async options
+        sig = _step_signature(task, nxt)
         if not plain:
             return task.replace(sig)  # under this very task id: Flower shows the steps as one row
         # The next step under its own task id, then this task ends without storing a result (the
@@ -106,6 +114,15 @@ def _continue(task: Task[Any, Any], nxt: executor.Next) -> Any:
     shown = _shown(nxt.run_id, nxt.done)
     # The unwind's last step says how it ended, so a halted unwind shows in Flower without opening each row.
     return None if shown is None else {**shown, "unwind": _how_it_ended(report)}
+
+
+def _step_signature(task: Task[Any, Any], step: executor.Step) -> Any:
+    sig = task.app.tasks[COMPENSATE_STEP].si(step.run_id, step.unwind_id, step.suffix, step.dry_run)
+    ctx = executor.current()  # a tool's compensation timeout bounds its step task too
+    limits = executor.time_limits(ctx.journal, ctx.tools_if_configured, step, ctx.settings.claim_ttl)
+    if limits is not None:
+        sig.options.update(soft_time_limit=limits[0], time_limit=limits[1])  # apply_async options
+    return sig
 
 
 def _how_it_ended(report: dict[str, Any]) -> str:
@@ -181,14 +198,18 @@ def compensate_run(
 
     ``actor``, ``reason`` and ``via`` (``worker``, or ``cli``/``sweeper`` when they send it) go to the
     run's audit trail; without an actor the worker's ``SAGA_ACTOR`` or OS user is named. With
-    ``parallel=True`` the groups' steps are undone side by side, by this task in its process
-    (docs/reference/compensation.md, "Groups")."""
+    ``parallel=True`` the steps of each recorded group are undone side by side, each its own step
+    task (at most ``SAGA_PARALLEL_MAX`` at once), groups still one after the other; eager or inside
+    someone else's chain, by this task in its process (docs/reference/compensation.md, "Groups")."""
     if result_store.withdrawn(self):
         raise Ignore()  # `saga-worker revoke` withdrew it before any worker started it: nothing condemned
     ctx = executor.current()
     with counted(self.request, ctx.journal, ctx.settings.max_deliveries) as delivery:
         _refuse_if_exhausted(delivery.refusal, run_id)
-        if parallel is not False:  # anything but a real boolean is refused there, before anything is written
+        side_by_side = check_parallel(parallel)  # anything but a real boolean: refused, nothing written
+        if side_by_side and not _plain_request(self):
+            # Eager, or in someone else's chain: no task ids of its own for the steps; this task
+            # undoes the groups side by side in its process.
             report = actions.unwind_here(
                 run_id,
                 context=ctx,
@@ -209,6 +230,7 @@ def compensate_run(
             actor=actor,
             reason=reason,
             via=via,
+            parallel_max=ctx.settings.parallel_max if side_by_side else None,
         )
         return _continue(self, nxt)
 

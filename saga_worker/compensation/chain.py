@@ -10,7 +10,7 @@ redelivered message finds its work done and only passes the continuation on.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from ..core.checks import check_run_id, check_step_suffix, check_unwind_id
 from ..errors import InvalidInputError, MalformedRecordError
-from ..journal.records import ReportView, StepView, UnwindInfo
+from ..journal.records import GroupPlan, ReportView, StepView, ToolRecord, UnwindInfo
 from ..journal.roles import UnwindJournal
 from ..locks.base import StepLock
 from ..observing import tracing
@@ -32,12 +32,13 @@ from .engine import (
     finish_unwind,
 )
 from .entries import entry_for, missing_record_entry
+from .groups import unwind_order
 from .report import (
     CompensationEntry,
     CompensationReport,
     CompensationStatus,
     halts,
-    until_halt,
+    until_halt_in_groups,
 )
 from .twins import Twins
 
@@ -70,7 +71,28 @@ class Finalize:
     done: CompensationEntry | None = field(default=None, compare=False)
 
 
-Next = Step | Finalize
+@dataclass(frozen=True)
+class Fan:
+    """Run ``steps`` next, side by side: one wave of a group of a parallel unwind, each step its own
+    task. Whichever of them ends the wave last sends what comes after it."""
+
+    run_id: str
+    unwind_id: str
+    steps: tuple[Step, ...]
+    done: CompensationEntry | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Send nothing: other steps of this step's wave are still running, and the one that ends the
+    wave goes on (a parallel unwind)."""
+
+    run_id: str
+    unwind_id: str
+    done: CompensationEntry | None = field(default=None, compare=False)
+
+
+Next = Step | Fan | Finalize | Wait
 
 
 def step_owner(unwind_id: str, suffix: str) -> str:
@@ -88,16 +110,21 @@ def start_unwind(
     actor: str | None = None,
     reason: str | None = None,
     via: str = "worker",
+    parallel_max: int | None = None,
 ) -> Next:
     """The coordinator: tombstone first, then the worklist, recorded once per unwind (with who asked,
     why and through what, for the audit trail). Every id is checked against what the journal can
-    store before anything is written."""
+    store before anything is written.
+
+    With ``parallel_max`` (a parallel unwind), the worklist goes group by group, last group first,
+    and each group's steps run side by side, at most ``parallel_max`` at once (``GroupPlan``); a run
+    that recorded no group of two or more unwinds exactly as a sequential one."""
     request = UnwindRequest.checked(run_id, actor=actor, reason=reason, via=via)
     check_unwind_id(unwind_id)
     with request.span(dry_run=dry_run, unwind_id=unwind_id) as span:
         view = request.begin(journal, dry_run=dry_run)
         span.worklist(len(view.records))
-    worklist = [r.suffix for r in reversed(view.records)]
+    worklist, plan = _worklist(view.records, parallel_max)
     epoch = None if view.run is None else view.run.unwind_epoch
     info = journal.record_unwind(
         unwind_id,
@@ -113,17 +140,34 @@ def start_unwind(
         # another run's.
         hold_grace=SWEEP_GRACE_TTLS * claim_ttl,
         hold_note=f"unwind {unwind_id} in progress",
+        groups=plan,
     )
     if info.run_id != run_id:
         raise InvalidInputError(f"unwind {unwind_id!r} belongs to run {info.run_id!r}, not {run_id!r}")
     return _next(info, 0)
 
 
+def _worklist(records: Sequence[ToolRecord], parallel_max: int | None) -> tuple[list[str], GroupPlan | None]:
+    """The steps in unwind order, and a parallel unwind's plan (None when every group is of one)."""
+    if parallel_max is None:
+        return [r.suffix for r in reversed(records)], None
+    groups = unwind_order(records)
+    worklist = [r.suffix for members in groups for r in members]
+    if all(len(members) == 1 for members in groups):
+        return worklist, None
+    return worklist, GroupPlan(tuple(len(members) for members in groups), max(1, parallel_max))
+
+
 def _next(info: UnwindInfo, position: int, done: CompensationEntry | None = None) -> Next:
-    if position < len(info.suffixes):
-        suffix = info.suffixes[position]
-        return Step(info.run_id, info.unwind_id, suffix, info.dry_run, position, len(info.suffixes), done)
-    return Finalize(info.run_id, info.unwind_id, done)
+    """What starts at ``position``: its step, or its wave of a group (``Fan``), or the report."""
+    if position >= len(info.suffixes):
+        return Finalize(info.run_id, info.unwind_id, done)
+    wave = range(position, position + 1) if info.groups is None else info.groups.wave_of(position)
+    steps = tuple(
+        Step(info.run_id, info.unwind_id, info.suffixes[p], info.dry_run, p, len(info.suffixes), done)
+        for p in wave
+    )
+    return steps[0] if len(steps) == 1 else Fan(info.run_id, info.unwind_id, steps, done)
 
 
 def _checked(info: UnwindInfo | None, run_id: str, unwind_id: str) -> UnwindInfo:
@@ -162,16 +206,40 @@ def run_step(
         raise InvalidInputError(f"step {suffix!r} is not in the worklist of unwind {unwind_id!r}")
     stored = view.entry
     if stored is None:
-        _check_in_order(info, view, suffix, position)
+        if info.groups is None:
+            _check_in_order(info, view, suffix, position)
+        else:
+            _check_wave_before(journal, info, suffix, position)
         stored = _compensate(
             journal, tools, info, view, position, claim_ttl=claim_ttl, lock=lock, sleep=sleep, refusal=refusal
         )
         if stored is None:
             return None
     done = stored_entry(info, position, stored)
+    if info.groups is not None and len(info.groups.group_of(position)) > 1:
+        return _after_group_step(journal, info, position, done)
     if halts(done.status):
         return Finalize(run_id, unwind_id, done)
     return _next(info, position + 1, done)
+
+
+def _after_group_step(
+    journal: UnwindJournal, info: UnwindInfo, position: int, done: CompensationEntry
+) -> Next:
+    """After a step of a group of two or more: nothing while its wave has a step without an entry;
+    else the group's next wave, or, once the whole group has its entries, the report if one of them
+    halts and the next group if none does. Two steps ending their wave together may both go on: the
+    next step tasks keep their ids, and a duplicate delivery of a step finds its work done."""
+    assert info.groups is not None
+    entries = journal.list_unwind_entries(info.unwind_id)
+    wave, group = info.groups.wave_of(position), info.groups.group_of(position)
+    if any(p not in entries for p in wave):
+        return Wait(info.run_id, info.unwind_id, done)
+    if wave.stop < group.stop:
+        return _next(info, wave.stop, done)
+    if any(halts(stored_entry(info, p, entries[p]).status) for p in group):
+        return Finalize(info.run_id, info.unwind_id, done)
+    return _next(info, group.stop, done)
 
 
 def run_rest(
@@ -183,13 +251,19 @@ def run_rest(
     lock: StepLock | None = None,
 ) -> Next:
     """The rest of an unwind in this process, step after step (an eager Celery task: no worker to
-    hand each step to); where it stopped: the end or a halt, or a step another delivery holds (the
-    report then says what the journal says now)."""
-    while isinstance(nxt, Step):
-        step = run_step(journal, tools, nxt.run_id, nxt.unwind_id, nxt.suffix, claim_ttl=claim_ttl, lock=lock)
-        if step is None:
+    hand each step to; a group's wave one step after the other); where it stopped: the end or a
+    halt, or a step another delivery holds (the report then says what the journal says now)."""
+    while isinstance(nxt, Step | Fan):
+        moving: list[Next] = []
+        for one in nxt.steps if isinstance(nxt, Fan) else (nxt,):
+            step = run_step(
+                journal, tools, one.run_id, one.unwind_id, one.suffix, claim_ttl=claim_ttl, lock=lock
+            )
+            if step is not None and not isinstance(step, Wait):
+                moving.append(step)
+        if not moving:
             break
-        nxt = step
+        nxt = moving[-1]
     return nxt
 
 
@@ -235,6 +309,41 @@ def _check_in_order(info: UnwindInfo, view: StepView, suffix: str, position: int
             f"step {suffix!r} (position {position}) of unwind {unwind_id!r} refused: the step before it "
             f"{why}; steps run in unwind order and stop at the first failed or busy one",
             unwind_id=unwind_id,
+            suffix=suffix,
+        )
+
+
+def _check_wave_before(journal: UnwindJournal, info: UnwindInfo, suffix: str, position: int) -> None:
+    """``_check_in_order`` for a parallel unwind: a step runs only once every step of the wave before
+    it has an outcome and, when that wave ended the previous group, none of that group's halts."""
+    assert info.groups is not None
+    before = info.groups.wave_before(position)
+    if before is None:
+        return
+    entries = journal.list_unwind_entries(info.unwind_id)
+    missing = [info.suffixes[p] for p in before if p not in entries]
+    previous = info.groups.group_of(before.start)
+    halted = (
+        []
+        if missing or previous == info.groups.group_of(position)
+        else [
+            f"{info.suffixes[p]} ({entry.status.value})"
+            for p in previous
+            if halts((entry := stored_entry(info, p, entries[p])).status)
+        ]
+    )
+    why = (
+        f"the steps before it have no outcome yet: {', '.join(missing)}"
+        if missing
+        else f"the group before it halted the unwind: {', '.join(halted)}"
+        if halted
+        else None
+    )
+    if why is not None:
+        raise InvalidInputError(
+            f"step {suffix!r} (position {position}) of unwind {info.unwind_id!r} refused: {why}; groups "
+            "run in unwind order and stop after the first with a failed or busy step",
+            unwind_id=info.unwind_id,
             suffix=suffix,
         )
 
@@ -318,7 +427,7 @@ def _finalize(
             return missing_record_entry(run_id, suffix, CompensationStatus.NOT_ATTEMPTED)
         return entry_for(record, CompensationStatus.NOT_ATTEMPTED)
 
-    entries = until_halt(range(len(info.suffixes)), outcome, not_attempted)
+    entries = until_halt_in_groups(info.position_groups(), outcome, not_attempted)
     # A dry run's report says whether the run was condemned (as read now); a real one condemned it.
     report = build_report(
         journal,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
 from typing import Any, TypeVar
 
@@ -77,6 +77,33 @@ def until_halt(
         else:
             stopped = halts(status(entry))
         entries.append(entry)
+    return entries
+
+
+def until_halt_in_groups(
+    groups: Iterable[Sequence[T]],
+    outcome: Callable[[T], E | None],
+    not_attempted: Callable[[T], E],
+    status: Callable[[E], object] = _status_of,
+) -> list[E]:
+    """``until_halt`` over groups of independent steps (a parallel unwind): every step of a group is
+    probed; after a group in which a step halts, or one whose outcome is None (the unwind never
+    finished it: that step is ``not_attempted``), every step is ``not_attempted``. Groups of one
+    step each walk exactly as ``until_halt``."""
+    entries: list[E] = []
+    stopped = False
+    for group in groups:
+        if stopped:
+            entries.extend(not_attempted(step) for step in group)
+            continue
+        for step in group:
+            entry = outcome(step)
+            if entry is None:
+                stopped = True
+                entry = not_attempted(step)
+            elif halts(status(entry)):
+                stopped = True
+            entries.append(entry)
     return entries
 
 

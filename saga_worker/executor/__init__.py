@@ -10,9 +10,11 @@ its entry (``run_step``), and the last task assembles the report from the journa
 from __future__ import annotations
 
 from ..compensation.chain import (
+    Fan,
     Finalize,
     Next,
     Step,
+    Wait,
     finalize_unwind,
     run_rest,
     run_step,
@@ -36,12 +38,14 @@ from .context import (
 from .limits import hold_for_timed_out_hooks, step_budget, time_limits
 
 __all__ = [
+    "Fan",
     "Finalize",
     "Next",
     "Step",
     "SweepOutcome",
     "ToolsSource",
     "UnwindsAndTrail",
+    "Wait",
     "WorkerContext",
     "backoff_delay",
     "check_tools_at_start",

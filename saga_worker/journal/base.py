@@ -23,6 +23,7 @@ from .records import (
     ClaimStatus,
     FinishedClaim,
     FirstClaim,
+    GroupPlan,
     NewAudit,
     RecordStatus,
     ReportView,
@@ -128,6 +129,7 @@ class Journal(RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsP
         run_epoch: int | None = None,
         hold_grace: float | None = None,
         hold_note: str = "",
+        groups: GroupPlan | None = None,
     ) -> UnwindInfo:
         """``insert_unwind``, and with ``hold_grace``, if the stored unwind is this run's and not a dry
         run, ``hold_sweep(run_id, hold_grace, hold_note)``: in one transaction where a backend can (one
@@ -141,6 +143,7 @@ class Journal(RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsP
             reason=reason,
             via=via,
             run_epoch=run_epoch,
+            groups=groups,
         )
         if hold_grace is not None and stored.run_id == run_id and not stored.dry_run:
             self.hold_sweep(run_id, hold_grace, hold_note)

@@ -23,6 +23,7 @@ from .records import (
     ClaimStatus,
     CompensationClaim,
     CompensationGate,
+    GroupPlan,
     JournalSize,
     NewAudit,
     NewRecord,
@@ -387,6 +388,7 @@ class UnwindsPart(Clock, Protocol):
         reason: str = "",
         via: str = "worker",
         run_epoch: int | None = None,
+        groups: GroupPlan | None = None,
     ) -> UnwindInfo:
         """Insert the unwind if absent; return the stored one (a redelivered coordinator keeps the first).
 

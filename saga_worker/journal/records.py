@@ -332,10 +332,72 @@ def condemned_by(rows: list[AuditRecord]) -> tuple[str | None, str | None]:
 
 
 @dataclass(frozen=True)
+class GroupPlan:
+    """How a parallel distributed unwind (``parallel=True`` on a worker) cuts its worklist: ``sizes``
+    are its groups' lengths in unwind order (they add up to the worklist's length), and a group runs
+    in waves of at most ``at_once`` step tasks. A sequential unwind has none: every step is a group
+    of one, each wave one step.
+
+    Positions are the worklist's. A step may start once every step of the wave before it has an
+    entry, and, when that wave ends the group before, none of that group's entries halts."""
+
+    sizes: tuple[int, ...]
+    at_once: int
+
+    def __post_init__(self) -> None:
+        if self.at_once < 1 or any(size < 1 for size in self.sizes):
+            raise ValueError(
+                f"a group plan needs positive sizes and at_once, not {self.sizes}, {self.at_once}"
+            )
+
+    def as_json(self) -> dict[str, Any]:
+        return {"sizes": list(self.sizes), "at_once": self.at_once}
+
+    @classmethod
+    def from_json(cls, data: Any) -> GroupPlan:
+        """The stored plan; ``ValueError`` for anything else."""
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        sizes, at_once = data.get("sizes"), data.get("at_once")
+        if not isinstance(sizes, list) or not all(type(n) is int for n in sizes) or type(at_once) is not int:
+            raise ValueError(f"sizes {sizes!r} and at_once {at_once!r} are not integers")
+        return cls(tuple(sizes), at_once)
+
+    def group_of(self, position: int) -> range:
+        """The positions of ``position``'s group."""
+        start = 0
+        for size in self.sizes:
+            if position < start + size:
+                return range(start, start + size)
+            start += size
+        raise ValueError(f"position {position} is past the plan's {start} steps")
+
+    def wave_of(self, position: int) -> range:
+        """The positions of ``position``'s wave: its group cut in slices of ``at_once``."""
+        group = self.group_of(position)
+        start = group.start + (position - group.start) // self.at_once * self.at_once
+        return range(start, min(start + self.at_once, group.stop))
+
+    def groups(self) -> list[range]:
+        """Every group's positions, in unwind order."""
+        out, start = [], 0
+        for size in self.sizes:
+            out.append(range(start, start + size))
+            start += size
+        return out
+
+    def wave_before(self, position: int) -> range | None:
+        """The wave that must end before ``position``'s starts (None for the first wave)."""
+        wave = self.wave_of(position)
+        return None if wave.start == 0 else self.wave_of(wave.start - 1)
+
+
+@dataclass(frozen=True)
 class UnwindInfo:
     """One distributed unwind of a run (the Celery executor): its worklist, fixed when it began.
 
-    ``suffixes`` are the steps in unwind order; entries written for it are keyed by position."""
+    ``suffixes`` are the steps in unwind order; entries written for it are keyed by position.
+    ``groups``: a parallel unwind's plan (None: one step after the other)."""
 
     unwind_id: str
     run_id: str
@@ -347,6 +409,13 @@ class UnwindInfo:
     reason: str = ""
     via: str = "worker"
     run_epoch: int | None = None  # the run's unwind epoch when the worklist was read
+    groups: GroupPlan | None = None  # migration 0013
+
+    def position_groups(self) -> list[range]:
+        """The worklist's positions by group, in unwind order (a sequential unwind: one step each)."""
+        if self.groups is None:
+            return [range(p, p + 1) for p in range(len(self.suffixes))]
+        return self.groups.groups()
 
 
 @dataclass(frozen=True)

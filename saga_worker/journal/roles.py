@@ -29,6 +29,7 @@ from .records import (
     CompensationGate,
     FinishedClaim,
     FirstClaim,
+    GroupPlan,
     JournalSize,
     NewAudit,
     NewRecord,
@@ -128,6 +129,8 @@ class UnwindJournal(_RunAndRecord, _Guard, _Trail, _UnwindProgress, Protocol):
 
     def read_step(self, unwind_id: str, run_id: str, suffix: str) -> StepView: ...
 
+    def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]: ...
+
     def record_unwind(
         self,
         unwind_id: str,
@@ -141,6 +144,7 @@ class UnwindJournal(_RunAndRecord, _Guard, _Trail, _UnwindProgress, Protocol):
         run_epoch: int | None = None,
         hold_grace: float | None = None,
         hold_note: str = "",
+        groups: GroupPlan | None = None,
     ) -> UnwindInfo: ...
 
     def record_unwind_entry(self, unwind_id: str, position: int, entry: dict[str, Any]) -> dict[str, Any]: ...

@@ -163,6 +163,8 @@ unwinds = sa.Table(
     sa.Column("reason", sa.Text),
     sa.Column("via", sa.String(16)),
     sa.Column("run_epoch", sa.Integer),  # migration 0005: the run's unwind epoch when it began
+    # Migration 0013: a parallel unwind's groups and waves (``GroupPlan`` as JSON); NULL: sequential.
+    sa.Column("group_plan", sa.Text),
 )
 sa.Index("ix_saga_unwinds_run", unwinds.c.run_id)
 

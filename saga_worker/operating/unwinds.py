@@ -11,7 +11,7 @@ from typing import Any
 
 from ..compensation.engine import UNWOUND
 from ..compensation.groups import group_numbers
-from ..compensation.report import CompensationStatus, halted_at, until_halt
+from ..compensation.report import CompensationStatus, halted_at, until_halt_in_groups
 from ..core.keys import compensate_key, execute_key
 from ..core.redact import SECRET_KEYS, redact_text
 from ..journal.records import (
@@ -140,8 +140,8 @@ def unwind_dict(
         }
         return {"position": position, "suffix": suffix, "entry": entry}
 
-    steps = until_halt(
-        range(len(info.suffixes)), reached, not_attempted, lambda step: (step["entry"] or {}).get("status")
+    steps = until_halt_in_groups(
+        info.position_groups(), reached, not_attempted, lambda step: (step["entry"] or {}).get("status")
     )
     halt = halted_at(st["entry"]["status"] for st in steps if st["entry"])
     done = halt is not None or len(stored) >= len(info.suffixes)

@@ -136,6 +136,7 @@ UNWIND_READS = {
     "list_unwinds",
     "read_worklist",
     "read_report",
+    "list_unwind_entries",
     "read_step",
     "execution_guard",
     "executor_gone",

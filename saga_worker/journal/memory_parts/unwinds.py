@@ -8,7 +8,7 @@ from typing import Any
 
 from ...core.storable import storable_or_none
 from ...errors import MalformedRecordError
-from ..records import NewAudit, RunInfo, UnwindInfo, UnwindState
+from ..records import GroupPlan, NewAudit, RunInfo, UnwindInfo, UnwindState
 from ..tombstone import check_not_condemned_row
 from .common import MemoryState, run_out
 from .common import copy_json as _copy
@@ -82,6 +82,7 @@ class MemoryUnwinds(MemoryState):
         reason: str = "",
         via: str = "worker",
         run_epoch: int | None = None,
+        groups: GroupPlan | None = None,
     ) -> UnwindInfo:
         with self._lock:
             stored = self._unwinds.get(unwind_id)
@@ -96,6 +97,7 @@ class MemoryUnwinds(MemoryState):
                     reason=reason,
                     via=via,
                     run_epoch=run_epoch,
+                    groups=groups,
                 )
                 self._unwinds[unwind_id] = stored
             return stored

@@ -13,7 +13,7 @@ from ...core.storable import storable_or_none
 from ...errors import MalformedRecordError
 from .. import driver
 from ..driver import Prepared
-from ..records import ClaimStatus, StepFinish, StepView, UnwindInfo
+from ..records import ClaimStatus, GroupPlan, StepFinish, StepView, UnwindInfo
 from ..schema import claims, records, redeliveries, unwind_entries, unwinds
 from .claims import claim_row
 from .common import (
@@ -48,6 +48,7 @@ class UnwindStatements(StatementsBase):
                 reason=b("why"),
                 via=b("through"),
                 run_epoch=b("epoch", type_=sa.Integer),
+                group_plan=b("plan"),
             )
             .on_conflict_do_nothing(index_elements=["unwind_id"])
             .returning(*unwinds.c)
@@ -179,7 +180,23 @@ def unwind_row(m: Mapping[Any, Any]) -> UnwindInfo:
         reason=m.get("reason") or "",
         via=m.get("via") or "worker",
         run_epoch=m.get("run_epoch"),
+        groups=_group_plan(m, len(suffixes)),
     )
+
+
+def _group_plan(m: Mapping[Any, Any], steps: int) -> GroupPlan | None:
+    """The stored plan of a parallel unwind; one that cannot be read fails closed, naming the unwind."""
+    text = m.get("group_plan")
+    if text is None:
+        return None
+    where = f"unwind {m['unwind_id']!r} groups"
+    try:
+        plan = GroupPlan.from_json(_load(text, m["run_id"], where))
+    except ValueError as exc:
+        raise MalformedRecordError(m["run_id"], where, str(exc)) from exc
+    if sum(plan.sizes) != steps:
+        raise MalformedRecordError(m["run_id"], where, "its sizes do not add up to the worklist's length")
+    return plan
 
 
 class UnwindReads(PlumbingStatements, Protocol):
@@ -215,8 +232,10 @@ class SqlUnwinds(SqlPlumbing):
         reason: str,
         via: str,
         run_epoch: int | None,
+        groups: GroupPlan | None = None,
     ) -> dict[str, Any]:
         return {
+            "plan": None if groups is None else _dump(groups.as_json()),
             "epoch": run_epoch,
             "unwind": unwind_id,
             "run": run_id,
@@ -239,8 +258,11 @@ class SqlUnwinds(SqlPlumbing):
         reason: str = "",
         via: str = "worker",
         run_epoch: int | None = None,
+        groups: GroupPlan | None = None,
     ) -> UnwindInfo:
-        params = self._unwind_params(unwind_id, run_id, dry_run, suffixes, actor, reason, via, run_epoch)
+        params = self._unwind_params(
+            unwind_id, run_id, dry_run, suffixes, actor, reason, via, run_epoch, groups
+        )
         return self._store_unwind(params, None)
 
     def record_unwind(
@@ -256,8 +278,11 @@ class SqlUnwinds(SqlPlumbing):
         run_epoch: int | None = None,
         hold_grace: float | None = None,
         hold_note: str = "",
+        groups: GroupPlan | None = None,
     ) -> UnwindInfo:
-        params = self._unwind_params(unwind_id, run_id, dry_run, suffixes, actor, reason, via, run_epoch)
+        params = self._unwind_params(
+            unwind_id, run_id, dry_run, suffixes, actor, reason, via, run_epoch, groups
+        )
         hold = (
             None
             if hold_grace is None
