@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--break", dest="breaks", action="append", default=[])
     parser.add_argument("--lock", default="")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument(
+        "--group", type=int, default=0, help="run: the middle calls side by side, as one group"
+    )
     parser.add_argument("--sleep", type=float, default=0.0, help="execute sleep of the last step (run)")
     parser.add_argument("--comp-sleep", type=float, default=0.0)
     parser.add_argument("--seconds", type=float, default=10.0, help="sweep: stop after this long idle")
@@ -68,10 +71,15 @@ def main(argv: list[str] | None = None) -> int:
                 idle_since = time.monotonic()
             time.sleep(0.2)
     elif args.command == "run":
-        from tests.faults.harness import start_run
+        from tests.faults.harness import start_grouped_run, start_run
 
         for run_id in args.run_ids:
-            result = start_run(journal, run_id, args.steps, last_sleep=args.sleep, comp_sleep=args.comp_sleep)
+            if args.group:
+                result = start_grouped_run(journal, run_id, args.group, comp_sleep=args.comp_sleep)
+            else:
+                result = start_run(
+                    journal, run_id, args.steps, last_sleep=args.sleep, comp_sleep=args.comp_sleep
+                )
             print(json.dumps({"run_id": run_id, "status": result}), flush=True)
     return 0
 

@@ -101,8 +101,15 @@ class Deployment:
             self._client = make_app(SagaSettings(**self.saga()), main="fault-client")  # type: ignore[arg-type]  # strings, as the environment gives them
         return self._client
 
-    def send(self, run_id: str, *, task_id: str | None = None) -> Any:
-        return self.client().send_task("saga.compensate_run", args=[run_id], task_id=task_id)
+    def send(
+        self, run_id: str, *, task_id: str | None = None, parallel: bool = False, dry_run: bool = False
+    ) -> Any:
+        kwargs: dict[str, Any] = (
+            {"parallel": True} if parallel else {}
+        )  # sent only when asked, as the product does
+        if dry_run:
+            kwargs["dry_run"] = True
+        return self.client().send_task("saga.compensate_run", args=[run_id], kwargs=kwargs, task_id=task_id)
 
     def close(self) -> None:
         for worker in self.workers:

@@ -58,6 +58,42 @@ def start_run(
         return f"error: {exc}"
 
 
+def start_grouped_run(
+    journal: Journal,
+    run_id: str,
+    group: int,
+    *,
+    exec_sleep: float = 0.0,
+    fail: Sequence[int] = (),
+    **comp: Any,
+) -> str:
+    """A ``saga()`` block of ``pay`` calls: call-1 alone, then ``group`` calls made side by side in one
+    ``parallel()`` block (each executing for ``exec_sleep`` s), then one more alone; the outcome as a
+    word (``condemned`` when the tombstone stopped it). ``comp``: the hooks' ``comp_*`` inputs; the
+    hooks of the calls numbered in ``fail`` refuse their first compensation."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from saga_worker import saga
+
+    from .toolkit import TOOLS
+
+    def pay(run: Any, n: int, sleep: float = 0.0) -> None:
+        run.call("pay", {"n": n, "sleep": sleep, **comp, **({"comp_fail": 1} if n in fail else {})})
+
+    try:
+        with saga(run_id, journal=journal, tools=TOOLS) as run:
+            pay(run, 1)
+            with run.parallel(), ThreadPoolExecutor(max_workers=group) as pool:
+                for done in [pool.submit(pay, run, n, exec_sleep) for n in range(2, group + 2)]:
+                    done.result()
+            pay(run, group + 2)
+        return "finished"
+    except CompensatedRunError:
+        return "condemned"
+    except SagaError as exc:
+        return f"error: {exc}"
+
+
 def hold_file(run_id: str) -> Path:
     """Where a ``comp_hold`` hook of ``run_id`` looks for its release (absent: it stays in the hook)."""
     path = Path(tempfile.gettempdir()) / f"saga-fault-hold-{run_id}"
