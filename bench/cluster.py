@@ -22,7 +22,14 @@ POLL = 0.01  # result polling for database result backends (Redis answers by pub
 
 
 class Cluster:
-    def __init__(self, setup: str, *, concurrency: int = 2, include: str = "bench.noop_tasks") -> None:
+    def __init__(
+        self,
+        setup: str,
+        *,
+        concurrency: int = 2,
+        include: str = "bench.noop_tasks",
+        tools: str = "bench.seed:noop_tools",
+    ) -> None:
         from saga_worker.celery import make_app
         from saga_worker.settings import SagaSettings
 
@@ -30,7 +37,7 @@ class Cluster:
         self._tmp = tempfile.TemporaryDirectory(prefix="saga-bench-home-")
         self._pg: PgDatabase | None = None
         self.queue = f"{QUEUE_PREFIX}-{uuid.uuid4().hex[:6]}"
-        env = {"SAGA_HOME": self._tmp.name, "SAGA_QUEUE": self.queue, "SAGA_TOOLS": "bench.seed:noop_tools"}
+        env = {"SAGA_HOME": self._tmp.name, "SAGA_QUEUE": self.queue, "SAGA_TOOLS": tools}
         if setup == "redis+postgres":
             self._pg = PgDatabase()
             env.update(
@@ -58,8 +65,8 @@ class Cluster:
     def noop(self) -> Any:
         return self.app.send_task("bench.noop", queue=self.queue)
 
-    def unwind(self, run_id: str) -> Any:
-        return self.app.send_task("saga.compensate_run", args=[run_id], queue=self.queue)
+    def unwind(self, run_id: str, **kwargs: Any) -> Any:
+        return self.app.send_task("saga.compensate_run", args=[run_id], kwargs=kwargs, queue=self.queue)
 
     def noop_chain(self, length: int) -> Any:
         from celery import chain
