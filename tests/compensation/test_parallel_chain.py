@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from saga_worker import InvalidInputError, Journal, Tool, compensate_run, executor
+from saga_worker import InvalidInputError, Journal, Tool, approve_compensation, compensate_run, executor
 from saga_worker.compensation.report import CompensationReport
 
 from .group_hooks import TOGETHER, Hooks, record_fan_out, rows, tools_of
@@ -205,3 +205,58 @@ def test_a_dry_run_plans_the_groups_and_a_run_without_groups_is_a_plain_chain(
     stored = journal.list_unwinds(lone)[0]
     assert stored.groups is None and not any(isinstance(n, executor.Fan) for n in seen)
     assert [n for n, _, _ in rows(report)] == ["notify", "book"] and report.complete
+
+
+def test_a_group_mixing_compensated_no_hook_uncertain_and_failed_reports_each_and_halts_after_it(
+    journal: Journal, run_id: str
+) -> None:
+    hooks = Hooks()
+    hooks.fail = {"reserve"}
+    tools = tools_of(
+        hooks,
+        ["book", "refund", "reserve", "notify"],
+        email=hooks.tool("email", compensate=False),
+        ship=hooks.tool("ship", fails_to_execute=True),
+    )
+    record_fan_out(journal, run_id, tools, ["refund", "email", "ship", "reserve"])
+
+    report, _, _ = unwind_on_executor(journal, tools, run_id)
+
+    assert rows(report) == [
+        ("notify", 3, "compensated"),
+        ("reserve", 2, "failed"),
+        ("ship", 2, "uncertain"),
+        ("email", 2, "skipped-no-hook"),
+        ("refund", 2, "compensated"),
+        ("book", 1, "not-attempted"),
+    ]
+    assert sorted(n for n, _ in hooks.undone) == ["notify", "refund"]
+
+
+def test_a_gate_inside_a_group_waits_for_a_person_while_its_neighbours_finish_then_the_redrive_ends_it(
+    journal: Journal, run_id: str
+) -> None:
+    hooks = Hooks()
+    tools = tools_of(hooks, ["book", "a", "c", "notify"], b=hooks.tool("b", compensate_needs_approval=True))
+    record_fan_out(journal, run_id, tools, ["a", "b", "c"])
+
+    first, _, _ = unwind_on_executor(journal, tools, run_id)
+    assert rows(first) == [
+        ("notify", 3, "compensated"),
+        ("c", 2, "compensated"),
+        ("b", 2, "awaiting-approval"),
+        ("a", 2, "compensated"),
+        ("book", 1, "not-attempted"),
+    ]
+    approve_compensation(journal, run_id, first.entries[2].suffix, actor="alice", reason="ok")
+    second, _, _ = unwind_on_executor(journal, tools, run_id)
+    assert [s for _, _, s in rows(second)] == [
+        "already-compensated",
+        "already-compensated",
+        "compensated",
+        "already-compensated",
+        "compensated",
+    ]
+    keys = {e.suffix: e.idempotency_key for e in first.entries}
+    assert second.complete and {e.suffix: e.idempotency_key for e in second.entries} == keys
+    assert sorted(n for n, _ in hooks.undone) == ["a", "b", "book", "c", "notify"]

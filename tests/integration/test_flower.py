@@ -28,10 +28,10 @@ import pytest
 from celery import Celery
 from celery.result import AsyncResult
 
-from saga_worker import Journal
+from saga_worker import Journal, saga
 from saga_worker.core.keys import compensate_key
 from tests.console.conftest import CHROMIUM, CHROMIUM_ARGS, DOCS, free_port, missing
-from tests.ledger import Ledger
+from tests.ledger import Ledger, order_tools
 from tests.services import REDIS_URL, require
 
 from . import scenarios
@@ -233,6 +233,35 @@ def test_a_redelivered_step_keeps_its_task_id_one_row_in_flower(
     assert ledger.call_counts("start:reserve")[key] == 2  # delivered twice: killed, then redelivered
     expected = {f"{run_id}:{s}:{pending.id}": "SUCCESS" for s in scenarios.SUFFIXES}
     settled(flower, run_id, expected)  # one row for step 2, under the id both deliveries carried
+    assert scenarios.compensations(ledger, run_id) == {s: 1 for s in scenarios.SUFFIXES}
+
+
+def test_a_parallel_unwinds_group_shows_its_steps_compensating_at_once_each_a_row_of_its_own(
+    flower: Flower, setup: Setup, parts: tuple[Celery, Journal, Ledger], run_id: str
+) -> None:
+    client, journal, ledger = parts
+    with saga(run_id, journal=journal, tools=order_tools(ledger)) as run:  # charge, then one group
+        run.call("charge", {"amount": 10, "currency": "EUR"})
+        with run.parallel():
+            run.call("reserve", {"sku": "A1", "qty": 2})
+            run.call("notify", {"to": "c@example.com"})
+    holds = [setup.control_file(run_id, "hold", name) for name in ("reserve", "notify")]
+    pending = client.signature("saga.compensate_run").delay(run_id, parallel=True)
+    notify, reserve, charge = (f"{run_id}:{s}:{pending.id}" for s in scenarios.SUFFIXES)
+    try:
+        for name in ("reserve", "notify"):  # both hooks in flight at once, on two pool processes
+            wait_for((setup.control / f"{run_id}.holding-{name}").exists, 60, f"the {name} hook to start")
+        settled(flower, run_id, {notify: "COMPENSATING", reserve: "COMPENSATING"})  # charge waits
+    finally:
+        for hold in holds:
+            hold.unlink()
+    report = pending.get(timeout=60, interval=0.05)
+    assert [(e["group"], e["suffix"], e["status"]) for e in report["entries"]] == [
+        (2, "call-3", "compensated"),
+        (2, "call-2", "compensated"),
+        (1, "call-1", "compensated"),
+    ]
+    settled(flower, run_id, {notify: "SUCCESS", reserve: "SUCCESS", charge: "SUCCESS"})
     assert scenarios.compensations(ledger, run_id) == {s: 1 for s in scenarios.SUFFIXES}
 
 
