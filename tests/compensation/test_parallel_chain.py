@@ -6,59 +6,17 @@ tests/integration/test_parallel_on_workers.py runs the same on real workers."""
 
 from __future__ import annotations
 
-import uuid
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 
-from saga_worker import InvalidInputError, Journal, Tool, approve_compensation, compensate_run, executor
-from saga_worker.compensation.report import CompensationReport
+from saga_worker import InvalidInputError, Journal, Tool, compensate_run, executor
 
-from .group_hooks import TOGETHER, Hooks, record_fan_out, rows, tools_of
-
-CLAIM_TTL = 30.0
-
-
-def drive(journal: Journal, tools: dict[str, Tool], nxt: executor.Next) -> list[executor.Next]:
-    """Run an unwind's chain as workers would: each wave's steps at once, each step's continuation
-    followed (every one, duplicates included); what each step task went on with, in order."""
-    seen: list[executor.Next] = []
-    pending = [nxt]
-    with ThreadPoolExecutor(max_workers=8) as pool:
-        while pending:
-            current = pending.pop(0)
-            steps = current.steps if isinstance(current, executor.Fan) else (current,)
-            todo = [s for s in steps if isinstance(s, executor.Step)]
-            futures = [
-                pool.submit(
-                    executor.run_step, journal, tools, s.run_id, s.unwind_id, s.suffix, claim_ttl=CLAIM_TTL
-                )
-                for s in todo
-            ]
-            for future in futures:
-                went_on = future.result()
-                if went_on is not None:
-                    seen.append(went_on)
-                    if isinstance(went_on, executor.Step | executor.Fan):
-                        pending.append(went_on)
-    return seen
+from .group_hooks import CLAIM_TTL, TOGETHER, Hooks, record_fan_out, rows, tools_of, unwind_on_executor
 
 
 def tool_of(journal: Journal, run_id: str, suffix: str) -> str:
     record = journal.get_record(run_id, suffix)
     assert record is not None
     return record.tool_name
-
-
-def unwind_on_executor(
-    journal: Journal, tools: dict[str, Tool], run_id: str, *, parallel_max: int = 8, dry_run: bool = False
-) -> tuple[CompensationReport, list[executor.Next], executor.Next]:
-    unwind_id = f"u-{uuid.uuid4().hex[:8]}"
-    first = executor.start_unwind(
-        journal, run_id, unwind_id, dry_run=dry_run, claim_ttl=CLAIM_TTL, parallel_max=parallel_max
-    )
-    seen = drive(journal, tools, first)
-    return executor.finalize_unwind(journal, run_id, unwind_id), seen, first
 
 
 def test_a_group_goes_out_as_one_wave_and_the_report_is_the_in_process_unwinds(
@@ -205,58 +163,3 @@ def test_a_dry_run_plans_the_groups_and_a_run_without_groups_is_a_plain_chain(
     stored = journal.list_unwinds(lone)[0]
     assert stored.groups is None and not any(isinstance(n, executor.Fan) for n in seen)
     assert [n for n, _, _ in rows(report)] == ["notify", "book"] and report.complete
-
-
-def test_a_group_mixing_compensated_no_hook_uncertain_and_failed_reports_each_and_halts_after_it(
-    journal: Journal, run_id: str
-) -> None:
-    hooks = Hooks()
-    hooks.fail = {"reserve"}
-    tools = tools_of(
-        hooks,
-        ["book", "refund", "reserve", "notify"],
-        email=hooks.tool("email", compensate=False),
-        ship=hooks.tool("ship", fails_to_execute=True),
-    )
-    record_fan_out(journal, run_id, tools, ["refund", "email", "ship", "reserve"])
-
-    report, _, _ = unwind_on_executor(journal, tools, run_id)
-
-    assert rows(report) == [
-        ("notify", 3, "compensated"),
-        ("reserve", 2, "failed"),
-        ("ship", 2, "uncertain"),
-        ("email", 2, "skipped-no-hook"),
-        ("refund", 2, "compensated"),
-        ("book", 1, "not-attempted"),
-    ]
-    assert sorted(n for n, _ in hooks.undone) == ["notify", "refund"]
-
-
-def test_a_gate_inside_a_group_waits_for_a_person_while_its_neighbours_finish_then_the_redrive_ends_it(
-    journal: Journal, run_id: str
-) -> None:
-    hooks = Hooks()
-    tools = tools_of(hooks, ["book", "a", "c", "notify"], b=hooks.tool("b", compensate_needs_approval=True))
-    record_fan_out(journal, run_id, tools, ["a", "b", "c"])
-
-    first, _, _ = unwind_on_executor(journal, tools, run_id)
-    assert rows(first) == [
-        ("notify", 3, "compensated"),
-        ("c", 2, "compensated"),
-        ("b", 2, "awaiting-approval"),
-        ("a", 2, "compensated"),
-        ("book", 1, "not-attempted"),
-    ]
-    approve_compensation(journal, run_id, first.entries[2].suffix, actor="alice", reason="ok")
-    second, _, _ = unwind_on_executor(journal, tools, run_id)
-    assert [s for _, _, s in rows(second)] == [
-        "already-compensated",
-        "already-compensated",
-        "compensated",
-        "already-compensated",
-        "compensated",
-    ]
-    keys = {e.suffix: e.idempotency_key for e in first.entries}
-    assert second.complete and {e.suffix: e.idempotency_key for e in second.entries} == keys
-    assert sorted(n for n, _ in hooks.undone) == ["a", "b", "book", "c", "notify"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -16,6 +16,7 @@ import sqlalchemy as sa
 
 from saga_worker import (
     CallOptions,
+    CompensationReport,
     InvalidInputError,
     Journal,
     SqlJournal,
@@ -27,7 +28,23 @@ from saga_worker import (
 from saga_worker.journal.schema import records as records_table
 from saga_worker.settings import get_settings
 
-from .group_hooks import TOGETHER, Hooks, record_fan_out, rows, tools_of
+from .group_hooks import TOGETHER, Hooks, record_fan_out, rows, tools_of, unwind_on_executor
+
+Unwinder = Callable[[Journal, dict[str, Tool], str], CompensationReport]
+
+
+def _in_process(journal: Journal, tools: dict[str, Tool], run_id: str) -> CompensationReport:
+    return compensate_run(run_id, journal=journal, tools=tools, parallel=True)
+
+
+def _on_executor(journal: Journal, tools: dict[str, Tool], run_id: str) -> CompensationReport:
+    return unwind_on_executor(journal, tools, run_id)[0]
+
+
+@pytest.fixture(params=["in process", "executor"])
+def unwinder(request: pytest.FixtureRequest) -> Unwinder:
+    """A parallel unwind in this process (``compensate_run``), or as the Celery executor runs it."""
+    return _in_process if request.param == "in process" else _on_executor
 
 
 @pytest.fixture
@@ -91,14 +108,14 @@ def test_the_default_unwind_stays_sequential_and_still_numbers_every_entrys_grou
 
 
 def test_a_failed_step_lets_its_group_finish_and_leaves_every_earlier_group_not_attempted(
-    journal: Journal, run_id: str
+    journal: Journal, run_id: str, unwinder: Unwinder
 ) -> None:
     hooks = Hooks(together=TOGETHER)
     hooks.meet, hooks.fail = {"a", "b", "c"}, {"b"}
     tools = tools_of(hooks, ["book", "a", "b", "c", "notify"])
     record_fan_out(journal, run_id, tools, ["a", "b", "c"])
 
-    report = compensate_run(run_id, journal=journal, tools=tools, parallel=True)
+    report = unwinder(journal, tools, run_id)
 
     assert rows(report) == [
         ("notify", 3, "compensated"),
@@ -112,17 +129,17 @@ def test_a_failed_step_lets_its_group_finish_and_leaves_every_earlier_group_not_
 
 
 def test_a_redrive_after_a_halt_undoes_what_is_left_once_with_the_same_keys(
-    journal: Journal, run_id: str
+    journal: Journal, run_id: str, unwinder: Unwinder
 ) -> None:
     hooks = Hooks()
     hooks.fail = {"b"}
     tools = tools_of(hooks, ["book", "a", "b", "c", "notify"])
     record_fan_out(journal, run_id, tools, ["a", "b", "c"])
-    first = compensate_run(run_id, journal=journal, tools=tools, parallel=True)
+    first = unwinder(journal, tools, run_id)
     keys = {e.tool_name: e.idempotency_key for e in first.entries}
 
     hooks.fail.clear()
-    again = compensate_run(run_id, journal=journal, tools=tools, parallel=True)
+    again = unwinder(journal, tools, run_id)
 
     assert rows(again) == [
         ("notify", 3, "already-compensated"),
@@ -137,7 +154,7 @@ def test_a_redrive_after_a_halt_undoes_what_is_left_once_with_the_same_keys(
 
 
 def test_a_group_mixing_compensated_no_hook_uncertain_and_failed_reports_each_and_halts_after_it(
-    journal: Journal, run_id: str
+    journal: Journal, run_id: str, unwinder: Unwinder
 ) -> None:
     hooks = Hooks()
     hooks.fail = {"reserve"}
@@ -149,7 +166,7 @@ def test_a_group_mixing_compensated_no_hook_uncertain_and_failed_reports_each_an
     )
     record_fan_out(journal, run_id, tools, ["refund", "email", "ship", "reserve"])
 
-    report = compensate_run(run_id, journal=journal, tools=tools, parallel=True)
+    report = unwinder(journal, tools, run_id)
 
     assert rows(report) == [
         ("notify", 3, "compensated"),
@@ -163,13 +180,13 @@ def test_a_group_mixing_compensated_no_hook_uncertain_and_failed_reports_each_an
 
 
 def test_a_gate_inside_a_group_waits_for_a_person_while_its_neighbours_finish(
-    journal: Journal, run_id: str
+    journal: Journal, run_id: str, unwinder: Unwinder
 ) -> None:
     hooks = Hooks()
     tools = tools_of(hooks, ["book", "a", "c", "notify"], b=hooks.tool("b", compensate_needs_approval=True))
     record_fan_out(journal, run_id, tools, ["a", "b", "c"])
 
-    first = compensate_run(run_id, journal=journal, tools=tools, parallel=True)
+    first = unwinder(journal, tools, run_id)
     assert rows(first) == [
         ("notify", 3, "compensated"),
         ("c", 2, "compensated"),
@@ -182,7 +199,7 @@ def test_a_gate_inside_a_group_waits_for_a_person_while_its_neighbours_finish(
     ]
 
     approve_compensation(journal, run_id, first.entries[2].suffix, actor="alice", reason="ok")
-    second = compensate_run(run_id, journal=journal, tools=tools, parallel=True)
+    second = unwinder(journal, tools, run_id)
     assert [s for _, _, s in rows(second)] == [
         "already-compensated",
         "already-compensated",
