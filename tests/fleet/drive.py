@@ -22,7 +22,7 @@ from saga_worker.celery import make_app
 from saga_worker.journal.records import ClaimStatus
 from saga_worker.settings import SagaSettings
 from tests.faults.checker import Verdict, check
-from tests.faults.harness import start_run
+from tests.faults.harness import start_grouped_run, start_run
 from tests.faults.ledger import Ledger
 from tests.faults.soak import percentile
 
@@ -68,6 +68,7 @@ class Drive:
         self.pending: dict[str, float] = {}
         self.all_runs: list[str] = []
         self.task_ids: dict[str, list[str]] = {}  # run id -> the compensate_run task ids sent for it
+        self.parallel: set[str] = set()  # runs with a group, unwound with parallel=True
         self.to_collect: list[tuple[float, int, str]] = []  # (when, tries, run id): reports to keep
         self.reports_app = make_app(SagaSettings(**fleet.dep.saga()), main="fleet-reports")  # type: ignore[arg-type]  # strings, as the environment gives them
         self.heals: list[Heal] = []
@@ -81,15 +82,25 @@ class Drive:
     # -- runs ---------------------------------------------------------------------------------------
     def start_one(self, index: int) -> None:
         run_id = f"fleet-{index}-{uuid.uuid4().hex[:6]}"
+        comp_sleep = 0.05 if index % 3 else 0.3
+        # One run in four records its middle calls as one group and is unwound with parallel=True:
+        # the group's steps go out as step tasks side by side, across both worker hosts.
+        grouped = index % 4 == 1 and self.plan.steps >= 4
         with contextlib.suppress(Exception):  # the journal may be restarting: condemn what is there
-            start_run(self.journal, run_id, self.plan.steps, comp_sleep=0.05 if index % 3 else 0.3)
+            if grouped:
+                start_grouped_run(self.journal, run_id, self.plan.steps - 2, comp_sleep=comp_sleep)
+            else:
+                start_run(self.journal, run_id, self.plan.steps, comp_sleep=comp_sleep)
+        if grouped:
+            self.parallel.add(run_id)
         self.all_runs.append(run_id)
         self.pending[run_id] = time.monotonic()
         self.send(run_id)
 
     def send(self, run_id: str) -> None:
         with contextlib.suppress(Exception):  # the broker is down: sent again by poll()
-            self.task_ids.setdefault(run_id, []).append(str(self.fleet.dep.send(run_id).id))
+            sent = self.fleet.dep.send(run_id, parallel=run_id in self.parallel)
+            self.task_ids.setdefault(run_id, []).append(str(sent.id))
 
     def poll(self) -> None:
         with contextlib.suppress(Exception):
@@ -305,6 +316,7 @@ class Drive:
             f"max {max(lat, default=0.0):.2f} s (from the later of the heal and the leases and holds it left); "
             f"from the heal alone p50 {percentile(self.from_heal, 0.5):.2f} s, p99 {percentile(self.from_heal, 0.99):.2f} s",
             f"condemn requests lost with the broker before their tombstone, sent again by the client: {len(self.resent)}",
+            f"runs with a group, unwound with parallel=True: {len(self.parallel)}",
             f"runs flagged attention: {attention}; unfinished: {unfinished}; worker crashes restarted: {len(self.crashes)}",
             f"wall time: {time.monotonic() - self.began:.0f} s",
         ]
