@@ -36,7 +36,7 @@ from .render import dump, out, report_table
     "--parallel",
     is_flag=True,
     help="Undo the steps of each group the run recorded as concurrent side by side (groups still in "
-    "reverse order); on a worker, that one task runs the whole unwind.",
+    "reverse order); on workers, each step of a group is a task of its own, sent with its group.",
 )
 @click.option("--timeout", default=300.0, show_default=True, help="Seconds to wait for the report.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
