@@ -162,12 +162,13 @@ def _judge_report(
     if order != sorted(order, reverse=True) or -1 in order:
         wrong.append(f"{run_id}: entries not in reverse execution order or unknown to the journal: {order}")
     halted = False
+    halted_group = None  # a parallel unwind attempts every step of the group where it halted
     for e in entries:
         step, status = f"{e['origin_run_id']}:{e['suffix']}", e["status"]
         where = f"{run_id} {e['suffix']} ({status})"
         if e["idempotency_key"] != compensate_key(e["origin_run_id"], e["suffix"]):
             wrong.append(f"{where}: key {e['idempotency_key']} is not the stable key")
-        if halted and status != "not-attempted":
+        if halted and status != "not-attempted" and e.get("group") != halted_group:
             wrong.append(f"{where}: a step after a halting one was attempted")
         if not halted and status == "not-attempted":
             wrong.append(f"{where}: not-attempted without a halting step before it")
@@ -178,5 +179,6 @@ def _judge_report(
             wrong.append(f"{where}: reported not executed, the provider had its effect")
         if status in ("failed", "uncertain") and not e.get("error"):
             wrong.append(f"{where}: no error says why")
-        halted = halted or status in HALTING
+        if not halted and status in HALTING:
+            halted, halted_group = True, e.get("group")
     return wrong
