@@ -22,6 +22,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from ..errors import JournalError
 from . import boot_clock, execution_guards
 from .records import CompensationClaim
+from .write_gate import WriteGate, for_sqlite_file
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 # Any fixed number: the PostgreSQL advisory lock that lets one process at a time migrate a database.
@@ -130,6 +131,11 @@ class DialectPolicy(abc.ABC):
     ) -> None:
         """Put back what ``begin`` changed for one durable transaction, however it ended (the driver
         calls it for durable transactions only: nothing else changes the connection's settings)."""
+
+    def write_gate(self, engine: sa.Engine) -> WriteGate | None:
+        """Where this journal's write transactions queue for the database's write lock (SQLite:
+        ``write_gate.py``), or None where they wait at the database itself."""
+        return None
 
     # -- execution guards (Journal.execution_guard) -------------------------------------------------
     @abc.abstractmethod
@@ -357,6 +363,10 @@ class SqlitePolicy(DialectPolicy):
         if durable:
             with contextlib.suppress(Exception):  # the original error, if any, is the one worth raising
                 cursor.execute("PRAGMA synchronous=NORMAL")  # back to the lazy default
+
+    def write_gate(self, engine: sa.Engine) -> WriteGate | None:
+        # Its busy handler sleeps with a growing delay when the lock is taken: the gate queues instead.
+        return for_sqlite_file(engine.url.database)
 
     def guards_across_processes(self, engine: sa.Engine) -> bool:
         return bool(engine.url.database) and execution_guards.file_guards_supported()
