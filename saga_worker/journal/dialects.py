@@ -72,6 +72,9 @@ class DialectPolicy(abc.ABC):
     # BEGIN and COMMIT are each a round trip to a server: work that reads after a write pipelines
     # its statements instead of riding in the write's transaction.
     transactions_cost_round_trips: ClassVar[bool]
+    # Whether concurrent writes of one process share commits (group_commit.py): where one writer at
+    # a time holds the database, commits are the queue every unwind waits in.
+    groups_commits: ClassVar[bool]
     # Where a driver pipelines: the plain statements that open a durable transaction and commit it,
     # sent with its statements in one round trip (``Tx.batch(framed=...)``); None elsewhere.
     durable_frame: ClassVar[tuple[tuple[str, ...], tuple[str, ...]] | None] = None
@@ -175,6 +178,7 @@ class PostgresPolicy(DialectPolicy):
     writes_in_with_clause = True  # a transaction would cost BEGIN and COMMIT round trips
     transactions_cost_round_trips = True
     durable_frame = (("BEGIN", DURABLE_COMMIT), ("COMMIT",))
+    groups_commits = False  # its writes are pipelined statements on pooled connections
 
     def insert(self, table: sa.Table) -> Any:
         return postgresql.insert(table)
@@ -284,6 +288,7 @@ class SqlitePolicy(DialectPolicy):
     counts_common_prefixes = True
     writes_in_with_clause = False  # no INSERT in a WITH; a transaction is no round trip here
     transactions_cost_round_trips = False
+    groups_commits = True  # one writer at a time: threads' ready writes share its commits (group_commit.py)
 
     def insert(self, table: sa.Table) -> Any:
         return sqlite.insert(table)

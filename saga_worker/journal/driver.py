@@ -110,6 +110,10 @@ class Tx:
         self.statements_run += 1
         return self._cursor
 
+    def plain(self, sql: str) -> None:
+        """Run a fixed statement that takes no parameters and returns no rows (a savepoint's)."""
+        self._cursor.execute(sql)
+
     def one(self, stmt: Prepared, params: Mapping[str, Any]) -> Row | None:
         """The first row the statement returns, by column name, or None."""
         cursor = self.execute(stmt, params)
