@@ -12,11 +12,12 @@ gate only makes the journal's writers queue instead of sleeping.
 
 Each thread takes the gate through an open file of its own (``flock`` locks belong to an open
 file, so two threads of one process wait for each other as two processes do); a forked child opens
-its own, never the parent's (unlocking an inherited one would unlock the parent's). No deadlock: a
-writer never waits for the gate while holding SQLite's lock (one journal transaction at a time per
-thread, and the gate is taken before ``BEGIN``), and a holder waits only for SQLite's lock, which
-its busy timeout bounds. Where the file cannot be opened (a read-only folder) or ``flock`` is
-missing (not POSIX), writers go straight to SQLite's lock, as before.
+its own, never the parent's (unlocking an inherited one would unlock the parent's), and closes the
+copies it inherited (``_close_inherited``). No deadlock: a writer never waits for the gate while
+holding SQLite's lock (one journal transaction at a time per thread, and the gate is taken before
+``BEGIN``), and a holder waits only for SQLite's lock, which its busy timeout bounds. Where the
+file cannot be opened (a read-only folder) or ``flock`` is missing (not POSIX), writers go straight
+to SQLite's lock, as before.
 """
 
 from __future__ import annotations
@@ -50,6 +51,24 @@ class _Opened:
 
     def __del__(self) -> None:
         self.close()
+
+
+_ALL_OPENED: weakref.WeakSet[_Opened] = weakref.WeakSet()
+
+
+def _close_inherited() -> None:
+    """In a forked child, close the gate files it inherited. Their locks belong to the open file, which
+    the child's copies keep open: a parent killed while holding the gate would otherwise leave it
+    held for as long as its child lives, and every writer waiting."""
+    for opened in list(_ALL_OPENED):
+        fd, opened.fd = opened.fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_inherited)
 
 
 class WriteGate:
@@ -89,6 +108,7 @@ class WriteGate:
             return None
         opened = self._local.opened = _Opened(fd)
         self._opened.add(opened)
+        _ALL_OPENED.add(opened)
         return opened
 
 

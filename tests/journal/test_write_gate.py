@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +110,48 @@ def test_a_writer_killed_inside_its_transaction_leaves_the_gate_free_for_the_nex
     assert taken is not None
     claimed = journal.get_claim(run_id, "call-1")
     assert claimed is not None and claimed.status is ClaimStatus.CLAIMED
+
+
+def test_a_writer_killed_holding_the_gate_leaves_it_free_though_a_child_it_forked_lives_on(
+    journal: Journal, run_id: str, tmp_path: Path
+) -> None:
+    _claim(journal, run_id, "call-2")
+    pid_file = tmp_path / "child.pid"
+    child = textwrap.dedent(
+        """
+        import os, signal, sys, time
+        from saga_worker import open_journal
+        from saga_worker.core import faults
+        from saga_worker.journal.records import ClaimStatus, FinishedClaim
+
+        url, run_id, pid_file = sys.argv[1:]
+
+        def fork_then_die(_name, _key):
+            child = os.fork()  # inside the transaction: the gate is held, its file open
+            if child == 0:
+                time.sleep(120)
+                os._exit(0)
+            with open(pid_file, "w") as fh:
+                fh.write(str(child))
+            os.kill(os.getpid(), signal.SIGKILL)
+
+        faults.enable()
+        journal = open_journal(url)
+        with faults.calling("before_next_claim", fork_then_die):
+            journal.finish_and_claim(
+                FinishedClaim(run_id, "call-2", "me", ClaimStatus.COMPENSATED), run_id, "call-1",
+                via_run_id=run_id, owner="me", ttl=30.0, idempotency_key=f"{run_id}:comp:call-1",
+            )
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child, journal.url, run_id, str(pid_file)], timeout=120, check=False
+    )
+    assert done.returncode == -9
+    forked = int(pid_file.read_text())
+    try:
+        os.kill(forked, 0)  # the child the killed writer forked is still alive
+        assert _gate_is_free(journal.url)
+        assert _finish_and_claim_next(journal, run_id) is not None  # the next writer is not kept waiting
+    finally:
+        os.kill(forked, signal.SIGKILL)
