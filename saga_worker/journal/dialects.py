@@ -22,6 +22,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from ..errors import JournalError
 from . import boot_clock, execution_guards
 from .records import CompensationClaim
+from .write_gate import WriteGate, for_sqlite_file
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
 # Any fixed number: the PostgreSQL advisory lock that lets one process at a time migrate a database.
@@ -71,6 +72,9 @@ class DialectPolicy(abc.ABC):
     # BEGIN and COMMIT are each a round trip to a server: work that reads after a write pipelines
     # its statements instead of riding in the write's transaction.
     transactions_cost_round_trips: ClassVar[bool]
+    # Whether concurrent writes of one process share commits (group_commit.py): where one writer at
+    # a time holds the database, commits are the queue every unwind waits in.
+    groups_commits: ClassVar[bool]
     # Where a driver pipelines: the plain statements that open a durable transaction and commit it,
     # sent with its statements in one round trip (``Tx.batch(framed=...)``); None elsewhere.
     durable_frame: ClassVar[tuple[tuple[str, ...], tuple[str, ...]] | None] = None
@@ -131,6 +135,11 @@ class DialectPolicy(abc.ABC):
         """Put back what ``begin`` changed for one durable transaction, however it ended (the driver
         calls it for durable transactions only: nothing else changes the connection's settings)."""
 
+    def write_gate(self, engine: sa.Engine) -> WriteGate | None:
+        """Where this journal's write transactions queue for the database's write lock (SQLite:
+        ``write_gate.py``), or None where they wait at the database itself."""
+        return None
+
     # -- execution guards (Journal.execution_guard) -------------------------------------------------
     @abc.abstractmethod
     def guards_across_processes(self, engine: sa.Engine) -> bool:
@@ -169,6 +178,7 @@ class PostgresPolicy(DialectPolicy):
     writes_in_with_clause = True  # a transaction would cost BEGIN and COMMIT round trips
     transactions_cost_round_trips = True
     durable_frame = (("BEGIN", DURABLE_COMMIT), ("COMMIT",))
+    groups_commits = False  # its writes are pipelined statements on pooled connections
 
     def insert(self, table: sa.Table) -> Any:
         return postgresql.insert(table)
@@ -278,6 +288,7 @@ class SqlitePolicy(DialectPolicy):
     counts_common_prefixes = True
     writes_in_with_clause = False  # no INSERT in a WITH; a transaction is no round trip here
     transactions_cost_round_trips = False
+    groups_commits = True  # one writer at a time: threads' ready writes share its commits (group_commit.py)
 
     def insert(self, table: sa.Table) -> Any:
         return sqlite.insert(table)
@@ -357,6 +368,10 @@ class SqlitePolicy(DialectPolicy):
         if durable:
             with contextlib.suppress(Exception):  # the original error, if any, is the one worth raising
                 cursor.execute("PRAGMA synchronous=NORMAL")  # back to the lazy default
+
+    def write_gate(self, engine: sa.Engine) -> WriteGate | None:
+        # Its busy handler sleeps with a growing delay when the lock is taken: the gate queues instead.
+        return for_sqlite_file(engine.url.database)
 
     def guards_across_processes(self, engine: sa.Engine) -> bool:
         return bool(engine.url.database) and execution_guards.file_guards_supported()

@@ -30,6 +30,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from ..core import process_id
 from .dialects import DialectPolicy
 from .refusals import storage_refusal
+from .write_gate import WriteGate
 
 Row = dict[str, Any]
 # Plain statements sent before and after a batch's own, in its round trip (``Tx.batch``).
@@ -108,6 +109,10 @@ class Tx:
         self._cursor.execute(stmt.sql, stmt.bind(params))
         self.statements_run += 1
         return self._cursor
+
+    def plain(self, sql: str) -> None:
+        """Run a fixed statement that takes no parameters and returns no rows (a savepoint's)."""
+        self._cursor.execute(sql)
 
     def one(self, stmt: Prepared, params: Mapping[str, Any]) -> Row | None:
         """The first row the statement returns, by column name, or None."""
@@ -244,6 +249,8 @@ class Connections:
         self._inherited: list[list[tuple[Any, Any, Any]]] = []
         size = getattr(engine.pool, "size", None)
         self._idle_max = size() if callable(size) else 0
+        # Where the journal's writers queue for SQLite's one write lock (write_gate.py); None: no queue.
+        self.write_gate: WriteGate | None = policy.write_gate(engine)
 
     def take(self) -> tuple[Any, Any, Any]:
         """A connection for one transaction: the pool's, its driver connection, and the cursor kept
@@ -323,6 +330,8 @@ class Connections:
         for raw, _driver, _cursor in self._empty_idle():
             with contextlib.suppress(Exception):
                 raw.close()
+        if self.write_gate is not None:
+            self.write_gate.close()
 
     def _empty_idle(self) -> list[tuple[Any, Any, Any]]:
         """This process's idle connections, taken out of the list; a parent's (inherited across a
@@ -388,34 +397,43 @@ def transaction(
     policy = connections.policy
     dbapi_error = connections.engine.dialect.loaded_dbapi.Error
     autocommit = connections.autocommits[atomic] and not durable  # a durable commit is a transaction's
+    gate = connections.write_gate if write else None
     for attempt in (1, 2):
-        raw, driver, cursor = connections.take()
-        tx: Tx | None = None
+        # Held from before BEGIN until after the commit or rollback (write_gate.py).
+        gated = gate.enter() if gate is not None else -1
         try:
-            if cursor is None:
-                cursor = connections.cursor_for(raw, driver)
-            policy.begin(driver, cursor, write=write, autocommit=autocommit, durable=durable)
-            tx = Tx(cursor)
-            result = work(tx)
-            # What _commit, policy.after and give_back do, written out: this runs for every transaction.
-            if autocommit:
-                policy.end_autocommit(driver, cursor)  # each statement committed itself
-            else:
-                driver.commit()
-            if durable:
-                policy.after(driver, cursor, durable=durable)
-            if connections.returns_to_pool:
-                connections.give_back(raw, driver, cursor)
-            return result
-        except dbapi_error as exc:
-            nothing_ran = attempt == 1 and (tx is None or tx.statements_run == 0)
-            error = _driver_error(connections, exc, (raw, driver, cursor), autocommit, durable, nothing_ran)
-            if error is None:
-                continue  # nothing reached the database: the same work on a fresh connection
-            raise error from exc
-        except BaseException:
-            _abandon(connections, raw, driver, cursor, autocommit=autocommit, durable=durable)
-            raise
+            raw, driver, cursor = connections.take()
+            tx: Tx | None = None
+            try:
+                if cursor is None:
+                    cursor = connections.cursor_for(raw, driver)
+                policy.begin(driver, cursor, write=write, autocommit=autocommit, durable=durable)
+                tx = Tx(cursor)
+                result = work(tx)
+                # What _commit, policy.after and give_back do, written out: this runs for every transaction.
+                if autocommit:
+                    policy.end_autocommit(driver, cursor)  # each statement committed itself
+                else:
+                    driver.commit()
+                if durable:
+                    policy.after(driver, cursor, durable=durable)
+                if connections.returns_to_pool:
+                    connections.give_back(raw, driver, cursor)
+                return result
+            except dbapi_error as exc:
+                nothing_ran = attempt == 1 and (tx is None or tx.statements_run == 0)
+                error = _driver_error(
+                    connections, exc, (raw, driver, cursor), autocommit, durable, nothing_ran
+                )
+                if error is None:
+                    continue  # nothing reached the database: the same work on a fresh connection
+                raise error from exc
+            except BaseException:
+                _abandon(connections, raw, driver, cursor, autocommit=autocommit, durable=durable)
+                raise
+        finally:
+            if gate is not None:
+                gate.leave(gated)
     raise AssertionError("unreachable")  # pragma: no cover
 
 

@@ -26,6 +26,7 @@ from ..errors import (
 from . import driver, migrate
 from .base import Journal
 from .dialects import POLICIES, policy_for
+from .group_commit import GroupCommit
 from .sql_parts.audit import SqlAudit
 from .sql_parts.claims import SqlClaims
 from .sql_parts.records import SqlRecords
@@ -70,6 +71,8 @@ class SqlJournal(
         self.dialect = self.engine.dialect.name
         self.policy = policy_for(self.dialect)
         self._connections = driver.Connections(self.engine, self.policy)
+        # One writer at a time per journal in this process shares its commit with the others ready.
+        self._group = GroupCommit() if self.policy.groups_commits else None
         # A caller's engine may carry dialect options of its own: its statements are compiled for it.
         self._q: Statements = (
             Statements(self.engine.dialect) if engine is not None else shared_statements(self.engine.dialect)

@@ -326,7 +326,9 @@ class SqlClaims(SqlPlumbing):
             current = tx.one(q.claim_get, params)
             return ClaimAttempt(False, None if current is None else claim_row(current))
 
-        return self._write(work, alone=f"the compensation claim of step {suffix!r} of run {origin_run_id!r}")
+        return self._write(
+            work, alone=f"the compensation claim of step {suffix!r} of run {origin_run_id!r}", grouped=True
+        )
 
     def finish_and_claim(
         self,
@@ -379,7 +381,7 @@ class SqlClaims(SqlPlumbing):
                 return written, (row if row["origin_run_id"] is not None else None)
 
             written, taken = self._write(
-                one, alone=f"the compensation claim of step {suffix!r} of run {origin_run_id!r}"
+                one, alone=f"the compensation claim of step {suffix!r} of run {origin_run_id!r}", grouped=True
             )
             if not written:
                 return None
@@ -406,7 +408,10 @@ class SqlClaims(SqlPlumbing):
             return True, got
 
         written, got = self._write(
-            work, atomic=True, alone=f"the compensation claim of step {suffix!r} of run {origin_run_id!r}"
+            work,
+            atomic=True,
+            alone=f"the compensation claim of step {suffix!r} of run {origin_run_id!r}",
+            grouped=True,
         )
         if not written:
             return None

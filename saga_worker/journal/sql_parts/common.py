@@ -22,6 +22,7 @@ from ...errors import MalformedRecordError, UnwindInTransactionError
 from .. import driver, hosts
 from ..dialects import DialectPolicy, policy_for
 from ..driver import Prepared
+from ..group_commit import GroupCommit
 from ..records import RunStatus, UnwindState
 from ..schema import records_waiting_clause, runs
 
@@ -123,6 +124,7 @@ class SqlPlumbing:
     engine: sa.Engine
     policy: DialectPolicy
     _connections: driver.Connections
+    _group: GroupCommit | None = None  # where concurrent writes share a commit (SQLite), else None
     # The composed statements of every part (``statements.Statements``), set by the journal that
     # composes the parts. Each part narrows it to a protocol of the statements it reads (its own
     # and other areas'), so mypy checks every read against what ``Statements`` builds.
@@ -135,6 +137,7 @@ class SqlPlumbing:
         atomic: bool = False,
         durable: bool = False,
         alone: str | None = None,
+        grouped: bool = False,
     ) -> T:
         """Run ``work``, which writes, on the driver (the hot path: see ``driver.transaction``).
 
@@ -147,12 +150,18 @@ class SqlPlumbing:
         rows, the sweeper's state), which must commit on its own: where the app's open transaction
         would be joined (hosts.py), it is refused before anything is written (UnwindInTransactionError).
         Not run on the journal's own connection instead: that one would wait for rows the joined
-        transaction locks (the run's row), in this same thread, for ever; on SQLite for its one lock."""
+        transaction locks (the run's row), in this same thread, for ever; on SQLite for its one lock.
+
+        ``grouped``: the work runs only the journal's statements (no app code), so it may share its
+        commit with other threads' writes that are ready at the same time (group_commit.py)."""
         loan = hosts.lent(self.engine.url)
         if loan is not None:  # the app's open transaction, joined (hosts.py); nothing done until entered
             if alone is not None:
                 raise UnwindInTransactionError(alone)
             return driver.on_lent(self._connections, loan, work)
+        if grouped and self._group is not None:
+            written: T = self._group.write(self._connections, work, atomic=atomic, durable=durable)
+            return written
         return driver.transaction(self._connections, work, write=True, atomic=atomic, durable=durable)
 
     def _fetch(self, work: Callable[[driver.Tx], T]) -> T:

@@ -228,7 +228,7 @@ class SqlSweeps(SqlPlumbing):
                 row = tx.one(one, params)
                 return row is not None and bool(row["written"])
 
-            return self._write(once, alone=f"the end of the unwind of run {run_id!r}")
+            return self._write(once, alone=f"the end of the unwind of run {run_id!r}", grouped=True)
         mine = {
             **outcome,
             "origin": finished.origin_run_id,
@@ -244,7 +244,7 @@ class SqlSweeps(SqlPlumbing):
             tx.execute(stmt, state)
             return True
 
-        return self._write(write, atomic=True, alone=f"the end of the unwind of run {run_id!r}")
+        return self._write(write, atomic=True, alone=f"the end of the unwind of run {run_id!r}", grouped=True)
 
     def hold_sweep(self, run_id: str, grace: float, note: str) -> None:
         params = {"run": run_id, "grace": float(grace), "note": storable_or_none(note), "now": time.time()}

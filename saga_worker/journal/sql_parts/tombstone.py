@@ -169,7 +169,9 @@ class SqlTombstone(SqlWorklist):
             stamped = condemn(tx)
             return stamped, None if stamped is None else reads(tx)
 
-        stamped, rows = self._write(work, atomic=True, durable=True, alone=f"the tombstone of run {run_id!r}")
+        stamped, rows = self._write(
+            work, atomic=True, durable=True, alone=f"the tombstone of run {run_id!r}", grouped=True
+        )
         stamped_or_raise(run_id, stamped)
         assert rows is not None
         return self._worklist_view(rows, statuses)
@@ -257,7 +259,7 @@ class SqlTombstone(SqlWorklist):
             )
 
         stamped, rows, view, got = self._write(
-            work, atomic=True, durable=True, alone=f"the tombstone of run {run_id!r}"
+            work, atomic=True, durable=True, alone=f"the tombstone of run {run_id!r}", grouped=True
         )
         stamped_or_raise(run_id, stamped)
         assert rows is not None
