@@ -41,7 +41,8 @@ class StepRead:
 
 def straight_tools(tools: Mapping[str, Tool]) -> frozenset[str]:
     """The tools whose steps go from the read straight to the claim: a compensate hook, no approval
-    rule (nothing of the app's runs before the claim)."""
+    rule (nothing of the app's runs before the claim). Asked afresh on every step: a tool is the
+    app's, and a claim taken for one whose rules changed would be taken before its approval."""
     return frozenset(
         name
         for name, tool in tools.items()

@@ -17,7 +17,7 @@ from ..driver import Prepared
 from ..records import ClaimAttempt, ClaimStatus, CompensationClaim, FinishedClaim, RecordStatus, parse_status
 from ..schema import claims, records, runs, unwind_entries, unwinds
 from .audit import audit_insert_from
-from .common import TAKEN_PREFIX, PlumbingStatements, SqlPlumbing, StatementsBase, b
+from .common import CLAIM_PREFIX, RECORD_PREFIX, PlumbingStatements, SqlPlumbing, StatementsBase, b
 
 # A claim by its key; one its owner still holds; the columns of its lease (``dialects.LeaseColumns``).
 KEY = (claims.c.origin_run_id == b("origin"), claims.c.suffix == b("step_suffix"))
@@ -236,8 +236,8 @@ class ClaimStatements(StatementsBase):
             .add_cte(logged)
         )
 
-    def _build_step_claimed(self, view: sa.Select[Any]) -> None:
-        """A step task's read (``view``, ``step_view``) and the step's claim in one statement
+    def _build_step_claimed(self) -> None:
+        """A step task's read (``step_view``'s rows) and the step's claim in one statement
         (``writes_in_with_clause``; None elsewhere: the read alone, the claim as before).
 
         The claim is the insert-if-absent only, of a step that goes from its read straight to its
@@ -249,7 +249,10 @@ class ClaimStatements(StatementsBase):
         (none at position 0) read as one that did not halt (its status a known, non-halting one in
         the journal's own JSON text). Anything else (a claim row already there, a fork's step,
         a retry) takes no claim here: the step is claimed as before. The rows: ``step_view``'s,
-        each with the claim taken (columns prefixed ``taken_``, NULL when none was)."""
+        each with the claim taken (the claim's columns under their own names, NULL when none was).
+
+        Written compactly (``_step_view_text``): psycopg caches the parsing of a statement only up
+        to 4,096 characters, and parses a longer one again on every call."""
         self.step_view_claimed: Prepared | None = None
         if not self.policy.writes_in_with_clause:
             return
@@ -290,14 +293,34 @@ class ClaimStatements(StatementsBase):
                 sa.select(*(sa.literal(v) if isinstance(v, str | int) else v for v in values.values())),
             )
             .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
-            .returning(*claims.c)
+            .returning(sa.literal_column("*"))
             .cte("step_taken")
         )
-        read = view.subquery("step_read")
+        read = sa.text(f"({self._step_view_text()}) AS step_read LEFT OUTER JOIN step_taken ON true")
         self.step_view_claimed = self._prepare(
-            sa.select(read, *(c.label(TAKEN_PREFIX + c.name) for c in taken.c)).select_from(
-                read.outerjoin(taken, sa.true())
-            )
+            sa.select(sa.literal_column("step_read.*"), sa.literal_column("step_taken.*"))
+            .select_from(read)
+            .add_cte(taken)
+        )
+
+    def _step_view_text(self) -> str:
+        """``step_view``'s SELECT, the same columns under the same names, in short aliases."""
+        quote = self.dialect.identifier_preparer.quote
+        columns = ", ".join(
+            [
+                "u.*",
+                "l.position AS entry_position",
+                "l.entry",
+                *(f"r.{quote(c.name)} AS {RECORD_PREFIX}{c.name}" for c in records.c),
+                *(f"c.{quote(c.name)} AS {CLAIM_PREFIX}{c.name}" for c in claims.c),
+            ]
+        )
+        return (
+            f"SELECT {columns} FROM {unwinds.name} AS u LEFT OUTER JOIN (SELECT e.unwind_id, e.position, "
+            f"e.entry FROM {unwind_entries.name} AS e WHERE e.unwind_id = :unwind ORDER BY e.position DESC "
+            f"LIMIT 2) AS l ON l.unwind_id = u.unwind_id LEFT OUTER JOIN ({records.name} AS r LEFT OUTER "
+            f"JOIN {claims.name} AS c ON c.origin_run_id = r.origin_run_id AND c.suffix = r.suffix) ON "
+            "r.run_id = :run AND r.suffix = :step_suffix WHERE u.unwind_id = :unwind"
         )
 
 

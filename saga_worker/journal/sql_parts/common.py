@@ -30,7 +30,6 @@ T = TypeVar("T")
 b = sa.bindparam
 CLAIM_PREFIX = "claim_"
 RECORD_PREFIX = "record_"
-TAKEN_PREFIX = "taken_"  # the claim a step's read took (``step_view_claimed``)
 # The unwind states the sweeper re-drives; every other known state is settled (or never asked).
 UNSWEPT = frozenset({UnwindState.PENDING, UnwindState.INCOMPLETE})
 

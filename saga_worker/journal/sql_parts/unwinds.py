@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import operator
 import re
 import time
@@ -22,7 +23,6 @@ from .common import (
     MAX_ROWS,
     NOW,
     RECORD_PREFIX,
-    TAKEN_PREFIX,
     PlumbingStatements,
     SqlPlumbing,
     StatementsBase,
@@ -107,7 +107,7 @@ class UnwindStatements(StatementsBase):
             claims,
             sa.and_(claims.c.origin_run_id == records.c.origin_run_id, claims.c.suffix == records.c.suffix),
         )
-        self.step_view_select = (
+        self.step_view = p(
             sa.select(
                 unwinds,
                 latest.c.position.label("entry_position"),
@@ -123,7 +123,6 @@ class UnwindStatements(StatementsBase):
             )
             .where(unwinds.c.unwind_id == b("unwind"))
         )
-        self.step_view = p(self.step_view_select)
 
     def _build_step_finish(self) -> None:
         """A step's outcome and its unwind entry in one statement, where the dialect allows it.
@@ -394,12 +393,10 @@ class SqlUnwinds(SqlPlumbing):
         statement = q.step_view if folded is None else folded
         if folded is not None and claim is not None:
             params.update(
-                tools=sorted(claim.tools),
+                _fixed_claim_params(claim.tools, claim.goes_on, claim.halts),
                 holder=claim.owner,
                 via=claim.via_run_id,
                 ttl=float(claim.ttl),
-                entry_goes_on=_status_is(claim.goes_on),
-                entry_halts=_status_is(claim.halts),
                 now=time.time(),
                 **self.policy.lease_clock(),
             )
@@ -466,6 +463,14 @@ def _columns(row: driver.Row, table: _Prefixed) -> dict[str, Any]:
     return dict(zip(table.names, table.pick(row), strict=True))
 
 
+@functools.lru_cache(maxsize=8)
+def _fixed_claim_params(
+    tools: frozenset[str], goes_on: frozenset[str], halts: frozenset[str]
+) -> dict[str, Any]:
+    """The parameters of a step's folded claim that stay the same from step to step (worked out once)."""
+    return {"tools": sorted(tools), "entry_goes_on": _status_is(goes_on), "entry_halts": _status_is(halts)}
+
+
 def _status_is(statuses: frozenset[str]) -> str:
     """A pattern of an entry's status among ``statuses``, in the journal's own JSON text
     (``canonical_json``: no spaces; a quote inside a value is escaped, so never matches)."""
@@ -474,9 +479,9 @@ def _status_is(statuses: frozenset[str]) -> str:
 
 def _taken(row: driver.Row) -> CompensationClaim | None:
     """The claim a step's read took (``step_view_claimed``), if it took one."""
-    if row[TAKEN_PREFIX + "origin_run_id"] is None:
+    if row["origin_run_id"] is None:
         return None
-    return claim_row({name: row[TAKEN_PREFIX + name] for name in _CLAIM.names})
+    return claim_row(row)
 
 
 def entries_by_position(rows: list[driver.Row], unwind_id: str) -> dict[int, dict[str, Any]]:
