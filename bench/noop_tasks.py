@@ -3,9 +3,9 @@ bench.noop_tasks``), so that the floors of the distributed figures run on the sa
 same settings, as ``saga.compensate_run``.
 
 - ``bench.noop``: Celery's own no-op task.
-- ``bench.contract_start`` and ``bench.contract_step``: **the contract's bare tasks**, what any
-  implementation of the distributed unwind must do on this worker, and nothing else, with plain
-  psycopg on the journal's PostgreSQL database and plain redis-py on the lock Redis (one connection
+- ``bench.contract_start`` and ``bench.contract_step``: **the contract's bare tasks** (issue 45's
+  "leanest card-shaped bare tasks"), what any implementation of the distributed unwind must do on
+  this worker, and nothing else, with plain psycopg on the journal's PostgreSQL database and plain redis-py on the lock Redis (one connection
   of each per pool process, as the journal's sessions are set up: autocommit, ``synchronous_commit``
   off, the tombstone's transaction waiting for its flush). The journal's own statements on its own
   tables (saga_worker/journal/sql_parts), the step lock's own Lua scripts (saga_worker/locks/redis.py):
@@ -13,9 +13,10 @@ same settings, as ``saga.compensate_run``.
   - the coordinator: the tombstone (with its audit row, one statement, as the journal writes it) in
     a durable transaction, and the worklist read (the run's tool records; workers trust only ids
     in a message), pipelined in one round trip (the journal pipelines them too);
-  - each step: its read (record and claim by primary key, one statement), the lock (EVALSHA), the
-    claim (insert-if-absent, committed before the hook), the no-op hook, the outcome with the step's
-    unwind entry (one statement, as the journal's ``step_finish``), the lock's release (EVALSHA);
+  - each step: the lock (EVALSHA), the step's read folded into its claim (the record by primary key
+    and the claim's insert-if-absent from it, one ``INSERT … SELECT … RETURNING`` statement, committed
+    before the hook), the no-op hook, the outcome with the step's unwind entry (one statement, as the
+    journal's ``step_finish``), the lock's release (EVALSHA): two PostgreSQL round trips a step;
   - the last step also writes the end state with its audit row (one statement) and reads the
     unwind's entries back for the report (pipelined with it: one round trip), which it stores as
     the coordinator's result.
@@ -73,22 +74,17 @@ TOMBSTONE = (
 )
 # records_of_run: the worklist
 WORKLIST = f"SELECT {RECORD_COLUMNS} FROM saga_tool_records WHERE run_id = %(run)s ORDER BY seq"
-# step_view without the unwind row and its entries (the bare chain stores no worklist): the step's
-# record and its claim, both by primary key
-STEP_READ = (
-    "SELECT "
-    + ", ".join(f"r.{c}" for c in RECORD_COLUMNS.split(", "))
-    + ", "
-    + ", ".join(f"c.{c} AS claim_{c}" for c in CLAIM_COLUMNS.split(", "))
-    + " FROM saga_tool_records AS r LEFT OUTER JOIN saga_compensations AS c ON c.origin_run_id = "
-    "r.origin_run_id AND c.suffix = r.suffix WHERE r.run_id = %(run)s AND r.suffix = %(step_suffix)s"
-)
-# claim_insert
-CLAIM = (
-    f"INSERT INTO saga_compensations (origin_run_id, suffix, status, owner, lease_expires_at, attempts, "
-    f"idempotency_key, via_run_id, started_at) VALUES (%(origin)s, %(step_suffix)s, 'claimed', %(holder)s, "
-    f"({CLOCK} + %(ttl)s), 1, %(key)s, %(via)s, {CLOCK}) ON CONFLICT (origin_run_id, suffix) DO NOTHING "
-    f"RETURNING {CLAIM_COLUMNS}"
+# The step's read folded into its claim (issue 45): the step's record by primary key, and the claim's
+# insert-if-absent from it (``claim_insert``'s columns and values) only for a succeeded record, one
+# statement; the row gives the record's columns the entry needs and whether the claim was taken.
+STEP_CLAIM = (
+    "WITH rec AS (SELECT r.origin_run_id, r.suffix, r.tool_call_id, r.tool_name, r.status "
+    "FROM saga_tool_records AS r WHERE r.run_id = %(run)s AND r.suffix = %(step_suffix)s), "
+    "claimed AS (INSERT INTO saga_compensations (origin_run_id, suffix, status, owner, lease_expires_at, "
+    "attempts, idempotency_key, via_run_id, started_at) SELECT rec.origin_run_id, rec.suffix, 'claimed', "
+    f"%(holder)s, ({CLOCK} + %(ttl)s), 1, %(key)s, %(via)s, {CLOCK} FROM rec WHERE rec.status = 'succeeded' "
+    f"ON CONFLICT (origin_run_id, suffix) DO NOTHING RETURNING {CLAIM_COLUMNS}) "
+    "SELECT rec.tool_call_id, rec.tool_name, claimed.attempts FROM rec LEFT OUTER JOIN claimed ON true"
 )
 # step_finish: the claim's compare-and-set and the step's unwind entry, one statement
 OUTCOME = (
@@ -171,9 +167,6 @@ def contract_step(run_id: str, unwind_id: str, position: int, worklist: list[str
     message, or, after the last, the end state and the report under the coordinator's id."""
     suffix = worklist[position]
     pg, cur, acquire, release = _connections()
-    cur.execute(STEP_READ, {"run": run_id, "step_suffix": suffix})
-    record = cur.fetchone()
-    assert record is not None and record[8] == "succeeded" and record[-1] is None, (run_id, suffix)
     key = f"{run_id}:comp:{suffix}"  # compensate_key
     token = hashlib.sha256(f"{unwind_id}\n{suffix}".encode()).hexdigest()[:16]  # Twins' token
     owner = f"{token}:{position}"
@@ -181,9 +174,9 @@ def contract_step(run_id: str, unwind_id: str, position: int, worklist: list[str
     assert acquire(keys=[LOCK_PREFIX + key], args=[token, ttl_ms]), "lock held"
     try:
         cur.execute(
-            CLAIM,
+            STEP_CLAIM,
             {
-                "origin": run_id,
+                "run": run_id,
                 "step_suffix": suffix,
                 "holder": owner,
                 "ttl": CLAIM_TTL,
@@ -191,12 +184,13 @@ def contract_step(run_id: str, unwind_id: str, position: int, worklist: list[str
                 "via": run_id,
             },
         )
-        assert cur.fetchone() is not None, "claimed already"
+        record = cur.fetchone()
+        assert record is not None and record[2] is not None, ("not claimed", run_id, suffix)
         noop()  # the hook
         entry = {
             "suffix": suffix,
-            "tool_call_id": record[4],
-            "tool_name": record[5],
+            "tool_call_id": record[0],
+            "tool_name": record[1],
             "status": "compensated",
             "error": None,
             "attempts": 1,

@@ -108,7 +108,7 @@ class Unwinding:
     carry: OutcomeCarry | None = None
 
 
-def _lock_op(op: Callable[..., Any], *args: Any) -> Any:
+def lock_op(op: Callable[..., Any], *args: Any) -> Any:
     """A lock operation that cannot fail the unwind: with Redis down, the journal claim alone decides
     (it is the truth anyway), so an unreachable lock reads as taken-by-us, not as busy."""
     try:
@@ -116,6 +116,15 @@ def _lock_op(op: Callable[..., Any], *args: Any) -> Any:
     except Exception:
         log.warning("step lock unavailable; relying on the journal claim alone", exc_info=True)
         return True
+
+
+@dataclass(frozen=True)
+class Pretaken:
+    """The step's claim, taken before the attempt began (with the step's read: ``stepread``), and
+    whether the step lock is held with it (taken before that read, under the twins' token)."""
+
+    claim: CompensationClaim
+    locked: bool
 
 
 class StepAttempt:
@@ -131,8 +140,12 @@ class StepAttempt:
         claims: Mapping[tuple[str, str], CompensationClaim] | None = None,
         twins: Twins | None = None,
         refusal: str | None = None,
+        pretaken: Pretaken | None = None,
     ) -> None:
         self.unwinding = unwinding
+        # The step's claim, taken with its read (its lock too, if ``locked``): the attempt's own
+        # claim when it gets there (``_claim``), so no other attempt can hold it meanwhile.
+        self.pretaken = pretaken
         # Why none of the tool's code may run for this step (its workers were lost too often): the
         # step is then failed under its claim, its hooks (recover, the gate, compensate) not called.
         self.refusal = refusal
@@ -248,6 +261,9 @@ class StepAttempt:
         """Claim the step (with the previous step's outcome, when one is carried); None when that
         outcome turned out not written (nothing claimed)."""
         u = self.unwinding
+        pretaken, self.pretaken = self.pretaken, None
+        if pretaken is not None and (pretaken.claim.origin_run_id, pretaken.claim.suffix) == self._where:
+            return ClaimAttempt(True, pretaken.claim)
         if u.carry is not None:
             return u.carry.claim(
                 *self._where, via_run_id=u.run_id, owner=self.owner, ttl=u.ttl, idempotency_key=self.key
@@ -312,7 +328,8 @@ class StepAttempt:
         u, record, key = self.unwinding, self.record, self.key
         self.owner = self.twins.new_owner() if self.twins is not None else new_owner()
         self.lock_owner = self.twins.token if self.twins is not None else self.owner
-        if u.lock is not None and not _lock_op(u.lock.acquire, key, self.lock_owner, u.ttl):
+        locked = self.pretaken is not None and self.pretaken.locked
+        if u.lock is not None and not locked and not lock_op(u.lock.acquire, key, self.lock_owner, u.ttl):
             return self._entry(S.BUSY, "another unwinder holds this step's lock")
         try:
             attempt = self._claim()
@@ -336,12 +353,12 @@ class StepAttempt:
             return then()
         finally:
             if u.lock is not None:
-                _lock_op(u.lock.release, key, self.lock_owner)
+                lock_op(u.lock.release, key, self.lock_owner)
 
     def _renew(self) -> bool:
         u = self.unwinding
         if u.lock is not None:
-            _lock_op(u.lock.extend, self.key, self.lock_owner, u.ttl)
+            lock_op(u.lock.extend, self.key, self.lock_owner, u.ttl)
         return u.journal.renew_claim(*self._where, self.owner, u.ttl)
 
     def _run_hook(self, tool: Tool, output: Any) -> CompensationEntry:

@@ -24,7 +24,7 @@ from ..locks.base import StepLock
 from ..observing import tracing
 from ..recording.tools import Tool
 from .actors import check_via
-from .attempt import StepAttempt, Unwinding
+from .attempt import Pretaken, StepAttempt, Unwinding
 from .engine import (
     UNWOUND,
     UnwindRequest,
@@ -40,6 +40,7 @@ from .report import (
     halts,
     until_halt_in_groups,
 )
+from .stepread import read_step
 from .twins import Twins
 
 # A fresh unwind owns its run for this many claim TTLs before the sweeper may re-drive it: condemn
@@ -199,7 +200,11 @@ def run_step(
     check_run_id(run_id)  # every id in the message, before the journal is touched
     check_unwind_id(unwind_id)
     check_step_suffix(suffix)
-    view = journal.read_step(unwind_id, run_id, suffix)  # all a step needs to know
+    # All a step needs to know, with its claim (and lock) taken in the same statement where it can be.
+    read = read_step(
+        journal, tools, run_id, unwind_id, suffix, claim_ttl=claim_ttl, lock=lock, refusal=refusal
+    )
+    view = read.view
     info = _checked(view.unwind, run_id, unwind_id)
     position = view.position
     if position is None:
@@ -211,7 +216,16 @@ def run_step(
         else:
             _check_wave_before(journal, info, suffix, position)
         stored = _compensate(
-            journal, tools, info, view, position, claim_ttl=claim_ttl, lock=lock, sleep=sleep, refusal=refusal
+            journal,
+            tools,
+            info,
+            view,
+            position,
+            claim_ttl=claim_ttl,
+            lock=lock,
+            sleep=sleep,
+            refusal=refusal,
+            pretaken=read.pretaken,
         )
         if stored is None:
             return None
@@ -359,6 +373,7 @@ def _compensate(
     lock: StepLock | None,
     sleep: Callable[[float], None],
     refusal: str | None = None,
+    pretaken: Pretaken | None = None,
 ) -> dict[str, Any] | None:
     """The step's verdict, stored: the entry the journal holds for it once this returns (an earlier
     delivery's, if one was there first). None when a live twin delivery holds the step.
@@ -379,7 +394,9 @@ def _compensate(
         )
         claims = {} if view.claim is None else {(record.origin_run_id, record.suffix): view.claim}
         twins = Twins.of(info.unwind_id, suffix, sleep, position=position)
-        attempt = StepAttempt(unwinding, record, claims=claims, twins=twins, refusal=refusal)
+        attempt = StepAttempt(
+            unwinding, record, claims=claims, twins=twins, refusal=refusal, pretaken=pretaken
+        )
         entry = attempt.verdict()
         if attempt.stored is not None:
             return attempt.stored

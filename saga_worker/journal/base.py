@@ -27,6 +27,7 @@ from .records import (
     NewAudit,
     RecordStatus,
     ReportView,
+    StepClaim,
     StepFinish,
     StepView,
     ToolRecord,
@@ -225,16 +226,18 @@ class Journal(RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsP
             self.set_unwind_state(run_id, UnwindState.COMPLETE, epoch=epoch, audit=audit)
         return written
 
-    def read_step(self, unwind_id: str, run_id: str, suffix: str) -> StepView:
-        """The unwind, this step's stored entry, its tool record and its claim (see ``StepView``)."""
+    def read_step(self, unwind_id: str, run_id: str, suffix: str, claim: StepClaim | None = None) -> StepView:
+        """The unwind, this step's stored entry, its tool record and its claim (see ``StepView``).
+        ``claim`` (``StepClaim``) is taken by the read where a journal folds the two into one
+        statement; this default takes none (``StepView.taken`` stays None)."""
         unwind = self.get_unwind(unwind_id)
         position = unwind.suffixes.index(suffix) if unwind and suffix in unwind.suffixes else None
         entries = {} if position is None else self.list_unwind_entries(unwind_id)
         entry = None if position is None else entries.get(position)
         previous = None if not position else entries.get(position - 1)
         record = self.get_record(run_id, suffix)
-        claim = None if record is None else self.get_claim(record.origin_run_id, suffix)
-        return StepView(unwind, position, entry, record, claim, previous)
+        held = None if record is None else self.get_claim(record.origin_run_id, suffix)
+        return StepView(unwind, position, entry, record, held, previous)
 
     # -- execution guards -----------------------------------------------------------------------------
     #: Does a free execution guard alone prove that nobody is executing the record? True where the

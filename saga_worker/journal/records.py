@@ -460,6 +460,27 @@ class StepView:
     record: ToolRecord | None
     claim: CompensationClaim | None
     previous: dict[str, Any] | None = None
+    # The step's claim, taken by this read (``read_step``'s ``claim``): ``claim`` is as it was before.
+    taken: CompensationClaim | None = None
+
+
+@dataclass(frozen=True)
+class StepClaim:
+    """A step task's claim, to take in the step's own read (``Journal.read_step``), where a journal
+    can fold the two into one statement (PostgreSQL; elsewhere nothing is claimed by the read).
+
+    Taken only for a step that goes from its read straight to its claim: the run's own effect (the
+    caller holds the step lock of that key), a succeeded call whose tool is one of ``tools`` (a
+    compensate hook, no approval rule), in order (the entry before it stored with a status of
+    ``goes_on``, none of ``halts``), no entry of its own yet and no claim row at all. Any other step
+    is read only, and claimed (or not) as before."""
+
+    tools: frozenset[str]
+    owner: str
+    via_run_id: str
+    ttl: float
+    goes_on: frozenset[str]
+    halts: frozenset[str]
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from .records import (
     RunStatus,
     SharedAction,
     SharedStatus,
+    StepClaim,
     StepFinish,
     StepView,
     ToolRecord,
@@ -127,7 +128,9 @@ class UnwindJournal(_RunAndRecord, _Guard, _Trail, _UnwindProgress, Protocol):
 
     def read_report(self, unwind_id: str, run_id: str, statuses: Sequence[RecordStatus]) -> ReportView: ...
 
-    def read_step(self, unwind_id: str, run_id: str, suffix: str) -> StepView: ...
+    def read_step(
+        self, unwind_id: str, run_id: str, suffix: str, claim: StepClaim | None = None
+    ) -> StepView: ...
 
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]: ...
 

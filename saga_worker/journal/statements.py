@@ -63,6 +63,7 @@ class Statements(
         self._build_shared()
         self._build_unwinds()
         self._build_step_view()
+        self._build_step_claimed()
         self._build_step_finish()
         self._build_retention()
 

@@ -12,6 +12,8 @@ back to the pool when the thread ends; a forked child takes its own.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import threading
 from typing import Any
 
@@ -19,6 +21,8 @@ from redis.exceptions import NoScriptError
 
 from ..core import process_id
 from .base import StepLock
+
+log = logging.getLogger(__name__)
 
 _ACQUIRE = """
 local holder = redis.call('GET', KEYS[1])
@@ -67,21 +71,66 @@ class RedisStepLock(StepLock):
         return bool(self._call(self._extend, self.prefix + key, owner, max(1, int(ttl * 1000))))
 
     def release(self, key: str, owner: str) -> None:
-        self._call(self._release, self.prefix + key, owner)
+        """Sent, its answer read later (by this thread's next lock call, or when the thread ends): a
+        step task's release need not wait for Redis before the next step's message goes out. A
+        release whose answer says it failed (a script Redis forgot: sent again then, and waited for;
+        a dropped connection: the lock lapses at its TTL) changes nothing the journal decides."""
+        kept = self._kept()
+        kept.answer()
+        connection = kept.client.connection
+        try:
+            connection.send_command("EVALSHA", self._release.sha, 1, self.prefix + key, owner)
+        except Exception:  # not sent (a dropped connection): sent again, as every call is, and waited for
+            self._call(self._release, self.prefix + key, owner)
+            return
+        kept.unanswered = (self._release, self.prefix + key, owner)
 
     def _call(self, script: Any, key: str, *args: Any) -> Any:
-        client = self._thread_client()
+        kept = self._kept()
+        kept.answer()
         try:
-            return client.evalsha(script.sha, 1, key, *args)
+            return kept.client.evalsha(script.sha, 1, key, *args)
         except NoScriptError:  # a restarted or flushed Redis forgot it: the script loads it again
-            return script(keys=[key], args=list(args), client=client)
+            return script(keys=[key], args=list(args), client=kept.client)
 
-    def _thread_client(self) -> Any:
+    def _kept(self) -> _Kept:
         """This thread's client, on a connection of the pool kept for this thread (in this process)."""
-        kept = getattr(self._threads, "kept", None)
-        if kept is None or kept[0] != process_id.current():
+        kept: _Kept | None = getattr(self._threads, "kept", None)
+        if kept is None or kept.pid != process_id.current():
             client = type(self.client)(
                 connection_pool=self.client.connection_pool, single_connection_client=True
             )
-            kept = self._threads.kept = (process_id.current(), client)
-        return kept[1]
+            kept = self._threads.kept = _Kept(process_id.current(), client)
+        return kept
+
+    def _thread_client(self) -> Any:
+        return self._kept().client
+
+
+class _Kept:
+    """A thread's client and the release sent on it whose answer is still to be read: read before
+    the connection carries anything else, and before it goes back to the pool with the thread."""
+
+    __slots__ = ("client", "pid", "unanswered")
+
+    def __init__(self, pid: int, client: Any) -> None:
+        self.pid = pid
+        self.client = client
+        self.unanswered: tuple[Any, str, str] | None = None
+
+    def answer(self) -> None:
+        sent, self.unanswered = self.unanswered, None
+        if sent is None:
+            return
+        try:
+            self.client.connection.read_response()
+        except NoScriptError:  # Redis forgot the script: the release again, through it
+            script, key, owner = sent
+            script(keys=[key], args=[owner], client=self.client)
+        except Exception:  # the lock lapses at its TTL; the journal's claim decides meanwhile
+            log.warning("step lock release not confirmed; it lapses at its TTL", exc_info=True)
+
+    def __del__(self) -> None:
+        if self.pid == process_id.current():
+            with contextlib.suppress(Exception):  # a thread's end: nothing to tell anyone
+                self.answer()

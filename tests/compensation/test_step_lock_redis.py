@@ -96,3 +96,18 @@ def test_scripts_load_again_after_redis_forgets_them(lock: RedisStepLock, redis_
     with redis.Redis.from_url(redis_url) as admin:
         admin.script_flush()
     assert lock.extend("k", "theirs", 30)
+
+
+def test_a_release_whose_script_redis_forgot_is_sent_again_and_frees_the_lock(
+    lock: RedisStepLock, redis_url: str
+) -> None:
+    # A release is sent and its answer read on the thread's next call: one Redis refused (NOSCRIPT)
+    # is sent again through the script, before that next call goes out.
+    assert lock.acquire("k", "mine", 30)
+    with redis.Redis.from_url(redis_url) as admin:
+        admin.script_flush()
+    lock.release("k", "mine")
+    assert lock.acquire("k", "theirs", 30)
+    assert not lock.extend("k", "mine", 30)  # each call reads its own answer, never the release's
+    lock.release("k", "theirs")
+    assert not lock.extend("k", "theirs", 30)

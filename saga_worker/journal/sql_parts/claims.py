@@ -15,9 +15,9 @@ from .. import driver
 from ..dialects import LeaseColumns
 from ..driver import Prepared
 from ..records import ClaimAttempt, ClaimStatus, CompensationClaim, FinishedClaim, RecordStatus, parse_status
-from ..schema import claims, records, runs
+from ..schema import claims, records, runs, unwind_entries, unwinds
 from .audit import audit_insert_from
-from .common import PlumbingStatements, SqlPlumbing, StatementsBase, b
+from .common import CLAIM_PREFIX, RECORD_PREFIX, PlumbingStatements, SqlPlumbing, StatementsBase, b
 
 # A claim by its key; one its owner still holds; the columns of its lease (``dialects.LeaseColumns``).
 KEY = (claims.c.origin_run_id == b("origin"), claims.c.suffix == b("step_suffix"))
@@ -236,6 +236,94 @@ class ClaimStatements(StatementsBase):
             .add_cte(logged)
         )
 
+    def _build_step_claimed(self) -> None:
+        """A step task's read (``step_view``'s rows) and the step's claim in one statement
+        (``writes_in_with_clause``; None elsewhere: the read alone, the claim as before).
+
+        The claim is the insert-if-absent only, of a step that goes from its read straight to its
+        claim (``StepClaim``), judged in SQL no less strictly than ``run_step`` and ``StepAttempt``
+        judge it in Python: the unwind is the run's, not a dry run and not a parallel one (whose
+        order rule is its group plan's, ``chain._check_wave_before``); the step's record is the
+        run's own effect (the step lock is taken on that key before the read), succeeded, and its
+        tool is one of ``tools``; the step is in the worklist (a list of plain strings: any other
+        text takes no claim here) with no entry stored at its position, and the entry before it
+        (none at position 0) read as one that did not halt (its status a known, non-halting one in
+        the journal's own JSON text). Anything else (a claim row already there, a fork's step,
+        a retry) takes no claim here: the step is claimed as before. The rows: ``step_view``'s,
+        each with the claim taken (the claim's columns under their own names, NULL when none was).
+
+        Written compactly (``_step_view_text``): psycopg caches the parsing of a statement only up
+        to 4,096 characters, and parses a longer one again on every call."""
+        self.step_view_claimed: Prepared | None = None
+        if not self.policy.writes_in_with_clause:
+            return
+        entry_at = (
+            f"SELECT e.entry FROM {unwind_entries.name} AS e WHERE e.unwind_id = :unwind AND e.position = "
+        )
+        target = (
+            sa.text(
+                f"SELECT r.origin_run_id, r.suffix FROM {records.name} AS r, {unwinds.name} AS u, "
+                "LATERAL (SELECT min(w.n) - 1 AS at FROM jsonb_array_elements_text(CASE WHEN u.suffixes ~ "
+                ":plain_worklist THEN CAST(u.suffixes AS jsonb) ELSE CAST('[]' AS jsonb) END) "
+                "WITH ORDINALITY AS w(s, n) WHERE w.s = :step_suffix) AS pos "
+                "WHERE u.unwind_id = :unwind AND u.run_id = :run AND NOT u.dry_run AND u.group_plan IS NULL "
+                "AND r.run_id = :run AND r.suffix = :step_suffix AND r.origin_run_id = :run "
+                f"AND r.status = '{RecordStatus.SUCCEEDED.value}' AND r.tool_name = ANY(:tools) "
+                f"AND pos.at IS NOT NULL AND NOT EXISTS ({entry_at}pos.at) "
+                f"AND (pos.at = 0 OR EXISTS (SELECT 1 FROM ({entry_at}pos.at - 1) AS before "
+                "WHERE before.entry ~ :entry_goes_on AND before.entry !~ :entry_halts))"
+            )
+            .bindparams(
+                sa.bindparam("tools", type_=sa.ARRAY(sa.String)),
+                sa.bindparam("entry_goes_on", type_=sa.Text),
+                sa.bindparam("entry_halts", type_=sa.Text),
+                # a JSON list of strings without a quote or backslash in any: text the cast always reads
+                sa.bindparam("plain_worklist", value=r'^\[("[^"\\]*"(,"[^"\\]*")*)?\]$', type_=sa.Text),
+            )
+            .columns(origin_run_id=sa.String, suffix=sa.String)
+            .cte("step_target")
+        )
+        values = self._first_claim_values()
+        values["origin_run_id"] = target.c.origin_run_id
+        values["suffix"] = target.c.suffix
+        values["idempotency_key"] = sa.func.concat(target.c.origin_run_id, ":comp:", target.c.suffix)
+        taken = (
+            self.policy.insert(claims)
+            .from_select(
+                list(values),
+                sa.select(*(sa.literal(v) if isinstance(v, str | int) else v for v in values.values())),
+            )
+            .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
+            .returning(sa.literal_column("*"))
+            .cte("step_taken")
+        )
+        read = sa.text(f"({self._step_view_text()}) AS step_read LEFT OUTER JOIN step_taken ON true")
+        self.step_view_claimed = self._prepare(
+            sa.select(sa.literal_column("step_read.*"), sa.literal_column("step_taken.*"))
+            .select_from(read)
+            .add_cte(taken)
+        )
+
+    def _step_view_text(self) -> str:
+        """``step_view``'s SELECT, the same columns under the same names, in short aliases."""
+        quote = self.dialect.identifier_preparer.quote
+        columns = ", ".join(
+            [
+                "u.*",
+                "l.position AS entry_position",
+                "l.entry",
+                *(f"r.{quote(c.name)} AS {RECORD_PREFIX}{c.name}" for c in records.c),
+                *(f"c.{quote(c.name)} AS {CLAIM_PREFIX}{c.name}" for c in claims.c),
+            ]
+        )
+        return (
+            f"SELECT {columns} FROM {unwinds.name} AS u LEFT OUTER JOIN (SELECT e.unwind_id, e.position, "
+            f"e.entry FROM {unwind_entries.name} AS e WHERE e.unwind_id = :unwind ORDER BY e.position DESC "
+            f"LIMIT 2) AS l ON l.unwind_id = u.unwind_id LEFT OUTER JOIN ({records.name} AS r LEFT OUTER "
+            f"JOIN {claims.name} AS c ON c.origin_run_id = r.origin_run_id AND c.suffix = r.suffix) ON "
+            "r.run_id = :run AND r.suffix = :step_suffix WHERE u.unwind_id = :unwind"
+        )
+
 
 def claim_row(m: Mapping[Any, Any]) -> CompensationClaim:
     return CompensationClaim(
@@ -264,6 +352,7 @@ class ClaimReads(PlumbingStatements, Protocol):
     claim_insert: Prepared
     claim_next: Prepared | None
     condemn_stamp_claimed: Prepared | None
+    step_view_claimed: Prepared | None
     claim_renew: Prepared
     claim_savepoint: Prepared
     claim_savepoint_release: Prepared

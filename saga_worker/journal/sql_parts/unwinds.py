@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import operator
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
@@ -13,7 +15,7 @@ from ...core.storable import storable_or_none
 from ...errors import MalformedRecordError
 from .. import driver
 from ..driver import Prepared
-from ..records import ClaimStatus, GroupPlan, StepFinish, StepView, UnwindInfo
+from ..records import ClaimStatus, CompensationClaim, GroupPlan, StepClaim, StepFinish, StepView, UnwindInfo
 from ..schema import claims, records, redeliveries, unwind_entries, unwinds
 from .claims import claim_row
 from .common import (
@@ -212,6 +214,7 @@ class UnwindReads(PlumbingStatements, Protocol):
     redelivery_count: Prepared
     step_finish: Prepared | None
     step_view: Prepared
+    step_view_claimed: Prepared | None
     unwind_get: Prepared
     unwind_insert: Prepared
     unwinds_of_run: Prepared
@@ -408,33 +411,57 @@ class SqlUnwinds(SqlPlumbing):
         written, text = self._write(work, atomic=one_statement is None, alone=alone)
         return StepFinish(written, _load(text, unwind_id, f"unwind entry {position}"))
 
-    def read_step(self, unwind_id: str, run_id: str, suffix: str) -> StepView:
+    def read_step(self, unwind_id: str, run_id: str, suffix: str, claim: StepClaim | None = None) -> StepView:
         q = self._q
+        params: dict[str, Any] = {"unwind": unwind_id, "run": run_id, "step_suffix": suffix}
+        folded = None if claim is None or not claim.tools else q.step_view_claimed
+        statement = q.step_view if folded is None else folded
+        if folded is not None and claim is not None:
+            params.update(
+                _fixed_claim_params(claim.tools, claim.goes_on, claim.halts),
+                holder=claim.owner,
+                via=claim.via_run_id,
+                ttl=float(claim.ttl),
+                now=time.time(),
+                **self.policy.lease_clock(),
+            )
 
         def work(
             tx: driver.Tx,
-        ) -> tuple[UnwindInfo | None, int | None, Any, Any, driver.Row | None, driver.Row | None]:
-            # One statement: the unwind, its two latest entries, the step's record and claim.
-            rows = tx.all(q.step_view, {"unwind": unwind_id, "run": run_id, "step_suffix": suffix})
+        ) -> tuple[UnwindInfo | None, int | None, Any, Any, driver.Row | None, driver.Row | None, Any]:
+            # One statement: the unwind, its two latest entries, the step's record and claim (and,
+            # with ``claim``, the claim taken, in the same statement and commit).
+            rows = tx.all(statement, params)
             unwind = unwind_row(rows[0]) if rows else None
             at = unwind.suffixes.index(suffix) if unwind and suffix in unwind.suffixes else None
             entry, before = _step_entries(tx, q, unwind_id, at, rows)
+            taken = _taken(rows[0]) if rows and folded is not None else None
             if not rows or rows[0][RECORD_PREFIX + "run_id"] is None:
-                return unwind, at, entry, before, None, None
-            return unwind, at, entry, before, _columns(rows[0], _RECORD), _columns(rows[0], _CLAIM)
+                return unwind, at, entry, before, None, None, taken
+            return unwind, at, entry, before, _columns(rows[0], _RECORD), _columns(rows[0], _CLAIM), taken
 
-        unwind, at, entry_text, previous_text, record, claim = self._fetch(work)
+        unwind, at, entry_text, previous_text, record, claim_columns, taken = (
+            self._write(work, alone=f"the claim of step {suffix!r} of run {run_id!r}")
+            if folded is not None
+            else self._fetch(work)
+        )
         entry = None if entry_text is None else _load(entry_text, unwind_id, f"unwind entry {at}")
         previous = (
             None
             if previous_text is None or at is None
             else _load(previous_text, unwind_id, f"unwind entry {at - 1}")
         )
-        if record is None or claim is None:
-            return StepView(unwind, at, entry, None, None, previous)
-        has_claim = claim["origin_run_id"] is not None
+        if record is None or claim_columns is None:
+            return StepView(unwind, at, entry, None, None, previous, taken)
+        has_claim = claim_columns["origin_run_id"] is not None
         return StepView(
-            unwind, at, entry, record_row(record), claim_row(claim) if has_claim else None, previous
+            unwind,
+            at,
+            entry,
+            record_row(record),
+            claim_row(claim_columns) if has_claim else None,
+            previous,
+            taken,
         )
 
     def list_unwind_entries(self, unwind_id: str) -> dict[int, dict[str, Any]]:
@@ -459,6 +486,27 @@ _CLAIM = _Prefixed(CLAIM_PREFIX, claims)
 def _columns(row: driver.Row, table: _Prefixed) -> dict[str, Any]:
     """``table``'s columns of a step's read, by their own names."""
     return dict(zip(table.names, table.pick(row), strict=True))
+
+
+@functools.lru_cache(maxsize=8)
+def _fixed_claim_params(
+    tools: frozenset[str], goes_on: frozenset[str], halts: frozenset[str]
+) -> dict[str, Any]:
+    """The parameters of a step's folded claim that stay the same from step to step (worked out once)."""
+    return {"tools": sorted(tools), "entry_goes_on": _status_is(goes_on), "entry_halts": _status_is(halts)}
+
+
+def _status_is(statuses: frozenset[str]) -> str:
+    """A pattern of an entry's status among ``statuses``, in the journal's own JSON text
+    (``canonical_json``: no spaces; a quote inside a value is escaped, so never matches)."""
+    return '"status":"(' + "|".join(sorted(re.escape(s) for s in statuses)) + ')"'
+
+
+def _taken(row: driver.Row) -> CompensationClaim | None:
+    """The claim a step's read took (``step_view_claimed``), if it took one."""
+    if row["origin_run_id"] is None:
+        return None
+    return claim_row(row)
 
 
 def entries_by_position(rows: list[driver.Row], unwind_id: str) -> dict[int, dict[str, Any]]:
