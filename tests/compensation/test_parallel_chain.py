@@ -163,3 +163,28 @@ def test_a_dry_run_plans_the_groups_and_a_run_without_groups_is_a_plain_chain(
     stored = journal.list_unwinds(lone)[0]
     assert stored.groups is None and not any(isinstance(n, executor.Fan) for n in seen)
     assert [n for n, _, _ in rows(report)] == ["notify", "book"] and report.complete
+
+
+def test_a_step_after_a_group_that_halted_early_in_its_order_is_refused_and_leaves_no_claim(
+    journal: Journal, run_id: str
+) -> None:
+    # c halts (first of its group in unwind order); a, just before book in the worklist, compensated:
+    # book must be refused on every journal, PostgreSQL's read-and-claim statement included.
+    hooks = Hooks()
+    hooks.fail = {"c"}
+    tools = tools_of(hooks, ["book", "a", "b", "c", "notify"])
+    record_fan_out(journal, run_id, tools, ["a", "b", "c"])
+    report, _, _ = unwind_on_executor(journal, tools, run_id)
+    assert [(n, s) for n, _, s in rows(report)][1:] == [
+        ("c", "failed"),
+        ("b", "compensated"),
+        ("a", "compensated"),
+        ("book", "not-attempted"),
+    ]
+    unwind = journal.list_unwinds(run_id)[0]
+    book = unwind.suffixes[-1]
+
+    with pytest.raises(InvalidInputError, match="group before it halted the unwind"):
+        executor.run_step(journal, tools, run_id, unwind.unwind_id, book, claim_ttl=CLAIM_TTL)
+    assert journal.get_claim(run_id, book) is None
+    assert "book" not in [n for n, _ in hooks.undone]
