@@ -21,7 +21,15 @@ ROLES: dict[type[Any], set[str]] = {
     | {"finish_and_claim", "finish_last_step", "condemn_read_and_claim"}
     | {"set_unwind_state", "runs_to_sweep", "list_unwinds", "record_unwind_entry"}
     | {"count_redelivery", "forget_redeliveries"}
-    | {"condemn_and_read", "read_worklist", "read_report", "read_step", "list_unwind_entries", "record_unwind", "finish_step"}
+    | {
+        "condemn_and_read",
+        "read_worklist",
+        "read_report",
+        "read_step",
+        "list_unwind_entries",
+        "record_unwind",
+        "finish_step",
+    }
     | {"hold_sweep", "execution_guard", "executor_gone"},
     RunJournal: SHARED_BY_ALL
     | {"start_run", "end_run", "fork", "record_decision", "list_decisions", "list_records"}
