@@ -299,7 +299,7 @@ class ClaimStatements(StatementsBase):
                 sa.select(*(sa.literal(v) if isinstance(v, str | int) else v for v in values.values())),
             )
             .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
-            .returning(sa.literal_column("*"))
+            .returning(*CLAIM_COLUMNS)
             .cte("step_taken")
         )
         read = sa.text(f"({self._step_view_text()}) AS step_read LEFT OUTER JOIN step_taken ON true")
@@ -310,11 +310,13 @@ class ClaimStatements(StatementsBase):
         )
 
     def _step_view_text(self) -> str:
-        """``step_view``'s SELECT, the same columns under the same names, in short aliases."""
+        """``step_view``'s SELECT, the same columns under the same names, in short aliases. Every
+        column named, none as a table's ``*``: psycopg prepares the statement on the server, and a
+        prepared ``*`` fails once a migration adds a column (``test_prepared_after_expand.py``)."""
         quote = self.dialect.identifier_preparer.quote
         columns = ", ".join(
             [
-                "u.*",
+                *(f"u.{quote(c.name)}" for c in unwinds.c),
                 "l.position AS entry_position",
                 "l.entry",
                 *(f"r.{quote(c.name)} AS {RECORD_PREFIX}{c.name}" for c in records.c),
