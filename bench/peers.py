@@ -328,7 +328,7 @@ def postgres_rows(cfg: Config) -> list[Row]:
                     dbos = Peer(DBOS, "postgres", tmp, url)
                     peers.append(dbos)
                     fns[DBOS] = _peer_rounds(dbos, max(2, runs // 4))
-                rates, _cpu = _timed(fns, rounds)
+                rates, cpu = _timed(fns, rounds)
             finally:
                 for peer in peers:
                     peer.close()
@@ -350,7 +350,14 @@ def postgres_rows(cfg: Config) -> list[Row]:
         rows.append(Row(f"postgres: unwind vs peers: skipped, {missing}", None, ""))
     else:
         rows.append(_row(f"postgres: unwind vs {DBOS}", ours, rates[DBOS], "PostgreSQL system db", None))
-    return rows + _contract_rows("postgres", rates, "bare INSERT+COMMIT")
+    # The unwind's own CPU: what is left of its cost once its round trips are as few as the contract allows.
+    cpu_row = _cpu_row(
+        "postgres: CPU per compensation vs bare INSERT+COMMIT",
+        cpu["saga-worker"],
+        cpu["floor"],
+        "bare commit",
+    )
+    return [*rows, *_contract_rows("postgres", rates, "bare INSERT+COMMIT"), cpu_row]
 
 
 def run(cfg: Config) -> list[Table]:

@@ -30,6 +30,11 @@ FINISHED = (
     claims.c.owner == b("done_holder"),
     claims.c.status == ClaimStatus.CLAIMED.value,
 )
+# A claim's columns unqualified, for a RETURNING: the same list as ``*claims.c`` without the table's
+# name before each (the statements that return them must stay short: ``either``).
+CLAIM_COLUMNS: list[sa.ColumnClause[Any]] = [sa.column(c.name) for c in claims.c]
+# The columns of ``either``'s rows (all of ``CLAIM_COLUMNS``, under their own names).
+GOT: sa.ColumnClause[Any] = sa.literal_column("got.*")
 LEASE = LeaseColumns(
     claims.c.lease_expires_at,
     claims.c.attempts,
@@ -126,7 +131,8 @@ class ClaimStatements(StatementsBase):
         the outcome's compare-and-set, then, only if it matched, the claim's insert-if-absent and its
         take (a sibling sub-statement does not see the other's row: one of them acts). The row says
         whether the outcome was ``written`` and, when the claim was taken, its columns (NULL if not:
-        busy, or nothing claimed because the outcome was not written)."""
+        busy, or nothing claimed because the outcome was not written). Kept under psycopg's parsing
+        cache, as every statement of the unwind's path (``either``)."""
         self.claim_next: Prepared | None = None
         if not self.policy.writes_in_with_clause:
             return
@@ -149,20 +155,21 @@ class ClaimStatements(StatementsBase):
                 ),
             )
             .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
-            .returning(*claims.c)
+            .returning(*CLAIM_COLUMNS)
             .cte("inserted")
         )
         taken = (
             sa.update(claims)
             .where(*KEY, self._takeable(), written)
             .values(**self._taking_values())
-            .returning(*claims.c)
+            .returning(*CLAIM_COLUMNS)
             .cte("taken")
         )
-        got = sa.union_all(sa.select(inserted), sa.select(taken)).subquery("got")
         one = sa.select(sa.literal(1).label("one")).subquery("one")
         self.claim_next = self._prepare(
-            sa.select(written.label("written"), *got.c).select_from(one.outerjoin(got, sa.true()))
+            sa.select(written.label("written"), GOT).select_from(
+                one.outerjoin(either(inserted, taken), sa.true())
+            )
         )
 
     def _build_condemn_claimed(self, stamp: sa.Update) -> None:
@@ -177,23 +184,22 @@ class ClaimStatements(StatementsBase):
         is the insert-if-absent and the take of ``claim_next``: one of them acts, or neither (busy,
         already compensated), and the tombstone is written either way. The row: the stamp's
         ``condemned_at`` and the claim's columns (NULL when none was taken); no row when the stamp
-        wrote nothing."""
+        wrote nothing. Kept under psycopg's parsing cache (``either``; the records as ``r``)."""
         self.condemn_stamp_claimed: Prepared | None = None
         if not self.policy.writes_in_with_clause:
             return
         written = stamp.returning(runs.c.run_id, runs.c.condemned_at).cte("tombstone_stamp")
         logged = audit_insert_from(self.policy, sa.select(written.c.run_id)).cte("logged")
-        of_run = records.c.run_id == b("run")
+        r = records.alias("r")
+        of_run = r.c.run_id == b("run")
         latest = (
-            sa.select(records.c.origin_run_id, records.c.suffix, records.c.status, records.c.tool_name)
-            .where(of_run, records.c.status == sa.any_(sa.bindparam("unwound", type_=sa.ARRAY(sa.String))))
-            .order_by(records.c.seq.desc())
+            sa.select(r.c.origin_run_id, r.c.suffix, r.c.status, r.c.tool_name)
+            .where(of_run, r.c.status == sa.any_(sa.bindparam("unwound", type_=sa.ARRAY(sa.String))))
+            .order_by(r.c.seq.desc())
             .limit(1)
             .cte("latest")
         )
-        unknown = sa.exists(
-            sa.select(records.c.seq).where(of_run, *(records.c.status != v.value for v in RecordStatus))
-        )
+        unknown = sa.exists(sa.select(r.c.seq).where(of_run, *(r.c.status != v.value for v in RecordStatus)))
         target = (
             sa.select(latest.c.origin_run_id, latest.c.suffix)
             .where(
@@ -215,7 +221,7 @@ class ClaimStatements(StatementsBase):
                 sa.select(*(sa.literal(v) if isinstance(v, str | int) else v for v in values.values())),
             )
             .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
-            .returning(*claims.c)
+            .returning(*CLAIM_COLUMNS)
             .cte("first_inserted")
         )
         taken = (
@@ -226,13 +232,12 @@ class ClaimStatements(StatementsBase):
                 self._takeable(),
             )
             .values(**self._taking_values())
-            .returning(*claims.c)
+            .returning(*CLAIM_COLUMNS)
             .cte("first_taken")
         )
-        got = sa.union_all(sa.select(inserted), sa.select(taken)).subquery("got")
         self.condemn_stamp_claimed = self._prepare(
-            sa.select(written.c.condemned_at, *got.c)
-            .select_from(written.outerjoin(got, sa.true()))
+            sa.select(written.c.condemned_at, GOT)
+            .select_from(written.outerjoin(either(inserted, taken), sa.true()))
             .add_cte(logged)
         )
 
@@ -294,7 +299,7 @@ class ClaimStatements(StatementsBase):
                 sa.select(*(sa.literal(v) if isinstance(v, str | int) else v for v in values.values())),
             )
             .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
-            .returning(sa.literal_column("*"))
+            .returning(*CLAIM_COLUMNS)
             .cte("step_taken")
         )
         read = sa.text(f"({self._step_view_text()}) AS step_read LEFT OUTER JOIN step_taken ON true")
@@ -305,11 +310,13 @@ class ClaimStatements(StatementsBase):
         )
 
     def _step_view_text(self) -> str:
-        """``step_view``'s SELECT, the same columns under the same names, in short aliases."""
+        """``step_view``'s SELECT, the same columns under the same names, in short aliases. Every
+        column named, none as a table's ``*``: psycopg prepares the statement on the server, and a
+        prepared ``*`` fails once a migration adds a column (``test_prepared_after_expand.py``)."""
         quote = self.dialect.identifier_preparer.quote
         columns = ", ".join(
             [
-                "u.*",
+                *(f"u.{quote(c.name)}" for c in unwinds.c),
                 "l.position AS entry_position",
                 "l.entry",
                 *(f"r.{quote(c.name)} AS {RECORD_PREFIX}{c.name}" for c in records.c),
@@ -323,6 +330,17 @@ class ClaimStatements(StatementsBase):
             f"JOIN {claims.name} AS c ON c.origin_run_id = r.origin_run_id AND c.suffix = r.suffix) ON "
             "r.run_id = :run AND r.suffix = :step_suffix WHERE u.unwind_id = :unwind"
         )
+
+
+def either(inserted: sa.CTE, taken: sa.CTE) -> sa.Subquery:
+    """The claim an insert-if-absent or a take returned (the rows of both, of which one at most has
+    one), as ``got``: its columns are their RETURNING's, ``CLAIM_COLUMNS``, read as ``GOT``.
+
+    Written with ``*`` over the two CTEs, not their columns named again: psycopg caches its parsing
+    of a statement only up to 4,096 characters (``tests/journal/test_statement_lengths.py``)."""
+    return sa.union_all(*(sa.select(sa.text("*")).select_from(cte) for cte in (inserted, taken))).subquery(
+        "got"
+    )
 
 
 def claim_row(m: Mapping[Any, Any]) -> CompensationClaim:
