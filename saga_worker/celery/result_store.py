@@ -30,7 +30,9 @@ def withdrawn(task: Task[Any, Any]) -> bool:
     if task.request.is_eager:
         return False
     try:
-        return bool(task.AsyncResult(cast(str, task.request.id)).state == WITHDRAWN)
+        # The read ``AsyncResult(id).state`` makes, without a result object built and dropped per unwind.
+        meta = task.backend.get_task_meta(cast(str, task.request.id))
+        return bool(meta.get("status") == WITHDRAWN)
     except NotImplementedError:  # no result backend: nothing can have been stored there
         return False
 

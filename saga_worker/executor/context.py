@@ -127,6 +127,9 @@ class WorkerContext:
 
     @property
     def journal(self) -> Journal:
+        journal = self._journal  # once open, read without the lock: every saga task asks for it
+        if journal is not None:
+            return journal
         with self._lock:
             if self._journal is None:
                 self._journal = open_journal(
@@ -141,14 +144,21 @@ class WorkerContext:
             return describe_source(self._tools_source)
         return self.settings.tools
 
+    def _tools_configured(self) -> bool:
+        # What ``tools_source is None`` says, without writing the description (every step asks).
+        return self._tools_source is not None or self.settings.tools is not None
+
     def require_tools(self, where: str) -> dict[str, Tool]:
         """The tools, or :class:`ToolsNotConfiguredError` naming ``where`` they were needed."""
-        if self.tools_source is None:
+        if not self._tools_configured():
             raise ToolsNotConfiguredError(where)
         return self.tools
 
     @property
     def tools(self) -> dict[str, Tool]:
+        tools = self._tools  # once loaded, read without the lock
+        if tools is not None:
+            return tools
         with self._lock:
             if self._tools is None:
                 if self._tools_source is not None:
@@ -163,11 +173,13 @@ class WorkerContext:
     def tools_if_configured(self) -> dict[str, Tool] | None:
         """The tools when some are configured, else None (for what reads better with them, such as
         the console's run page, and works without)."""
-        return None if self.tools_source is None else self.tools
+        return self.tools if self._tools_configured() else None
 
     @property
     def lock(self) -> StepLock | None:
         """Redis step locks when ``SAGA_REDIS_URL`` is set; otherwise the journal claim alone."""
+        if self._step_lock_opened:  # once opened, read without the lock
+            return self._step_lock
         with self._lock:
             if not self._step_lock_opened:
                 self._step_lock = open_lock(self.settings.redis_url)
@@ -248,6 +260,9 @@ def _new_context() -> WorkerContext:
 def current() -> WorkerContext:
     """This process's context (a forked child gets a fresh one)."""
     global _current, _current_pid
+    ctx = _current  # this process's, read without the guard: every saga task asks for it
+    if ctx is not None and _current_pid == os.getpid():
+        return ctx
     with _guard:
         if _current is None or _current_pid != os.getpid():
             if _current is not None:
