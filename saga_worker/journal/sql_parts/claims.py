@@ -210,20 +210,7 @@ class ClaimStatements(StatementsBase):
             )
             .cte("target")
         )
-        values = self._first_claim_values()
-        values["origin_run_id"] = target.c.origin_run_id
-        values["suffix"] = target.c.suffix
-        values["idempotency_key"] = sa.func.concat(target.c.origin_run_id, ":comp:", target.c.suffix)
-        inserted = (
-            self.policy.insert(claims)
-            .from_select(
-                list(values),
-                sa.select(*(sa.literal(v) if isinstance(v, str | int) else v for v in values.values())),
-            )
-            .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
-            .returning(*CLAIM_COLUMNS)
-            .cte("first_inserted")
-        )
+        inserted = self._claim_target(target, "first_inserted")
         taken = (
             sa.update(claims)
             .where(
@@ -288,11 +275,22 @@ class ClaimStatements(StatementsBase):
             .columns(origin_run_id=sa.String, suffix=sa.String)
             .cte("step_target")
         )
+        taken = self._claim_target(target, "step_taken")
+        read = sa.text(f"({self._step_view_text()}) AS step_read LEFT OUTER JOIN step_taken ON true")
+        self.step_view_claimed = self._prepare(
+            sa.select(sa.literal_column("step_read.*"), sa.literal_column("step_taken.*"))
+            .select_from(read)
+            .add_cte(taken)
+        )
+
+    def _claim_target(self, target: Any, name: str) -> Any:
+        """A CTE named ``name``: the claim of the step ``target`` (a CTE with ``origin_run_id`` and
+        ``suffix``) inserted if absent, as a first claim is, its columns returned."""
         values = self._first_claim_values()
         values["origin_run_id"] = target.c.origin_run_id
         values["suffix"] = target.c.suffix
         values["idempotency_key"] = sa.func.concat(target.c.origin_run_id, ":comp:", target.c.suffix)
-        taken = (
+        return (
             self.policy.insert(claims)
             .from_select(
                 list(values),
@@ -300,13 +298,7 @@ class ClaimStatements(StatementsBase):
             )
             .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
             .returning(*CLAIM_COLUMNS)
-            .cte("step_taken")
-        )
-        read = sa.text(f"({self._step_view_text()}) AS step_read LEFT OUTER JOIN step_taken ON true")
-        self.step_view_claimed = self._prepare(
-            sa.select(sa.literal_column("step_read.*"), sa.literal_column("step_taken.*"))
-            .select_from(read)
-            .add_cte(taken)
+            .cte(name)
         )
 
     def _step_view_text(self) -> str:
