@@ -11,15 +11,20 @@ The same text, character for character: strings quoted as Celery quotes them (``
 else), numbers as ``str()``, ``None`` as ``None``; a text that would reach the limit, which Celery
 would cut, goes to Celery's function. Applied in worker processes only (``worker_init``; the pool's
 children inherit it), so it reaches every task of the worker, the host app's included, with no
-difference but the CPU.
+difference but the CPU. Only on the Celery releases it was checked against
+(``checked_releases.CELERY_TRACER_TEXT``) and while the tracer still writes the text through its
+module global ``saferepr``: otherwise Celery's own function stays.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from celery.app import trace
 from celery.utils.saferepr import saferepr as celery_saferepr
+
+from .checked_releases import CELERY_TRACER_TEXT, may_patch
 
 _PLAIN_NUMBERS = (int, float, bool)
 _CELERY_MAXLEVELS = 3  # saferepr's default, which the tracer uses
@@ -68,9 +73,37 @@ def saferepr(o: Any, maxlen: int | None = None, maxlevels: int = _CELERY_MAXLEVE
     return celery_saferepr(o, maxlen, maxlevels, seen)
 
 
-def speed_up_result_text() -> None:
-    """From now on, Celery's tracer in this process writes a task's result text with :func:`saferepr`."""
+def _still_there() -> bool:
+    """Celery's tracer still calls a module global ``saferepr(o, maxlen, maxlevels, seen)`` of
+    Celery's own (or this one, once applied)."""
+    if getattr(trace, "saferepr", None) not in (celery_saferepr, saferepr):
+        return False
+    if "saferepr" not in _names_used(trace.build_tracer.__code__):
+        return False
+    params = inspect.signature(celery_saferepr).parameters
+    return (
+        list(params) == ["o", "maxlen", "maxlevels", "seen"]
+        and params["maxlevels"].default == _CELERY_MAXLEVELS
+    )
+
+
+def _names_used(code: Any) -> set[str]:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if inspect.iscode(const):
+            names |= _names_used(const)
+    return names
+
+
+def speed_up_result_text() -> bool:
+    """From now on, Celery's tracer in this process writes a task's result text with :func:`saferepr`;
+    False (and Celery's own function) on a Celery release this was not checked against."""
+    if not may_patch(
+        "a result's text written directly", "celery", CELERY_TRACER_TEXT, still_there=_still_there()
+    ):
+        return False
     trace.saferepr = saferepr  # type: ignore[attr-defined]  # a module global of Celery's tracer
+    return True
 
 
 __all__ = ["saferepr", "speed_up_result_text"]

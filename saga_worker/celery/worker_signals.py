@@ -37,7 +37,6 @@ from ..settings import get_settings
 from .logs import redact_saga_logs
 from .result_text import speed_up_result_text
 from .tasks import COMPENSATE_STEP, EVENTS_FLAG
-from .transport import reuse_redis_clients
 
 
 def serves_saga_tasks(worker: Any) -> bool:
@@ -76,12 +75,6 @@ def _serve_metrics(sender: Any = None, **_: Any) -> None:
     settings = get_settings()
     if serves_saga_tasks(sender) and settings.metrics_port is not None:
         metrics.serve_worker_metrics(settings.metrics_port, settings.metrics_host)
-
-
-def _reuse_broker_clients(sender: Any = None, **_: Any) -> None:
-    # Before the consumer connects: kombu's Redis channel would build a client per command.
-    if serves_saga_tasks(sender):
-        reuse_redis_clients()
 
 
 def _speed_up_result_text(sender: Any = None, **_: Any) -> None:
@@ -156,7 +149,6 @@ HANDLERS: tuple[tuple[Signal, Callable[..., None]], ...] = (
     (worker_init, _refuse_without_tools),  # first: a worker without its tools does nothing else
     (worker_init, _prepare_journal),
     (worker_init, _serve_metrics),
-    (worker_init, _reuse_broker_clients),
     (worker_init, _speed_up_result_text),
     (celeryd_after_setup, _announce),
     (worker_ready, _log_tools),

@@ -181,6 +181,6 @@ def test_importing_the_tasks_connects_no_signal_handler_and_the_app_factory_and_
         "worker_process_shutdown",
         "worker_ready",
     ]
-    assert sum(len(handlers) for handlers in made.values()) == 12
+    assert sum(len(handlers) for handlers in made.values()) == 11
     assert all(len(set(handlers)) == len(handlers) for handlers in made.values())
     assert got["again"] == made

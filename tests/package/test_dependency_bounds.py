@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib.metadata
 import inspect
 import tomllib
-import types
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,7 @@ def requirement(name: str) -> Requirement:
     return found[0]
 
 
-@pytest.mark.parametrize("name", ["kombu", "celery-redbeat", "celery"])
+@pytest.mark.parametrize("name", ["celery-redbeat", "celery"])
 def test_the_dependency_has_an_upper_bound_that_the_installed_version_satisfies(name: str) -> None:
     req = requirement(name)
     assert any(spec.operator in ("<", "<=", "~=", "==") for spec in req.specifier), (
@@ -36,43 +35,15 @@ def test_the_dependency_has_an_upper_bound_that_the_installed_version_satisfies(
     )
 
 
-def test_kombu_redis_channel_still_has_the_private_method_the_worker_patches() -> None:
-    from kombu.transport import redis as kombu_redis
+def test_the_result_text_patch_was_checked_against_the_installed_celery_and_applies_to_it() -> None:
+    """A release outside the patch's checked range would run without it (slower, unseen): it fails here."""
+    from saga_worker.celery import checked_releases, result_text
 
-    from saga_worker.celery import transport
-
-    create = transport._original
-    assert create is getattr(kombu_redis.Channel, "_create_client", None) or (
-        kombu_redis.Channel._create_client is transport._create_client  # type: ignore[attr-defined]  # private to kombu, not in its stubs
-    ), "kombu's Channel._create_client is not the method saga_worker.celery.transport wraps"
-    params = inspect.signature(create).parameters
-    assert list(params)[:2] == ["self", "asynchronous"], f"Channel._create_client{inspect.signature(create)}"
-    assert isinstance(inspect.getattr_static(kombu_redis.Channel, "pool"), property)
-
-
-def _names_used(code: types.CodeType) -> set[str]:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _names_used(const)
-    return names
-
-
-def test_celerys_tracer_still_writes_a_result_as_text_with_its_module_global_saferepr() -> None:
-    from celery.app import trace
-    from celery.utils.saferepr import saferepr
-
-    from saga_worker.celery import result_text
-
-    assert trace.saferepr in (saferepr, result_text.saferepr), (  # type: ignore[attr-defined]
-        "celery.app.trace has no module global saferepr for saga_worker.celery.result_text to replace"
+    installed = Version(importlib.metadata.version("celery"))
+    assert checked_releases.CELERY_TRACER_TEXT.contains(installed, prereleases=True), (
+        f"celery {installed} is outside checked_releases.CELERY_TRACER_TEXT: check the patch, then raise it"
     )
-    assert "saferepr" in _names_used(trace.build_tracer.__code__), "Celery's tracer no longer calls saferepr"
-    params = inspect.signature(saferepr).parameters
-    assert list(params) == ["o", "maxlen", "maxlevels", "seen"], f"saferepr{inspect.signature(saferepr)}"
-    assert params["maxlevels"].default == 3, (
-        "saga_worker.celery.result_text writes Celery's default depth only"
-    )
+    assert result_text._still_there(), f"celery {installed} no longer has what result_text replaces"
 
 
 def test_redbeat_still_has_what_the_resilient_scheduler_uses() -> None:

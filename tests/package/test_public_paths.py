@@ -52,7 +52,6 @@ ROOT = {
 # docs/cli): pinned here so that a page rewritten later cannot take a path out of the check.
 DOCUMENTED: dict[str, tuple[str, ...]] = {
     "saga_worker.celery": ("compensate_run", "record_call", "install", "make_app", "DeliveriesExhausted"),
-    "saga_worker.celery.transport": (),
     "saga_worker.contrib.django": ("journal", "tools", "close_journals"),
     "saga_worker.contrib.django.test": ("SagaDiscoverRunner",),
     "saga_worker.cli": ("main",),
@@ -62,6 +61,7 @@ DOCUMENTED: dict[str, tuple[str, ...]] = {
     "saga_worker.cli.commands_inbox": (),
     "saga_worker.cli.commands_status": (),
     "saga_worker.celery.health": (),
+    "saga_worker.celery.result_text": (),
     "saga_worker.cli.commands_journal": (),
     "saga_worker.cli.commands_processes": (),
     "saga_worker.cli.commands_unwind": (),
