@@ -139,7 +139,7 @@ def count(backend: str, runs: int, *, breakdown: bool = False, prior: int = 0) -
 def breakdown_lines(c: Counts) -> list[str]:
     """The frames of the counted unwinds, commit by commit (the unwinds of the most common number of
     commits; mean frames per commit, and per b-tree the mean frames it wrote in that commit)."""
-    if not c.unwinds:
+    if not any(c.unwinds):  # none counted, or PostgreSQL (no WAL frames of its own to read)
         return []
     shapes = Counter(len(u) for u in c.unwinds)
     commits, alike = shapes.most_common(1)[0]

@@ -26,8 +26,8 @@ sweeper's index only over the runs it looks for (docs/guides/upgrading.md; bench
   leaves it when its unwind settles; a run never condemned never enters it. The previous release's
   sweeper query (the same states, as bound values) reads what it read before on SQLite (the
   condemned runs' index), and the new index on PostgreSQL, which proves the condition from them.
-  Built before the old one is dropped: on PostgreSQL the build lets the table be read (writers wait),
-  and the drop's exclusive lock lasts only to the commit.
+  Built before the old one is dropped: on PostgreSQL the build lets the table be read (writers wait;
+  0.11 s at 500,000 runs), and the drop's exclusive lock lasts only to the commit.
 
 Revision ID: 0014
 Revises: 0013
