@@ -23,6 +23,8 @@ TRACED = ("write", "pwrite64", *SYNCS)
 _LINE = re.compile(r"^(?P<pid>\d+)\s+(?P<name>\w+)\((?P<fd>\d+)<(?P<path>[^>]*)>(?P<rest>.*)$")
 _TEXT = re.compile(r'"((?:[^"\\]|\\.)*)"')
 MARKER_ENV = "SAGA_STRACE_MARKER"
+# bench.commits --breakdown: where the traced child writes which b-tree each database page belongs to
+PAGES_ENV = "SAGA_BENCH_PAGES"
 
 
 @dataclass(frozen=True)

@@ -47,7 +47,25 @@ sa.Index(
 # PostgreSQL also has ix_saga_runs_id_bytes on (run_id COLLATE "C"), for the id prefix search: an
 # expression index on one dialect, which autogenerate cannot compare; only the migration knows it.
 MIGRATION_ONLY_INDEXES = frozenset({"ix_saga_runs_id_bytes"})
-sa.Index("ix_saga_runs_unwind_due", runs.c.unwind_state, runs.c.unwind_next_at)
+
+
+def sweepable_clause() -> sa.ColumnElement[bool]:
+    """The runs the sweeper looks for (condemned, their unwind not settled: ``common.UNSWEPT``'s
+    complement, and any state this code does not know), as literal SQL so that the partial index and
+    the sweeper's query match it word for word (migration 0014 has it frozen)."""
+    return sa.text(  # type: ignore[return-value]
+        "condemned_at IS NOT NULL AND unwind_state NOT IN ('none', 'complete', 'attention', 'awaiting')"
+    )
+
+
+# Migration 0014: the sweeper's index, only over the runs it looks for (a clean unwind's run enters
+# it at the tombstone and leaves it at the end; a run never condemned never enters it).
+sa.Index(
+    "ix_saga_runs_sweep_due",
+    runs.c.unwind_next_at,
+    sqlite_where=sweepable_clause(),
+    postgresql_where=sweepable_clause(),
+)
 # Migration 0012: the stubs a prune batch just made (their calls, decisions and audit are deleted by it).
 sa.Index(
     "ix_saga_runs_pruned",
@@ -145,6 +163,9 @@ claims = sa.Table(
     sa.Column("lease_boot_id", sa.String(64)),
     sa.Column("lease_boot_expires_at", sa.Double),
     sa.Column("lease_boot_attempt", sa.Integer),
+    # Migration 0014: on SQLite clustered on the primary key (a claim is one b-tree's entry, not a row
+    # and an index entry: an unwind's merged outcome and next claim change one page).
+    sqlite_with_rowid=False,
 )
 
 # Migration 0002: the Celery executor's bookkeeping. One row per distributed unwind (its worklist,

@@ -311,3 +311,56 @@ def test_a_journal_a_later_release_expanded_still_opens_and_runs_here(
             assert isinstance(journal, SqlJournal)
             # Left as the later release set it: nothing migrated back or forth.
             assert migrate.current_revision(journal.engine) == "later-0099"
+
+
+def _claims_table(engine: sa.Engine) -> tuple[str, list[tuple[object, ...]]]:
+    with engine.connect() as conn:
+        ddl = conn.exec_driver_sql(
+            "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'saga_compensations'"
+        ).scalar_one()
+        rows = conn.exec_driver_sql("SELECT * FROM saga_compensations ORDER BY origin_run_id, suffix").all()
+    return ddl, [tuple(r) for r in rows]
+
+
+def test_migration_0014_clusters_sqlite_claims_on_their_key_keeping_every_row_both_ways(
+    sqlite_url: str,
+) -> None:
+    """0014 rebuilds saga_compensations WITHOUT ROWID on SQLite (one page per claim written, not two):
+    every claim and column kept, up and down, and a journal held open across it goes on claiming."""
+    from saga_worker.journal.schema import sweepable_clause
+
+    tools = {"t": Tool(lambda i, o: 1, compensate=lambda i, o, c: None)}
+    with open_journal(sqlite_url, migrate=True) as journal:
+        assert isinstance(journal, SqlJournal)
+        migrate.downgrade(journal.engine, "0013")
+        ddl, _ = _claims_table(journal.engine)
+        assert "WITHOUT ROWID" not in ddl
+        for run in ("before-a", "before-b"):
+            run_durable(
+                run, journal=journal, tools=tools, planner=scripted(ToolCall("t", {}), ToolCall("t", {}))
+            )
+            assert compensate_run(run, journal=journal, tools=tools).complete
+        _, before = _claims_table(journal.engine)
+        assert len(before) == 4
+
+        migrate.upgrade(journal.engine)
+        ddl, after = _claims_table(journal.engine)
+        assert ddl.rstrip().endswith("WITHOUT ROWID") and after == before
+        assert schema_drift(journal.engine) == []
+        with journal.engine.connect() as conn:
+            index = conn.exec_driver_sql(
+                "SELECT sql FROM sqlite_master WHERE name = 'ix_saga_runs_sweep_due'"
+            ).scalar_one()
+            plan = conn.exec_driver_sql(
+                "EXPLAIN QUERY PLAN " + journal._q.runs_due.sql, (0.0, 1.0, 100, 0)
+            ).all()
+        assert index.endswith(f"WHERE {sweepable_clause()}")  # the sweeper's query's own words
+        assert "USING INDEX ix_saga_runs_sweep_due" in plan[0][3]
+
+        run_durable("after", journal=journal, tools=tools, planner=scripted(ToolCall("t", {})))
+        assert compensate_run("after", journal=journal, tools=tools).complete  # on the same open journal
+        assert journal.get_claim("after", "call-1") is not None
+
+        migrate.downgrade(journal.engine, "0013")
+        ddl, back = _claims_table(journal.engine)
+        assert "WITHOUT ROWID" not in ddl and len(back) == 5 and set(before) <= set(back)

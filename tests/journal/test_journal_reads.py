@@ -12,7 +12,9 @@ from saga_worker.journal.records import (
     NewAudit,
     NewRecord,
     RecordStatus,
+    UnwindState,
 )
+from saga_worker.journal.sql_parts.common import UNSWEPT
 
 
 def _record(journal: Journal, run_id: str, suffix: str, step: int, status: RecordStatus) -> None:
@@ -225,3 +227,23 @@ def test_read_report_of_an_unwind_every_step_of_which_has_an_entry_still_reads_t
     assert read.worklist.run == journal.get_run(run_id)
     assert read.worklist.condemner == ("ann", "refund")
     assert read.worklist.records == journal.read_worklist(run_id, UNWOUND).records != []
+
+
+def test_the_sweeper_reads_the_condemned_runs_of_every_unsettled_state_and_no_settled_one(
+    journal: Journal, run_id: str
+) -> None:
+    """The sweeper's read names the settled states in literal SQL (the partial index's condition,
+    migration 0014): a condemned, due run in each state, and one never condemned."""
+    now = journal.now()
+    due_at = {state: now - 10.0 + i for i, state in enumerate(UnwindState)}
+    for state, at in due_at.items():
+        run = f"{run_id}-{state.value}"
+        journal.start_run(run, "p")
+        journal.condemn(run)
+        journal.set_unwind_state(run, state, next_at=at)
+    journal.start_run(f"{run_id}-never", "p")
+
+    swept = [r.run_id for r in journal.runs_to_sweep(now + 1)]
+
+    # pending and incomplete are the states the sweeper re-drives; none of the others is read
+    assert swept == [f"{run_id}-{s.value}" for s in sorted(UNSWEPT, key=due_at.__getitem__)]

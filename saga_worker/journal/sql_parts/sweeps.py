@@ -12,10 +12,10 @@ from ...errors import MalformedRecordError
 from .. import driver
 from ..driver import Prepared
 from ..records import ClaimStatus, FinishedClaim, NewAudit, RunInfo, UnwindState
-from ..schema import claims, runs, unwinds
+from ..schema import claims, runs, sweepable_clause, unwinds
 from ..tombstone import check_not_condemned_row
 from .audit import audit_insert_from, audit_params
-from .common import MAX_ROWS, NOW, RUN, UNSWEPT, PlumbingStatements, SqlPlumbing, StatementsBase, b
+from .common import MAX_ROWS, NOW, RUN, PlumbingStatements, SqlPlumbing, StatementsBase, b
 from .gate import run_row
 
 
@@ -82,8 +82,8 @@ class SweepStatements(StatementsBase):
             .where(
                 # Not "pending or incomplete": every state but the settled ones, so that a run whose
                 # state this code does not know is read (and fails closed) rather than never swept.
-                *(runs.c.unwind_state != s.value for s in UnwindState if s not in UNSWEPT),
-                runs.c.condemned_at.is_not(None),
+                # Literal SQL, the partial index's own condition (migration 0014), which serves it.
+                sweepable_clause(),
                 sa.func.coalesce(runs.c.unwind_next_at, 0.0) <= b("due_by", type_=sa.Double),
             )
             .order_by(runs.c.unwind_next_at)
