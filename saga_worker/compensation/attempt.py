@@ -39,7 +39,7 @@ from ..locks.base import StepLock
 from ..observing import metrics, tracing
 from ..recording.tools import CallOptions, Tool, call_hook
 from . import alerts
-from .carry import HeldOutcome, OutcomeCarry
+from .carry import LEASE_LOST, HeldOutcome, OutcomeCarry
 from .entries import entry_for
 from .hookcall import HookCall
 from .recovery import Settled, what_happened
@@ -48,10 +48,6 @@ from .twins import Twins
 
 log = logging.getLogger(__name__)
 S = CompensationStatus
-LEASE_LOST = (
-    "the compensate hook returned, but this attempt's lease had lapsed and another unwinder took the "
-    "step over: its outcome is the step's"
-)
 
 
 def _out_of_time(exc: BaseException) -> bool:
@@ -426,12 +422,12 @@ class StepAttempt:
         attempt reads busy (the unwind halts, and a later one reads what the owner wrote). Two holders
         of one step never both report it compensated."""
         done = self._entry(S.COMPENSATED)
-        lost = self._entry(S.BUSY, LEASE_LOST)
         carry = self.unwinding.carry
         if carry is not None:  # written with the next step's claim, or on its own before the report
             finished = FinishedClaim(*self._where, self.owner, ClaimStatus.COMPENSATED)
-            carry.hold(HeldOutcome(finished, self.key, done, lost))
+            carry.hold(HeldOutcome(finished, self.key, done))
             return done
+        lost = self._entry(S.BUSY, LEASE_LOST)
         written = self._finish(ClaimStatus.COMPENSATED, done, lost=lost)
         faults.point("after_outcome", self.key)
         return done if written else lost
