@@ -102,6 +102,9 @@ class Unwinding:
     tools_named: str = "the tools given"
     # The in-process unwind's: a step's outcome written with the next step's claim (``carry.py``).
     carry: OutcomeCarry | None = None
+    # Each step's group number (``groups.group_numbers`` of the run's records), when known before the
+    # steps: an entry is then made with it, rather than copied with it by the report (``numbered``).
+    groups: Mapping[tuple[str, str], int] | None = None
 
 
 def lock_op(op: Callable[..., Any], *args: Any) -> Any:
@@ -187,7 +190,9 @@ class StepAttempt:
         self, status: CompensationStatus, error: str | None = None, *, needs_approval: bool = False
     ) -> CompensationEntry:
         gated = needs_approval or self.gated
-        return entry_for(self.record, status, error, self.attempts, needs_approval=gated)
+        groups = self.unwinding.groups
+        group = 0 if groups is None else groups.get(self._where, 0)
+        return entry_for(self.record, status, error, self.attempts, needs_approval=gated, group=group)
 
     def _as_twins_see_it(self, entry: CompensationEntry, twins: Twins) -> CompensationEntry | None:
         if entry.status is S.BUSY:
