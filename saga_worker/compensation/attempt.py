@@ -39,7 +39,7 @@ from ..locks.base import StepLock
 from ..observing import metrics, tracing
 from ..recording.tools import CallOptions, Tool, call_hook
 from . import alerts
-from .carry import HeldOutcome, OutcomeCarry
+from .carry import LEASE_LOST, HeldOutcome, OutcomeCarry
 from .entries import entry_for
 from .hookcall import HookCall
 from .recovery import Settled, what_happened
@@ -48,10 +48,6 @@ from .twins import Twins
 
 log = logging.getLogger(__name__)
 S = CompensationStatus
-LEASE_LOST = (
-    "the compensate hook returned, but this attempt's lease had lapsed and another unwinder took the "
-    "step over: its outcome is the step's"
-)
 
 
 def _out_of_time(exc: BaseException) -> bool:
@@ -106,6 +102,9 @@ class Unwinding:
     tools_named: str = "the tools given"
     # The in-process unwind's: a step's outcome written with the next step's claim (``carry.py``).
     carry: OutcomeCarry | None = None
+    # Each step's group number (``groups.group_numbers`` of the run's records), when known before the
+    # steps: an entry is then made with it, rather than copied with it by the report (``numbered``).
+    groups: Mapping[tuple[str, str], int] | None = None
 
 
 def lock_op(op: Callable[..., Any], *args: Any) -> Any:
@@ -191,7 +190,9 @@ class StepAttempt:
         self, status: CompensationStatus, error: str | None = None, *, needs_approval: bool = False
     ) -> CompensationEntry:
         gated = needs_approval or self.gated
-        return entry_for(self.record, status, error, self.attempts, needs_approval=gated)
+        groups = self.unwinding.groups
+        group = 0 if groups is None else groups.get(self._where, 0)
+        return entry_for(self.record, status, error, self.attempts, needs_approval=gated, group=group)
 
     def _as_twins_see_it(self, entry: CompensationEntry, twins: Twins) -> CompensationEntry | None:
         if entry.status is S.BUSY:
@@ -426,12 +427,12 @@ class StepAttempt:
         attempt reads busy (the unwind halts, and a later one reads what the owner wrote). Two holders
         of one step never both report it compensated."""
         done = self._entry(S.COMPENSATED)
-        lost = self._entry(S.BUSY, LEASE_LOST)
         carry = self.unwinding.carry
         if carry is not None:  # written with the next step's claim, or on its own before the report
             finished = FinishedClaim(*self._where, self.owner, ClaimStatus.COMPENSATED)
-            carry.hold(HeldOutcome(finished, self.key, done, lost))
+            carry.hold(HeldOutcome(finished, self.key, done))
             return done
+        lost = self._entry(S.BUSY, LEASE_LOST)
         written = self._finish(ClaimStatus.COMPENSATED, done, lost=lost)
         faults.point("after_outcome", self.key)
         return done if written else lost

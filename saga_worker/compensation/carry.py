@@ -23,7 +23,12 @@ from dataclasses import dataclass
 from ..core import faults
 from ..journal.records import ClaimAttempt, FinishedClaim
 from ..journal.roles import UnwindJournal
-from .report import CompensationEntry
+from .report import CompensationEntry, CompensationStatus
+
+LEASE_LOST = (
+    "the compensate hook returned, but this attempt's lease had lapsed and another unwinder took the "
+    "step over: its outcome is the step's"
+)
 
 
 @dataclass(frozen=True)
@@ -33,7 +38,12 @@ class HeldOutcome:
     finished: FinishedClaim
     key: str
     done: CompensationEntry  # the entry if the outcome is written
-    lost: CompensationEntry  # the entry if it is not (the claim moved on)
+
+    @property
+    def lost(self) -> CompensationEntry:
+        """The entry if it is not (the claim moved on): busy, ``LEASE_LOST``. Built only then: a
+        pydantic model per step that almost never reads it."""
+        return self.done.model_copy(update={"status": CompensationStatus.BUSY, "error": LEASE_LOST})
 
 
 class OutcomeCarry:

@@ -42,7 +42,7 @@ from .actors import check_via, default_actor
 from .attempt import StepAttempt, Unwinding
 from .carry import HeldOutcome, OutcomeCarry
 from .entries import entry_for
-from .groups import numbered, undo_in_groups
+from .groups import group_numbers, numbered, undo_in_groups
 from .report import SETTLED, CompensationEntry, CompensationReport, CompensationStatus, until_halt
 
 __all__ = [
@@ -315,7 +315,16 @@ def _compensate_run(
     else:
         carry = None if dry_run else OutcomeCarry(journal, pretaken, None if first is None else first.owner)
         entries = _undo(
-            journal, run_id, worklist, checked, dry_run, claim_ttl, lock, claims=view.claims, carry=carry
+            journal,
+            run_id,
+            worklist,
+            checked,
+            dry_run,
+            claim_ttl,
+            lock,
+            claims=view.claims,
+            carry=carry,
+            groups=group_numbers(view.records),  # the report's numbers (``report_of``), given at birth
         )
 
     def report_of(entries: list[CompensationEntry]) -> CompensationReport:
@@ -412,11 +421,15 @@ def _undo(
     *,
     claims: Mapping[tuple[str, str], CompensationClaim] | None,
     carry: OutcomeCarry | None,
+    groups: Mapping[tuple[str, str], int] | None = None,
 ) -> list[CompensationEntry]:
     """``undo_steps``, but the last step's outcome may still be held in ``carry`` when it returns
     (n+1 commits: each step's outcome goes with the next step's claim, the last one with the
-    unwind's end state: ``carry.py``); its entry is the last one then."""
-    unwinding, known = _unwinding(journal, run_id, worklist, tools, dry_run, claim_ttl, lock, claims, carry)
+    unwind's end state: ``carry.py``); its entry is the last one then. ``groups``: each step's group
+    number, for the entries made here (``Unwinding.groups``)."""
+    unwinding, known = _unwinding(
+        journal, run_id, worklist, tools, dry_run, claim_ttl, lock, claims, carry, groups
+    )
     done: list[CompensationEntry] = []
 
     def attempt(record: ToolRecord) -> CompensationEntry | None:
@@ -448,13 +461,17 @@ def _unwinding(
     lock: StepLock | None,
     claims: Mapping[tuple[str, str], CompensationClaim] | None,
     carry: OutcomeCarry | None,
+    groups: Mapping[tuple[str, str], int] | None = None,
 ) -> tuple[Unwinding, Mapping[tuple[str, str], CompensationClaim]]:
     """What every step of an in-process unwind shares, and the steps' claims (read here if not given)."""
     if claims is None:
         claims = journal.get_claims([(r.origin_run_id, r.suffix) for r in worklist])
     ttl = claim_ttl if claim_ttl is not None else get_settings().claim_ttl
     tools_named = "the tools given to compensate_run"
-    return Unwinding(journal, run_id, tools, ttl, dry_run, lock, tools_named=tools_named, carry=carry), claims
+    unwinding = Unwinding(
+        journal, run_id, tools, ttl, dry_run, lock, tools_named=tools_named, carry=carry, groups=groups
+    )
+    return unwinding, claims
 
 
 def undo_groups(

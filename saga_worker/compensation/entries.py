@@ -15,9 +15,11 @@ def entry_for(
     attempts: int = 0,
     *,
     needs_approval: bool = False,
+    group: int = 0,
 ) -> CompensationEntry:
     return CompensationEntry(
         needs_approval=needs_approval,
+        group=group,
         suffix=record.suffix,
         tool_call_id=record.tool_call_id,
         tool_name=record.tool_name,
