@@ -70,6 +70,9 @@ class Finalize:
     unwind_id: str
     # The entry of the step just run (None from the coordinator): the halting one, after a halt.
     done: CompensationEntry | None = field(default=None, compare=False)
+    # The unwind as the step just run read it (None from the coordinator): the report need not read
+    # it again (an unwind's row is written once, insert-if-absent, and never changes).
+    info: UnwindInfo | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -162,7 +165,7 @@ def _worklist(records: Sequence[ToolRecord], parallel_max: int | None) -> tuple[
 def _next(info: UnwindInfo, position: int, done: CompensationEntry | None = None) -> Next:
     """What starts at ``position``: its step, or its wave of a group (``Fan``), or the report."""
     if position >= len(info.suffixes):
-        return Finalize(info.run_id, info.unwind_id, done)
+        return Finalize(info.run_id, info.unwind_id, done, info)
     wave = range(position, position + 1) if info.groups is None else info.groups.wave_of(position)
     steps = tuple(
         Step(info.run_id, info.unwind_id, info.suffixes[p], info.dry_run, p, len(info.suffixes), done)
@@ -233,7 +236,7 @@ def run_step(
     if info.groups is not None and len(info.groups.group_of(position)) > 1:
         return _after_group_step(journal, info, position, done)
     if halts(done.status):
-        return Finalize(run_id, unwind_id, done)
+        return Finalize(run_id, unwind_id, done, info)
     return _next(info, position + 1, done)
 
 
@@ -252,7 +255,7 @@ def _after_group_step(
     if wave.stop < group.stop:
         return _next(info, wave.stop, done)
     if any(halts(stored_entry(info, p, entries[p]).status) for p in group):
-        return Finalize(info.run_id, info.unwind_id, done)
+        return Finalize(info.run_id, info.unwind_id, done, info)
     return _next(info, group.stop, done)
 
 
@@ -405,12 +408,18 @@ def _compensate(
     return journal.record_unwind_entry(info.unwind_id, position, entry.model_dump(mode="json"))
 
 
-def finalize_unwind(journal: UnwindJournal, run_id: str, unwind_id: str) -> CompensationReport:
-    """The report from the journal: stored entries up to the halt, ``not-attempted`` after it."""
+def finalize_unwind(
+    journal: UnwindJournal, run_id: str, unwind_id: str, *, info: UnwindInfo | None = None
+) -> CompensationReport:
+    """The report from the journal: stored entries up to the halt, ``not-attempted`` after it.
+    ``info``: the unwind as the last step task read it (``Finalize.info``), not read again."""
     check_run_id(run_id)
     check_unwind_id(unwind_id)
-    # The unwind, its entries, the run, its steps and who condemned it: one read (``read_report``).
-    view = journal.read_report(unwind_id, run_id, UNWOUND)
+    if info is not None and (info.run_id, info.unwind_id) != (run_id, unwind_id):
+        info = None  # another unwind's: read this one's
+    # The unwind (unless given), its entries, the run, its steps and who condemned it: one read
+    # (``read_report``).
+    view = journal.read_report(unwind_id, run_id, UNWOUND, unwind=info)
     info = _checked(view.unwind, run_id, unwind_id)
     with tracing.unwind(
         run_id,

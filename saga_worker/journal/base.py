@@ -56,12 +56,25 @@ class Journal(RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsP
         who = condemned_by(self.read_audit(run_id)) if run is not None and run.condemned else (None, None)
         return WorklistView(run, found, claims, who)
 
-    def read_report(self, unwind_id: str, run_id: str, statuses: Sequence[RecordStatus]) -> ReportView:
-        """The unwind, its stored entries and the run's worklist (``read_worklist``), read together:
-        what the report of a distributed unwind is assembled from."""
-        unwind = self.get_unwind(unwind_id)
+    def read_report(
+        self,
+        unwind_id: str,
+        run_id: str,
+        statuses: Sequence[RecordStatus],
+        *,
+        unwind: UnwindInfo | None = None,
+    ) -> ReportView:
+        """The unwind (``unwind`` when the caller read it already: not read again), its stored entries,
+        the run, its records of ``statuses`` and who condemned it, read together: what the report of
+        a distributed unwind is assembled from. No claims (``worklist.claims`` is empty): the entries
+        say what each step did."""
+        if unwind is None:
+            unwind = self.get_unwind(unwind_id)
         entries = self.list_unwind_entries(unwind_id)
-        return ReportView(unwind, entries, self.read_worklist(run_id, statuses))
+        run = self.get_run(run_id)
+        found = self.list_records(run_id, statuses)
+        who = condemned_by(self.read_audit(run_id)) if run is not None and run.condemned else (None, None)
+        return ReportView(unwind, entries, WorklistView(run, found, {}, who))
 
     def condemn_and_read(
         self, run_id: str, statuses: Sequence[RecordStatus], *, audit: NewAudit | None = None

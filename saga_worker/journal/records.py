@@ -436,8 +436,9 @@ class WorklistView:
 class ReportView:
     """What assembling a distributed unwind's report reads, together (one round trip on PostgreSQL):
     the unwind as recorded (None if it is not in the journal), the entries its steps stored so far by
-    position, and the run's worklist as ``read_worklist`` reads it, records included even when every
-    step has its entry: the report numbers each step's group by them."""
+    position, and the run's worklist as ``read_worklist`` reads it but for the claims (none read: the
+    entries say what each step did), records included even when every step has its entry: the
+    report numbers each step's group by them."""
 
     unwind: UnwindInfo | None
     entries: dict[int, dict[str, Any]]

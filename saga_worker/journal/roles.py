@@ -126,7 +126,14 @@ class UnwindJournal(_RunAndRecord, _Guard, _Trail, _UnwindProgress, Protocol):
 
     def read_worklist(self, run_id: str, statuses: Sequence[RecordStatus]) -> WorklistView: ...
 
-    def read_report(self, unwind_id: str, run_id: str, statuses: Sequence[RecordStatus]) -> ReportView: ...
+    def read_report(
+        self,
+        unwind_id: str,
+        run_id: str,
+        statuses: Sequence[RecordStatus],
+        *,
+        unwind: UnwindInfo | None = None,
+    ) -> ReportView: ...
 
     def read_step(
         self, unwind_id: str, run_id: str, suffix: str, claim: StepClaim | None = None
