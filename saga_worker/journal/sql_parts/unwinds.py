@@ -16,13 +16,14 @@ from ...errors import MalformedRecordError
 from .. import driver
 from ..driver import Prepared
 from ..records import ClaimStatus, CompensationClaim, GroupPlan, StepClaim, StepFinish, StepView, UnwindInfo
-from ..schema import claims, records, redeliveries, unwind_entries, unwinds
+from ..schema import claims, records, redeliveries, runs, unwind_entries, unwinds
 from .claims import claim_row
 from .common import (
     CLAIM_PREFIX,
     MAX_ROWS,
     NOW,
     RECORD_PREFIX,
+    RUN,
     PlumbingStatements,
     SqlPlumbing,
     StatementsBase,
@@ -88,6 +89,45 @@ class UnwindStatements(StatementsBase):
             .order_by(unwinds.c.created_at.desc(), unwinds.c.unwind_id.desc())
             .limit(MAX_ROWS)
         )
+
+    def _build_unwind_held(self, hold: sa.Update) -> None:
+        """The coordinator's ``record_unwind`` as one statement where the dialect allows
+        (``writes_in_with_clause``): the unwind inserted if absent, the stored one returned (the
+        insert's row, else the one there first), and the run's sweep held if the stored unwind is
+        this run's and not a dry run (``hold``: the sweep's hold, ``SweepStatements._hold_sweep``).
+        None elsewhere (``SqlUnwinds._store_unwind``)."""
+        self.unwind_held: Prepared | None = None
+        if not self.policy.writes_in_with_clause:
+            return
+        insert = (
+            self.policy.insert(unwinds)
+            .values(
+                unwind_id=b("unwind"),
+                run_id=b("run"),
+                dry_run=b("plan_only", type_=sa.Boolean),
+                suffixes=b("worklist"),
+                created_at=NOW,
+                actor=b("who"),
+                reason=b("why"),
+                via=b("through"),
+                run_epoch=b("epoch", type_=sa.Integer),
+                group_plan=b("plan"),
+            )
+            .on_conflict_do_nothing(index_elements=["unwind_id"])
+            .returning(*unwinds.c)
+            .cte("ins")
+        )
+        # The one there first (a redelivery): read in the statement's snapshot. One inserted by a
+        # transaction still open when this began is not in it: no row then (the caller reads again).
+        there = sa.select(*unwinds.c).where(
+            unwinds.c.unwind_id == b("unwind"), ~sa.exists(sa.select(insert.c.unwind_id))
+        )
+        stored = sa.union_all(sa.select(*insert.c), there).cte("stored")
+        mine = sa.select(stored.c.unwind_id).where(
+            stored.c.run_id == runs.c.run_id, stored.c.dry_run.is_(False)
+        )
+        held = hold.where(RUN, sa.exists(mine)).returning(runs.c.run_id).cte("held")
+        self.unwind_held = self._prepare(sa.select(*stored.c).add_cte(held))
 
     def _build_step_view(self) -> None:
         """All a step task reads, in one statement."""
@@ -216,6 +256,7 @@ class UnwindReads(PlumbingStatements, Protocol):
     step_view: Prepared
     step_view_claimed: Prepared | None
     unwind_get: Prepared
+    unwind_held: Prepared | None
     unwind_insert: Prepared
     unwinds_of_run: Prepared
 
@@ -304,6 +345,13 @@ class SqlUnwinds(SqlPlumbing):
         round trip costs (PostgreSQL), the three statements go in one pipeline, one implicit transaction."""
         q = self._q
         alone = f"the unwind {params['unwind']!r} of run {params['run']!r}"
+        if hold is not None and q.unwind_held is not None:
+            # One statement: the insert, the stored unwind, the hold (one commit, one round trip).
+            one, both = q.unwind_held, {**params, **hold}
+            held = self._write(lambda tx: tx.one(one, both), alone=alone)
+            if held is not None:
+                return unwind_row(held)
+            # Inserted by another transaction this statement's snapshot did not see: as below.
         if hold is not None and self.policy.transactions_cost_round_trips:
             both = {**params, **hold}
             _, got, _ = self._write(
