@@ -207,6 +207,19 @@ class StepFinish:
 
     written: bool
     entry: dict[str, Any]
+    # The unwind's end (``UnwindEnd``) went in the same commit: the outcome was written and the entry
+    # stored was this call's.
+    ended: bool = False
+
+
+@dataclass(frozen=True)
+class UnwindEnd:
+    """A distributed unwind's end, written with its last step's outcome (``Journal.finish_step``):
+    the run's unwind state ``complete`` (only while its epoch is ``epoch``, unless None) with the
+    unwind's ``unwound`` audit row, as ``finish_unwind`` writes them for a complete report."""
+
+    epoch: int | None
+    audit: NewAudit
 
 
 @dataclass(frozen=True)

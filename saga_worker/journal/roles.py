@@ -44,6 +44,7 @@ from .records import (
     StepFinish,
     StepView,
     ToolRecord,
+    UnwindEnd,
     UnwindInfo,
     UnwindState,
     WorklistView,
@@ -190,6 +191,7 @@ class UnwindJournal(_RunAndRecord, _Guard, _Trail, _UnwindProgress, Protocol):
         position: int,
         won: dict[str, Any],
         lost: dict[str, Any],
+        end: UnwindEnd | None = None,
     ) -> StepFinish: ...
 
     def finish_and_claim(

@@ -66,6 +66,7 @@ class Statements(
         self._build_step_view()
         self._build_step_claimed()
         self._build_step_finish()
+        self._build_step_finish_ended(self._unwind_state)
         self._build_retention()
 
 
