@@ -57,7 +57,12 @@ def child(runs: int) -> None:
                 assert got is not None
                 nxt = got
             mark("report" if counted else "warm")
-            report = executor.finalize_unwind(backend.journal, run_id, unwind_id)
+            # As the last step task does (celery/tasks.py): with the unwind it read, and the report
+            # whose end it wrote with its outcome, if it did.
+            assert isinstance(nxt, executor.Finalize), nxt
+            report = executor.finalize_unwind(
+                backend.journal, run_id, unwind_id, info=nxt.info, ended=nxt.report
+            )
             assert report.complete and len(report.entries) == STEPS, report
             mark("warm")
         mark("end")

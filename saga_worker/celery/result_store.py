@@ -6,14 +6,64 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import celery
 from celery import Task, states
+from celery.backends.redis import RedisBackend
+from kombu.utils.encoding import bytes_to_str
 
 WITHDRAWN = "REVOKED"
+
+# Celery's Redis result backend writes a result as ``RedisBackend._set`` does in the releases this was
+# checked against (pyproject.toml bounds Celery below the next one): the meta of
+# ``_get_result_meta``, encoded by ``encode``, SET (SETEX with ``expires``) and PUBLISHed on
+# ``get_key_for_task``'s key. ``store_once`` does the same in one compare-and-set (a script: the
+# stored status read and the result written in one round trip, where the read and the store were
+# three: Celery's ``store_result`` reads the key again itself); anywhere else (another backend,
+# another Celery, a serializer other than JSON, compression), the read, then ``store_result``.
+CHECKED_CELERY = ((5, 5), (5, 8))  # from, up to (not included)
+_STORE_UNLESS_READY = """
+local stored = redis.call('GET', KEYS[1])
+if stored then
+  local ok, meta = pcall(cjson.decode, stored)
+  if not ok or type(meta) ~= 'table' then return -1 end
+  for i = 3, #ARGV do
+    if meta['status'] == ARGV[i] then return 0 end
+  end
+end
+if tonumber(ARGV[2]) > 0 then
+  redis.call('SETEX', KEYS[1], ARGV[2], ARGV[1])
+else
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+redis.call('PUBLISH', KEYS[1], ARGV[1])
+return 1
+"""
+
+
+def _celery_checked(version: str = celery.__version__) -> bool:
+    """Is this Celery one whose Redis backend ``store_once``'s script was checked against?"""
+    try:
+        found = tuple(int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return False
+    low, high = CHECKED_CELERY
+    return low <= found < high
+
+
+_CHECKED = _celery_checked()
 
 
 def store_once(backend: Any, task_id: str, result: Any) -> bool:
     """Store ``result`` as the ``SUCCESS`` of ``task_id`` unless a final state (a report, an error,
     a withdrawal) is stored there already; whether it was stored."""
+    stored = _store_unless_ready(backend, task_id, result)
+    if stored is not None:
+        return stored
+    return store_once_apart(backend, task_id, result)
+
+
+def store_once_apart(backend: Any, task_id: str, result: Any) -> bool:
+    """``store_once`` on any backend: the stored state read, then the result stored if none was final."""
     try:
         if backend.get_task_meta(task_id, cache=False).get("status") in states.READY_STATES:
             return False
@@ -21,6 +71,37 @@ def store_once(backend: Any, task_id: str, result: Any) -> bool:
         return False
     backend.store_result(task_id, result, states.SUCCESS)
     return True
+
+
+def _redis(backend: Any) -> bool:
+    return isinstance(backend, RedisBackend)  # its subclasses too (Sentinel): the same writes
+
+
+def _store_unless_ready(backend: Any, task_id: str, result: Any) -> bool | None:
+    """``store_once`` on Celery's Redis backend in one round trip; None where it does not apply (or
+    the stored value is not JSON it can read): the caller stores it apart."""
+    if not (_CHECKED and _redis(backend) and backend.serializer == "json" and not backend.compression):
+        return None
+    meta = backend._get_result_meta(
+        result=backend.encode_result(result, states.SUCCESS),
+        state=states.SUCCESS,
+        traceback=None,
+        request=None,
+    )
+    meta["task_id"] = bytes_to_str(task_id)
+    value = backend.encode(meta)
+    if len(value) > backend._MAX_STR_VALUE_SIZE:
+        return None  # refused as Celery refuses it
+    script = backend.__dict__.get("_saga_store_unless_ready")
+    if script is None:
+        script = backend.__dict__["_saga_store_unless_ready"] = backend.client.register_script(
+            _STORE_UNLESS_READY
+        )
+    key = backend.get_key_for_task(task_id)
+    expires = int(backend.expires or 0)
+    args = [value, expires, *sorted(states.READY_STATES)]
+    done = int(backend.ensure(lambda: script(keys=[key], args=args), ()))
+    return None if done < 0 else done == 1
 
 
 def withdrawn(task: Task[Any, Any]) -> bool:
@@ -45,4 +126,4 @@ def answered(task: Task[Any, Any], task_id: str) -> bool:
         return False
 
 
-__all__ = ["WITHDRAWN", "answered", "store_once", "withdrawn"]
+__all__ = ["CHECKED_CELERY", "WITHDRAWN", "answered", "store_once", "store_once_apart", "withdrawn"]

@@ -26,10 +26,11 @@ from celery.exceptions import Ignore
 from sqlalchemy.exc import InterfaceError, OperationalError
 
 from .. import executor
-from ..compensation.report import SETTLED, CompensationEntry, CompensationStatus, halts
+from ..compensation.report import SETTLED, CompensationEntry, CompensationReport, CompensationStatus, halts
 from ..core import faults
 from ..core.checks import check_age, check_parallel
 from ..errors import JournalUnavailableError
+from ..journal.records import UnwindInfo
 from ..operating import actions, retention
 from . import health, result_store
 from .redeliveries import DeliveriesExhausted, counted
@@ -100,7 +101,7 @@ def _continue(task: Task[Any, Any], nxt: executor.Next) -> Any:
         return _shown(nxt.run_id, nxt.done)
     # The end (or a halt): assemble the report here, from the journal, rather than in a task of its
     # own: one message fewer per unwind. A redelivery assembles the same report again.
-    report = _report(nxt.run_id, nxt.unwind_id)
+    report = _report(nxt.run_id, nxt.unwind_id, nxt.info, nxt.report)
     if not plain:
         return report  # this task runs under the coordinator's id: its result is the report
     # The report goes under the coordinator's id where nothing final is stored yet: the first answer
@@ -160,6 +161,8 @@ def _continue_here(nxt: executor.Next) -> Any:
     so the caller got FAILURE for an unwind that had completed."""
     ctx = executor.current()
     end = executor.run_rest(ctx.journal, ctx.tools, nxt, claim_ttl=ctx.settings.claim_ttl, lock=ctx.lock)
+    if isinstance(end, executor.Finalize):
+        return _report(end.run_id, end.unwind_id, end.info, end.report)
     return _report(end.run_id, end.unwind_id)
 
 
@@ -180,8 +183,12 @@ def _plain_request(task: Task[Any, Any]) -> bool:
     )
 
 
-def _report(run_id: str, unwind_id: str) -> dict[str, Any]:
-    report = executor.finalize_unwind(executor.current().journal, run_id, unwind_id)
+def _report(
+    run_id: str, unwind_id: str, info: UnwindInfo | None = None, ended: CompensationReport | None = None
+) -> dict[str, Any]:
+    """The report, from the journal; ``info``: the unwind as the last step task read it; ``ended``:
+    the report whose end that task wrote with its outcome."""
+    report = executor.finalize_unwind(executor.current().journal, run_id, unwind_id, info=info, ended=ended)
     return report.model_dump(mode="json")
 
 

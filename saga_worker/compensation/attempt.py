@@ -32,6 +32,7 @@ from ..journal.records import (
     GateDecision,
     RecordStatus,
     ToolRecord,
+    UnwindEnd,
     UnwindState,
 )
 from ..journal.roles import UnwindJournal
@@ -140,8 +141,13 @@ class StepAttempt:
         twins: Twins | None = None,
         refusal: str | None = None,
         pretaken: Pretaken | None = None,
+        end_with: Callable[[CompensationEntry], UnwindEnd | None] | None = None,
     ) -> None:
         self.unwinding = unwinding
+        # The last step of a distributed unwind: given the step's entry had its outcome been written,
+        # the unwind's end to write in the same commit (None: none; ``Journal.finish_step``).
+        self.end_with = end_with
+        self.ended = False  # that end was written with the outcome
         # The step's claim, taken with its read (its lock too, if ``locked``): the attempt's own
         # claim when it gets there (``_claim``), so no other attempt can hold it meanwhile.
         self.pretaken = pretaken
@@ -516,6 +522,9 @@ class StepAttempt:
         if at is None:
             return journal.finish_claim(*self._where, self.owner, status, error)
         won = entry.model_dump(mode="json")
+        end = None
+        if self.end_with is not None and status is ClaimStatus.COMPENSATED:
+            end = self.end_with(entry)
         finish = journal.finish_step(
             *self._where,
             self.owner,
@@ -525,6 +534,8 @@ class StepAttempt:
             position=at[1],
             won=won,
             lost=won if lost is None else lost.model_dump(mode="json"),
+            end=end,
         )
         self.stored = finish.entry
+        self.ended = finish.ended
         return finish.written

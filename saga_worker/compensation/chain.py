@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pydantic import ValidationError
 
 from ..core.checks import check_run_id, check_step_suffix, check_unwind_id
 from ..errors import InvalidInputError, MalformedRecordError
-from ..journal.records import GroupPlan, ReportView, StepView, ToolRecord, UnwindInfo
+from ..journal.records import GroupPlan, ReportView, StepView, ToolRecord, UnwindEnd, UnwindInfo
 from ..journal.roles import UnwindJournal
 from ..locks.base import StepLock
 from ..observing import tracing
@@ -29,7 +29,9 @@ from .engine import (
     UNWOUND,
     UnwindRequest,
     build_report,
+    count_finished,
     finish_unwind,
+    unwound_audit,
 )
 from .entries import entry_for, missing_record_entry
 from .groups import unwind_order
@@ -70,6 +72,11 @@ class Finalize:
     unwind_id: str
     # The entry of the step just run (None from the coordinator): the halting one, after a halt.
     done: CompensationEntry | None = field(default=None, compare=False)
+    # The unwind as the step just run read it (None from the coordinator): the report need not read
+    # it again (an unwind's row is written once, insert-if-absent, and never changes).
+    info: UnwindInfo | None = field(default=None, compare=False)
+    # The report, when the last step wrote the unwind's end with its outcome (``_Ending``).
+    report: CompensationReport | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -162,7 +169,7 @@ def _worklist(records: Sequence[ToolRecord], parallel_max: int | None) -> tuple[
 def _next(info: UnwindInfo, position: int, done: CompensationEntry | None = None) -> Next:
     """What starts at ``position``: its step, or its wave of a group (``Fan``), or the report."""
     if position >= len(info.suffixes):
-        return Finalize(info.run_id, info.unwind_id, done)
+        return Finalize(info.run_id, info.unwind_id, done, info)
     wave = range(position, position + 1) if info.groups is None else info.groups.wave_of(position)
     steps = tuple(
         Step(info.run_id, info.unwind_id, info.suffixes[p], info.dry_run, p, len(info.suffixes), done)
@@ -210,7 +217,9 @@ def run_step(
     if position is None:
         raise InvalidInputError(f"step {suffix!r} is not in the worklist of unwind {unwind_id!r}")
     stored = view.entry
+    ending = None
     if stored is None:
+        ending = _Ending.of(journal, info, position)
         if info.groups is None:
             _check_in_order(info, view, suffix, position)
         else:
@@ -226,6 +235,7 @@ def run_step(
             sleep=sleep,
             refusal=refusal,
             pretaken=read.pretaken,
+            ending=ending,
         )
         if stored is None:
             return None
@@ -233,8 +243,51 @@ def run_step(
     if info.groups is not None and len(info.groups.group_of(position)) > 1:
         return _after_group_step(journal, info, position, done)
     if halts(done.status):
-        return Finalize(run_id, unwind_id, done)
-    return _next(info, position + 1, done)
+        return Finalize(run_id, unwind_id, done, info)
+    nxt = _next(info, position + 1, done)
+    if ending is not None and ending.report is not None and isinstance(nxt, Finalize):
+        return replace(nxt, report=ending.report)  # the end is written: the report is this one
+    return nxt
+
+
+class _Ending:
+    """The last step of a sequential unwind (not a dry run) ends it in its outcome's commit: its
+    report is assembled before that outcome is written, with the step's entry as it would be stored,
+    and when that report is complete, the unwind's end (its state, its ``unwound`` row, as
+    ``finish_unwind`` writes them) goes in the same commit (``Journal.finish_step``'s ``end``), as the
+    in-process unwind's last outcome goes with its end (``finish_last_step``). Written only if the
+    outcome was and the entry stored is this step's: the report is then the one ``finalize_unwind``
+    would assemble (the entries before it are written once and never change). Anything else (an
+    incomplete report, a lost claim, an entry there first) writes the outcome alone, and the report
+    is assembled after it as before."""
+
+    def __init__(self, journal: UnwindJournal, info: UnwindInfo, position: int) -> None:
+        self.journal, self.info, self.position = journal, info, position
+        self.candidate: CompensationReport | None = None
+        self.report: CompensationReport | None = None  # once the end is written
+
+    @classmethod
+    def of(cls, journal: UnwindJournal, info: UnwindInfo, position: int) -> _Ending | None:
+        last = info.groups is None and not info.dry_run and position == len(info.suffixes) - 1
+        return cls(journal, info, position) if last else None
+
+    def __call__(self, entry: CompensationEntry) -> UnwindEnd | None:
+        info = self.info
+        try:
+            read = self.journal.read_report(info.unwind_id, info.run_id, UNWOUND, unwind=info)
+            entries = {**read.entries, self.position: entry.model_dump(mode="json")}
+            report = _assemble(self.journal, info, ReportView(info, entries, read.worklist))
+        except Exception:  # the outcome goes on alone; the report, assembled after it, says why
+            return None
+        if not report.complete:
+            return None
+        self.candidate = report
+        via = check_via(info.via)
+        audit = unwound_audit(report, actor=info.actor, reason=info.reason, via=via, unwind_id=info.unwind_id)
+        return UnwindEnd(info.run_epoch, audit)
+
+    def ended(self) -> None:
+        self.report = self.candidate
 
 
 def _after_group_step(
@@ -252,7 +305,7 @@ def _after_group_step(
     if wave.stop < group.stop:
         return _next(info, wave.stop, done)
     if any(halts(stored_entry(info, p, entries[p]).status) for p in group):
-        return Finalize(info.run_id, info.unwind_id, done)
+        return Finalize(info.run_id, info.unwind_id, done, info)
     return _next(info, group.stop, done)
 
 
@@ -374,6 +427,7 @@ def _compensate(
     sleep: Callable[[float], None],
     refusal: str | None = None,
     pretaken: Pretaken | None = None,
+    ending: _Ending | None = None,
 ) -> dict[str, Any] | None:
     """The step's verdict, stored: the entry the journal holds for it once this returns (an earlier
     delivery's, if one was there first). None when a live twin delivery holds the step.
@@ -395,9 +449,17 @@ def _compensate(
         claims = {} if view.claim is None else {(record.origin_run_id, record.suffix): view.claim}
         twins = Twins.of(info.unwind_id, suffix, sleep, position=position)
         attempt = StepAttempt(
-            unwinding, record, claims=claims, twins=twins, refusal=refusal, pretaken=pretaken
+            unwinding,
+            record,
+            claims=claims,
+            twins=twins,
+            refusal=refusal,
+            pretaken=pretaken,
+            end_with=ending,
         )
         entry = attempt.verdict()
+        if attempt.ended and ending is not None:
+            ending.ended()
         if attempt.stored is not None:
             return attempt.stored
     if entry is None:
@@ -405,31 +467,70 @@ def _compensate(
     return journal.record_unwind_entry(info.unwind_id, position, entry.model_dump(mode="json"))
 
 
-def finalize_unwind(journal: UnwindJournal, run_id: str, unwind_id: str) -> CompensationReport:
-    """The report from the journal: stored entries up to the halt, ``not-attempted`` after it."""
+def finalize_unwind(
+    journal: UnwindJournal,
+    run_id: str,
+    unwind_id: str,
+    *,
+    info: UnwindInfo | None = None,
+    ended: CompensationReport | None = None,
+) -> CompensationReport:
+    """The report from the journal: stored entries up to the halt, ``not-attempted`` after it.
+    ``info``: the unwind as the last step task read it (``Finalize.info``), not read again;
+    ``ended``: the report whose end that step wrote with its outcome (``Finalize.report``), neither
+    assembled nor written again."""
     check_run_id(run_id)
     check_unwind_id(unwind_id)
-    # The unwind, its entries, the run, its steps and who condemned it: one read (``read_report``).
-    view = journal.read_report(unwind_id, run_id, UNWOUND)
+    if info is not None and (info.run_id, info.unwind_id) != (run_id, unwind_id):
+        info, ended = None, None  # another unwind's: read this one's
+    if info is not None and ended is not None:
+        with _report_span(info) as span:
+            count_finished(ended)
+            span.report(ended)
+            return ended
+    # The unwind (unless given), its entries, the run, its steps and who condemned it: one read
+    # (``read_report``).
+    view = journal.read_report(unwind_id, run_id, UNWOUND, unwind=info)
     info = _checked(view.unwind, run_id, unwind_id)
-    with tracing.unwind(
-        run_id,
-        actor=info.actor,
-        via=info.via or "worker",
-        dry_run=info.dry_run,
-        unwind_id=unwind_id,
-        name="saga.unwind.report",
-    ) as span:
+    with _report_span(info) as span:
         report = _finalize(journal, info, view, run_id, unwind_id)
         span.report(report)
         return report
 
 
+def _report_span(info: UnwindInfo) -> Any:
+    return tracing.unwind(
+        info.run_id,
+        actor=info.actor,
+        via=info.via or "worker",
+        dry_run=info.dry_run,
+        unwind_id=info.unwind_id,
+        name="saga.unwind.report",
+    )
+
+
 def _finalize(
     journal: UnwindJournal, info: UnwindInfo, read: ReportView, run_id: str, unwind_id: str
 ) -> CompensationReport:
-    """As the in-process unwind builds its report: the stored entries up to the halt,
-    ``not-attempted`` after it, the run and who condemned it as ``read`` found them."""
+    """As the in-process unwind builds its report and ends the unwind: ``_assemble``, then
+    ``finish_unwind``."""
+    report = _assemble(journal, info, read)
+    finish_unwind(
+        journal,
+        report,
+        actor=info.actor,
+        reason=info.reason,
+        via=check_via(info.via),
+        unwind_id=unwind_id,
+        epoch=info.run_epoch,
+    )
+    return report
+
+
+def _assemble(journal: UnwindJournal, info: UnwindInfo, read: ReportView) -> CompensationReport:
+    """The report: the stored entries up to the halt, ``not-attempted`` after it, the run and who
+    condemned it as ``read`` found them."""
+    run_id = info.run_id
     stored, view = read.entries, read.worklist
     records = {r.suffix: r for r in view.records}
 
@@ -446,7 +547,7 @@ def _finalize(
 
     entries = until_halt_in_groups(info.position_groups(), outcome, not_attempted)
     # A dry run's report says whether the run was condemned (as read now); a real one condemned it.
-    report = build_report(
+    return build_report(
         journal,
         run_id,
         entries,
@@ -455,13 +556,3 @@ def _finalize(
         condemner=view.condemner,
         records=view.records,
     )
-    finish_unwind(
-        journal,
-        report,
-        actor=info.actor,
-        reason=info.reason,
-        via=check_via(info.via),
-        unwind_id=unwind_id,
-        epoch=info.run_epoch,
-    )
-    return report

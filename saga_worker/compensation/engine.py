@@ -176,15 +176,7 @@ def finish_unwind(
     if report.dry_run:
         return True
     # The "unwound" row goes in the same transaction as the state it explains (one commit, not two).
-    audit = NewAudit(
-        report.run_id,
-        AuditAction.UNWOUND,
-        actor or default_actor(),
-        via,
-        reason,
-        detail={"counts": report.counts(), "complete": report.complete, "unwind_id": unwind_id},
-        event_key=None if unwind_id is None else f"unwound:{unwind_id}",
-    )
+    audit = unwound_audit(report, actor=actor, reason=reason, via=via, unwind_id=unwind_id)
     if last is not None:
         assert report.complete  # an incomplete unwind's last outcome is written before its report
         if not journal.finish_last_step(last.finished, report.run_id, epoch=epoch, audit=audit):
@@ -193,12 +185,32 @@ def finish_unwind(
         journal.set_unwind_state(report.run_id, UnwindState.COMPLETE, epoch=epoch, audit=audit)
     else:
         _leave_for_later(journal, report, audit)
+    count_finished(report)
+    return True
+
+
+def unwound_audit(
+    report: CompensationReport, *, actor: str, reason: str, via: AuditVia, unwind_id: str | None
+) -> NewAudit:
+    """The unwind's ``unwound`` audit row (``finish_unwind`` writes it with the unwind's state)."""
+    return NewAudit(
+        report.run_id,
+        AuditAction.UNWOUND,
+        actor or default_actor(),
+        via,
+        reason,
+        detail={"counts": report.counts(), "complete": report.complete, "unwind_id": unwind_id},
+        event_key=None if unwind_id is None else f"unwound:{unwind_id}",
+    )
+
+
+def count_finished(report: CompensationReport) -> None:
+    """The metric of unwinds finished, by how (``finish_unwind``, or whoever wrote the end)."""
     halt = report.halt
     metrics.inc(
         metrics.UNWINDS_FINISHED,
         "complete" if report.complete else f"halted-{halt.value}" if halt else "incomplete",
     )
-    return True
 
 
 def _why_a_person_must_look(report: CompensationReport) -> str | None:

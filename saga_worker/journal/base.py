@@ -31,6 +31,7 @@ from .records import (
     StepFinish,
     StepView,
     ToolRecord,
+    UnwindEnd,
     UnwindInfo,
     UnwindState,
     WorklistView,
@@ -56,12 +57,25 @@ class Journal(RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsP
         who = condemned_by(self.read_audit(run_id)) if run is not None and run.condemned else (None, None)
         return WorklistView(run, found, claims, who)
 
-    def read_report(self, unwind_id: str, run_id: str, statuses: Sequence[RecordStatus]) -> ReportView:
-        """The unwind, its stored entries and the run's worklist (``read_worklist``), read together:
-        what the report of a distributed unwind is assembled from."""
-        unwind = self.get_unwind(unwind_id)
+    def read_report(
+        self,
+        unwind_id: str,
+        run_id: str,
+        statuses: Sequence[RecordStatus],
+        *,
+        unwind: UnwindInfo | None = None,
+    ) -> ReportView:
+        """The unwind (``unwind`` when the caller read it already: not read again), its stored entries,
+        the run, its records of ``statuses`` and who condemned it, read together: what the report of
+        a distributed unwind is assembled from. No claims (``worklist.claims`` is empty): the entries
+        say what each step did."""
+        if unwind is None:
+            unwind = self.get_unwind(unwind_id)
         entries = self.list_unwind_entries(unwind_id)
-        return ReportView(unwind, entries, self.read_worklist(run_id, statuses))
+        run = self.get_run(run_id)
+        found = self.list_records(run_id, statuses)
+        who = condemned_by(self.read_audit(run_id)) if run is not None and run.condemned else (None, None)
+        return ReportView(unwind, entries, WorklistView(run, found, {}, who))
 
     def condemn_and_read(
         self, run_id: str, statuses: Sequence[RecordStatus], *, audit: NewAudit | None = None
@@ -162,6 +176,7 @@ class Journal(RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsP
         position: int,
         won: dict[str, Any],
         lost: dict[str, Any],
+        end: UnwindEnd | None = None,
     ) -> StepFinish:
         """``finish_claim`` and ``record_unwind_entry`` in one transaction, for a step of a distributed
         unwind: the outcome written only while still the owner, then the entry of step ``position``
@@ -171,9 +186,18 @@ class Journal(RunsPart, RecordsPart, AuditPart, SharedPart, ClaimsPart, UnwindsP
         Why together: the entry depends on whether the outcome's compare-and-set won, and written
         apart a crash between them leaves an outcome whose entry a redelivery must rebuild; together
         they also cost one commit instead of two. This default writes them one after the other; a
-        backend makes them one transaction (the memory journal under its lock, SQL in one statement)."""
+        backend makes them one transaction (the memory journal under its lock, SQL in one statement).
+
+        With ``end`` (the last step of an unwind whose report, with ``won``, is complete): the run's
+        unwind state and the ``unwound`` row too, only if the outcome was written and the entry stored
+        is ``won`` (``StepFinish.ended``); else nothing more, and the report is assembled as usual."""
         written = self.finish_claim(origin_run_id, suffix, owner, status, error)
-        return StepFinish(written, self.record_unwind_entry(unwind_id, position, won if written else lost))
+        stored = self.record_unwind_entry(unwind_id, position, won if written else lost)
+        if end is None or not written or stored != won:
+            return StepFinish(written, stored)
+        audit = end.audit
+        self.set_unwind_state(audit.run_id, UnwindState.COMPLETE, epoch=end.epoch, audit=audit)
+        return StepFinish(written, stored, ended=True)
 
     def finish_and_claim(
         self,

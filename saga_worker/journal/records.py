@@ -207,6 +207,19 @@ class StepFinish:
 
     written: bool
     entry: dict[str, Any]
+    # The unwind's end (``UnwindEnd``) went in the same commit: the outcome was written and the entry
+    # stored was this call's.
+    ended: bool = False
+
+
+@dataclass(frozen=True)
+class UnwindEnd:
+    """A distributed unwind's end, written with its last step's outcome (``Journal.finish_step``):
+    the run's unwind state ``complete`` (only while its epoch is ``epoch``, unless None) with the
+    unwind's ``unwound`` audit row, as ``finish_unwind`` writes them for a complete report."""
+
+    epoch: int | None
+    audit: NewAudit
 
 
 @dataclass(frozen=True)
@@ -436,8 +449,9 @@ class WorklistView:
 class ReportView:
     """What assembling a distributed unwind's report reads, together (one round trip on PostgreSQL):
     the unwind as recorded (None if it is not in the journal), the entries its steps stored so far by
-    position, and the run's worklist as ``read_worklist`` reads it, records included even when every
-    step has its entry: the report numbers each step's group by them."""
+    position, and the run's worklist as ``read_worklist`` reads it but for the claims (none read: the
+    entries say what each step did), records included even when every step has its entry: the
+    report numbers each step's group by them."""
 
     unwind: UnwindInfo | None
     entries: dict[int, dict[str, Any]]

@@ -44,6 +44,7 @@ from .records import (
     StepFinish,
     StepView,
     ToolRecord,
+    UnwindEnd,
     UnwindInfo,
     UnwindState,
     WorklistView,
@@ -126,7 +127,14 @@ class UnwindJournal(_RunAndRecord, _Guard, _Trail, _UnwindProgress, Protocol):
 
     def read_worklist(self, run_id: str, statuses: Sequence[RecordStatus]) -> WorklistView: ...
 
-    def read_report(self, unwind_id: str, run_id: str, statuses: Sequence[RecordStatus]) -> ReportView: ...
+    def read_report(
+        self,
+        unwind_id: str,
+        run_id: str,
+        statuses: Sequence[RecordStatus],
+        *,
+        unwind: UnwindInfo | None = None,
+    ) -> ReportView: ...
 
     def read_step(
         self, unwind_id: str, run_id: str, suffix: str, claim: StepClaim | None = None
@@ -183,6 +191,7 @@ class UnwindJournal(_RunAndRecord, _Guard, _Trail, _UnwindProgress, Protocol):
         position: int,
         won: dict[str, Any],
         lost: dict[str, Any],
+        end: UnwindEnd | None = None,
     ) -> StepFinish: ...
 
     def finish_and_claim(

@@ -62,9 +62,11 @@ class Statements(
         self._build_last_step()
         self._build_shared()
         self._build_unwinds()
+        self._build_unwind_held(self._hold_sweep())
         self._build_step_view()
         self._build_step_claimed()
         self._build_step_finish()
+        self._build_step_finish_ended(self._unwind_state)
         self._build_retention()
 
 

@@ -3,6 +3,8 @@ be exactly what the separate reads say, and holding off the sweeper keeps a late
 
 from __future__ import annotations
 
+import dataclasses
+
 from saga_worker import Journal
 from saga_worker.compensation.engine import UNWOUND
 from saga_worker.journal.records import (
@@ -197,9 +199,14 @@ def test_read_report_is_the_unwind_its_entries_and_the_worklist_as_read_apart(
         == journal.list_unwind_entries("u-1")
         == {0: {"suffix": "call-2", "status": "compensated"}}
     )
-    assert read.worklist == journal.read_worklist(fork, UNWOUND)
-    assert set(read.worklist.claims) == {(run_id, "call-1"), (fork, "call-2")}
+    apart = journal.read_worklist(fork, UNWOUND)
+    assert set(apart.claims) == {(run_id, "call-1"), (fork, "call-2")}
+    # Everything but the claims, which the report does not read (the entries say what each step did).
+    assert read.worklist == dataclasses.replace(apart, claims={})
     assert read.worklist.condemner == ("ann", "refund")
+    # The unwind as the last step task read it: the same report view, the unwind as given.
+    given = journal.read_report("u-1", fork, UNWOUND, unwind=read.unwind)
+    assert given == read and given.unwind is read.unwind
 
 
 def test_read_report_of_an_unknown_unwind_says_so(journal: Journal, run_id: str) -> None:

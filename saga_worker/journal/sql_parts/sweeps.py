@@ -36,6 +36,18 @@ class SweepStatements(StatementsBase):
             )
         )
 
+    def _hold_sweep(self) -> sa.Update:
+        """The sweep of a run held off for ``grace`` seconds (its WHERE is the caller's)."""
+        held_until = self.policy.clock() + b("grace", type_=sa.Double)
+        return sa.update(runs).values(
+            unwind_state=UnwindState.PENDING.value,
+            unwind_note=b("note"),
+            updated_at=NOW,
+            unwind_next_at=sa.case(
+                (runs.c.unwind_next_at > held_until, runs.c.unwind_next_at), else_=held_until
+            ),
+        )
+
     def _build_sweeps(self) -> None:
         """The unwind state the sweeper reads, and the runs it re-drives."""
         clock = self.policy.clock()
@@ -58,15 +70,7 @@ class SweepStatements(StatementsBase):
             )
         )
 
-        held_until = clock + b("grace", type_=sa.Double)
-        hold = sa.update(runs).values(
-            unwind_state=UnwindState.PENDING.value,
-            unwind_note=b("note"),
-            updated_at=NOW,
-            unwind_next_at=sa.case(
-                (runs.c.unwind_next_at > held_until, runs.c.unwind_next_at), else_=held_until
-            ),
-        )
+        hold = self._hold_sweep()
         self.hold_sweep = p(hold.where(RUN))
         # The hold of a fresh unwind, only if the stored unwind is the run's and not a dry run: sent
         # after the unwind's insert-if-absent in one pipeline (``SqlUnwinds.record_unwind``).

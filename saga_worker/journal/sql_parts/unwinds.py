@@ -6,7 +6,7 @@ import functools
 import operator
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import sqlalchemy as sa
@@ -15,14 +15,27 @@ from ...core.storable import storable_or_none
 from ...errors import MalformedRecordError
 from .. import driver
 from ..driver import Prepared
-from ..records import ClaimStatus, CompensationClaim, GroupPlan, StepClaim, StepFinish, StepView, UnwindInfo
-from ..schema import claims, records, redeliveries, unwind_entries, unwinds
+from ..records import (
+    ClaimStatus,
+    CompensationClaim,
+    GroupPlan,
+    StepClaim,
+    StepFinish,
+    StepView,
+    UnwindEnd,
+    UnwindInfo,
+    UnwindState,
+)
+from ..schema import claims, records, redeliveries, runs, unwind_entries, unwinds
+from ..tombstone import check_not_condemned_row
+from .audit import audit_insert_from, audit_params
 from .claims import claim_row
 from .common import (
     CLAIM_PREFIX,
     MAX_ROWS,
     NOW,
     RECORD_PREFIX,
+    RUN,
     PlumbingStatements,
     SqlPlumbing,
     StatementsBase,
@@ -89,6 +102,45 @@ class UnwindStatements(StatementsBase):
             .limit(MAX_ROWS)
         )
 
+    def _build_unwind_held(self, hold: sa.Update) -> None:
+        """The coordinator's ``record_unwind`` as one statement where the dialect allows
+        (``writes_in_with_clause``): the unwind inserted if absent, the stored one returned (the
+        insert's row, else the one there first), and the run's sweep held if the stored unwind is
+        this run's and not a dry run (``hold``: the sweep's hold, ``SweepStatements._hold_sweep``).
+        None elsewhere (``SqlUnwinds._store_unwind``)."""
+        self.unwind_held: Prepared | None = None
+        if not self.policy.writes_in_with_clause:
+            return
+        insert = (
+            self.policy.insert(unwinds)
+            .values(
+                unwind_id=b("unwind"),
+                run_id=b("run"),
+                dry_run=b("plan_only", type_=sa.Boolean),
+                suffixes=b("worklist"),
+                created_at=NOW,
+                actor=b("who"),
+                reason=b("why"),
+                via=b("through"),
+                run_epoch=b("epoch", type_=sa.Integer),
+                group_plan=b("plan"),
+            )
+            .on_conflict_do_nothing(index_elements=["unwind_id"])
+            .returning(*unwinds.c)
+            .cte("ins")
+        )
+        # The one there first (a redelivery): read in the statement's snapshot. One inserted by a
+        # transaction still open when this began is not in it: no row then (the caller reads again).
+        there = sa.select(*unwinds.c).where(
+            unwinds.c.unwind_id == b("unwind"), ~sa.exists(sa.select(insert.c.unwind_id))
+        )
+        stored = sa.union_all(sa.select(*insert.c), there).cte("stored")
+        mine = sa.select(stored.c.unwind_id).where(
+            stored.c.run_id == runs.c.run_id, stored.c.dry_run.is_(False)
+        )
+        held = hold.where(RUN, sa.exists(mine)).returning(runs.c.run_id).cte("held")
+        self.unwind_held = self._prepare(sa.select(*stored.c).add_cte(held))
+
     def _build_step_view(self) -> None:
         """All a step task reads, in one statement."""
         p = self._prepare
@@ -135,6 +187,13 @@ class UnwindStatements(StatementsBase):
         self.step_finish: Prepared | None = None
         if not self.policy.writes_in_with_clause:
             return
+        written, inserted = self._step_finish_ctes()
+        self.step_finish = self._prepare(
+            sa.select(written.label("written"), sa.select(inserted.c.entry).scalar_subquery().label("entry"))
+        )
+
+    def _step_finish_ctes(self) -> tuple[sa.Exists, sa.CTE]:
+        """``step_finish``'s compare-and-set (as whether it matched) and its entry's insert."""
         insert = self.policy.insert
         mine = (
             claims.c.origin_run_id == b("origin"),
@@ -161,9 +220,26 @@ class UnwindStatements(StatementsBase):
             .returning(unwind_entries.c.entry)
             .cte("inserted")
         )
-        self.step_finish = self._prepare(
-            sa.select(written.label("written"), sa.select(inserted.c.entry).scalar_subquery().label("entry"))
-        )
+        return written, inserted
+
+    def _build_step_finish_ended(self, unwind_state: Callable[..., sa.Update]) -> None:
+        """``step_finish`` that also ends the unwind (``Journal.finish_step``'s ``end``): the run's
+        unwind state (``unwind_state``: ``SweepStatements._unwind_state``) and the ``unwound`` audit
+        row, both only if the outcome was written and the entry inserted is this statement's; one
+        statement, one commit. None where the dialect cannot (one transaction instead)."""
+        self.step_finish_ended: Prepared | None = None
+        self.step_finish_ended_at_epoch: Prepared | None = None
+        if not self.policy.writes_in_with_clause:
+            return
+        for name, at_epoch in (("step_finish_ended", False), ("step_finish_ended_at_epoch", True)):
+            written, inserted = self._step_finish_ctes()
+            ours = sa.and_(written, sa.exists(sa.select(inserted.c.entry)))
+            state = unwind_state(at_epoch=at_epoch).where(ours).returning(runs.c.run_id)
+            logged = audit_insert_from(self.policy, sa.select(b("run", type_=sa.String)).where(ours))
+            statement = sa.select(
+                written.label("written"), sa.select(inserted.c.entry).scalar_subquery().label("entry")
+            ).add_cte(state.cte("state"), logged.cte("logged"))
+            setattr(self, name, self._prepare(statement))
 
 
 def unwind_row(m: Mapping[Any, Any]) -> UnwindInfo:
@@ -213,9 +289,15 @@ class UnwindReads(PlumbingStatements, Protocol):
     redeliveries_forget: Prepared
     redelivery_count: Prepared
     step_finish: Prepared | None
+    step_finish_ended: Prepared | None
+    step_finish_ended_at_epoch: Prepared | None
+    audit_insert: Prepared
+    unwind_state: Prepared
+    unwind_state_at_epoch: Prepared
     step_view: Prepared
     step_view_claimed: Prepared | None
     unwind_get: Prepared
+    unwind_held: Prepared | None
     unwind_insert: Prepared
     unwinds_of_run: Prepared
 
@@ -304,6 +386,13 @@ class SqlUnwinds(SqlPlumbing):
         round trip costs (PostgreSQL), the three statements go in one pipeline, one implicit transaction."""
         q = self._q
         alone = f"the unwind {params['unwind']!r} of run {params['run']!r}"
+        if hold is not None and q.unwind_held is not None:
+            # One statement: the insert, the stored unwind, the hold (one commit, one round trip).
+            one, both = q.unwind_held, {**params, **hold}
+            held = self._write(lambda tx: tx.one(one, both), alone=alone)
+            if held is not None:
+                return unwind_row(held)
+            # Inserted by another transaction this statement's snapshot did not see: as below.
         if hold is not None and self.policy.transactions_cost_round_trips:
             both = {**params, **hold}
             _, got, _ = self._write(
@@ -375,9 +464,10 @@ class SqlUnwinds(SqlPlumbing):
         position: int,
         won: dict[str, Any],
         lost: dict[str, Any],
+        end: UnwindEnd | None = None,
     ) -> StepFinish:
         q = self._q
-        params = {
+        params: dict[str, Any] = {
             "origin": origin_run_id,
             "step_suffix": suffix,
             "holder": owner,
@@ -390,26 +480,45 @@ class SqlUnwinds(SqlPlumbing):
             "now": time.time(),
         }
         one_statement = q.step_finish
+        if end is not None:  # the unwind's end too: its state and its audit row (``UnwindEnd``)
+            audit = end.audit
+            check_not_condemned_row(audit)
+            params.update(
+                audit_params(audit),
+                run=audit.run_id,
+                state=UnwindState.COMPLETE.value,
+                note=None,
+                next_at=None,
+                bump=0,
+                epoch=end.epoch,
+            )
+            one_statement = q.step_finish_ended if end.epoch is None else q.step_finish_ended_at_epoch
 
-        def work(tx: driver.Tx) -> tuple[bool, str]:
+        def work(tx: driver.Tx) -> tuple[bool, str, bool]:
+            ours = False  # the entry inserted is this call's
             if one_statement is not None:  # one round trip, committed alone (autocommit)
                 row = tx.one(one_statement, params)
                 assert row is not None
                 written, entry = bool(row["written"]), row["entry"]
+                ours = entry is not None
             else:
                 written = tx.one(q.claim_finish, params) is not None
                 new = {**params, "new_entry": params["won_entry" if written else "lost_entry"]}
                 stored = tx.one(q.entry_insert, new)
                 entry = None if stored is None else stored["entry"]
+                ours = entry is not None
+                if end is not None and written and ours:  # in this transaction
+                    tx.one(q.audit_insert, params)
+                    tx.execute(q.unwind_state if end.epoch is None else q.unwind_state_at_epoch, params)
             if entry is None:  # an entry was there first: it stands
                 stored = tx.one(q.entry_get, params)
                 assert stored is not None
                 entry = stored["entry"]
-            return written, entry
+            return written, entry, end is not None and written and ours
 
         alone = f"the outcome of the compensation of step {suffix!r} of run {origin_run_id!r}"
-        written, text = self._write(work, atomic=one_statement is None, alone=alone)
-        return StepFinish(written, _load(text, unwind_id, f"unwind entry {position}"))
+        written, text, ended = self._write(work, atomic=one_statement is None, alone=alone)
+        return StepFinish(written, _load(text, unwind_id, f"unwind entry {position}"), ended)
 
     def read_step(self, unwind_id: str, run_id: str, suffix: str, claim: StepClaim | None = None) -> StepView:
         q = self._q

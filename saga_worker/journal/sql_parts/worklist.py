@@ -1,6 +1,7 @@
 """A run's worklist in SQL: the run (with who condemned it), its records and their claims, read
-together in one round trip where a round trip costs, and the report of a distributed unwind
-assembled from them (``Journal.read_worklist``, ``Journal.read_report``)."""
+together in one round trip where a round trip costs, and what the report of a distributed unwind
+is assembled from: the unwind's entries, the run and its records, no claims
+(``Journal.read_worklist``, ``Journal.read_report``)."""
 
 from __future__ import annotations
 
@@ -39,19 +40,36 @@ class SqlWorklist(SqlPlumbing):
     def read_worklist(self, run_id: str, statuses: Sequence[RecordStatus]) -> WorklistView:
         return self._worklist_view(self._fetch(self._worklist_reads(run_id)), statuses)
 
-    def read_report(self, unwind_id: str, run_id: str, statuses: Sequence[RecordStatus]) -> ReportView:
+    def read_report(
+        self,
+        unwind_id: str,
+        run_id: str,
+        statuses: Sequence[RecordStatus],
+        *,
+        unwind: UnwindInfo | None = None,
+    ) -> ReportView:
         q, by_unwind = self._q, {"unwind": unwind_id}
-        first = [(q.unwind_get, by_unwind), (q.entries_of_unwind, by_unwind)]
+        # The unwind only if the caller has not read it (the last step task has); never the claims:
+        # the report says what the entries say.
+        first = [(q.entries_of_unwind, by_unwind)]
+        if unwind is None:
+            first.insert(0, (q.unwind_get, by_unwind))
 
-        def work(tx: driver.Tx) -> tuple[UnwindInfo | None, dict[int, dict[str, Any]], WorklistRows]:
+        def work(tx: driver.Tx) -> tuple[list[list[driver.Row]], WorklistRows]:
             # The run's records always: the report numbers each step's group by them (in the same
             # pipeline where a round trip costs, so no round trip more).
-            (found, rows), read = self._read_with_worklist(tx, run_id, first)
-            unwind = unwind_row(found[0]) if found else None
-            return unwind, entries_by_position(rows, unwind_id), read
+            q, by_run = self._q, {"run": run_id}
+            reads = [*first, (q.run_with_condemner, by_run), (q.records_of_run, by_run)]
+            *before, run, rows = self._reads(tx, reads)
+            return before, (run[0] if run else None, rows, [])
 
-        unwind, entries, read = self._fetch(work)
-        return ReportView(unwind, entries, self._worklist_view(read, statuses))
+        before, read = self._fetch(work)
+        if unwind is None:
+            found, rows = before
+            unwind = unwind_row(found[0]) if found else None
+        else:
+            (rows,) = before
+        return ReportView(unwind, entries_by_position(rows, unwind_id), self._worklist_view(read, statuses))
 
     def _worklist_reads(self, run_id: str) -> Callable[[driver.Tx], WorklistRows]:
         return lambda tx: self._read_with_worklist(tx, run_id, [])[1]
