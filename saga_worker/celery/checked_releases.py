@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 
 # The releases each patch was checked against (raised after checking a new minor release).
 CELERY_TRACER_TEXT = SpecifierSet(">=5.5,<5.8")
+# Not a patch: the releases whose Redis result backend ``result_store.store_once`` writes as Celery
+# does, in one script (elsewhere it reads, then calls Celery's ``store_result``).
+CELERY_RESULT_STORE = SpecifierSet(">=5.5,<5.8")
 
 
 def installed_version(distribution: str) -> Version | None:
@@ -60,4 +63,4 @@ def may_patch(patch: str, distribution: str, checked: SpecifierSet, *, still_the
     return True
 
 
-__all__ = ["CELERY_TRACER_TEXT", "installed_version", "may_patch"]
+__all__ = ["CELERY_RESULT_STORE", "CELERY_TRACER_TEXT", "installed_version", "may_patch"]

@@ -6,21 +6,21 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-import celery
 from celery import Task, states
 from celery.backends.redis import RedisBackend
 from kombu.utils.encoding import bytes_to_str
 
+from .checked_releases import CELERY_RESULT_STORE, installed_version
+
 WITHDRAWN = "REVOKED"
 
 # Celery's Redis result backend writes a result as ``RedisBackend._set`` does in the releases this was
-# checked against (pyproject.toml bounds Celery below the next one): the meta of
+# checked against (``checked_releases.CELERY_RESULT_STORE``, which pyproject.toml's bound on Celery matches): the meta of
 # ``_get_result_meta``, encoded by ``encode``, SET (SETEX with ``expires``) and PUBLISHed on
 # ``get_key_for_task``'s key. ``store_once`` does the same in one compare-and-set (a script: the
 # stored status read and the result written in one round trip, where the read and the store were
 # three: Celery's ``store_result`` reads the key again itself); anywhere else (another backend,
 # another Celery, a serializer other than JSON, compression), the read, then ``store_result``.
-CHECKED_CELERY = ((5, 5), (5, 8))  # from, up to (not included)
 _STORE_UNLESS_READY = """
 local stored = redis.call('GET', KEYS[1])
 if stored then
@@ -40,14 +40,10 @@ return 1
 """
 
 
-def _celery_checked(version: str = celery.__version__) -> bool:
-    """Is this Celery one whose Redis backend ``store_once``'s script was checked against?"""
-    try:
-        found = tuple(int(part) for part in version.split(".")[:2])
-    except ValueError:
-        return False
-    low, high = CHECKED_CELERY
-    return low <= found < high
+def _celery_checked() -> bool:
+    """Is the installed Celery one whose Redis backend ``store_once``'s script was checked against?"""
+    version = installed_version("celery")
+    return version is not None and CELERY_RESULT_STORE.contains(version, prereleases=True)
 
 
 _CHECKED = _celery_checked()
@@ -126,4 +122,4 @@ def answered(task: Task[Any, Any], task_id: str) -> bool:
         return False
 
 
-__all__ = ["CHECKED_CELERY", "WITHDRAWN", "answered", "store_once", "store_once_apart", "withdrawn"]
+__all__ = ["WITHDRAWN", "answered", "store_once", "store_once_apart", "withdrawn"]

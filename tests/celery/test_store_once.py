@@ -10,11 +10,11 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-import celery
 import pytest
 from celery import Celery, states
+from packaging.version import Version
 
-from saga_worker.celery import result_store
+from saga_worker.celery import checked_releases, result_store
 from tests.package.test_dependency_bounds import requirement
 
 REPORT = {"run_id": "r-1", "entries": [{"suffix": "call-1", "status": "compensated"}], "dry_run": False}
@@ -105,12 +105,15 @@ def test_another_serializer_goes_the_read_then_store_way(redis_url: str) -> None
         app.backend.client.close()
 
 
-def test_the_script_is_used_only_with_a_celery_it_was_checked_against() -> None:
-    low, high = result_store.CHECKED_CELERY
-    assert result_store._celery_checked(celery.__version__)
-    assert result_store._celery_checked(f"{low[0]}.{low[1]}.0")
-    assert not result_store._celery_checked(f"{high[0]}.{high[1]}.0")
-    assert not result_store._celery_checked(f"{low[0]}.{low[1] - 1}.9")
+def test_the_script_is_used_only_with_a_celery_it_was_checked_against(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert result_store._celery_checked()
+    for version, checked in (("5.5.0", True), ("5.7.9", True), ("5.8.0", False), ("5.4.9", False)):
+        monkeypatch.setattr(result_store, "installed_version", lambda _d, v=version: Version(v))
+        assert result_store._celery_checked() is checked, version
     # pyproject.toml's bound on Celery is the one the script was checked up to.
     uppers = [s.version for s in requirement("celery").specifier if s.operator == "<"]
-    assert uppers == [f"{high[0]}.{high[1]}"], uppers
+    assert [f"<{u}" for u in uppers] == [
+        str(s) for s in checked_releases.CELERY_RESULT_STORE if s.operator == "<"
+    ], uppers
