@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from celery import Celery, states
+from celery.backends.redis import RedisBackend
 from packaging.version import Version
 
 from saga_worker.celery import checked_releases, result_store
@@ -25,7 +26,7 @@ def app(redis_url: str) -> Iterator[Celery]:
     app = Celery("store-once", backend=redis_url, broker="memory://", set_as_current=False)
     app.conf.result_serializer = "json"
     yield app
-    app.backend.client.close()
+    _redis(app).client.close()
 
 
 @pytest.fixture(params=["compare-and-set", "read-then-store"])
@@ -33,6 +34,10 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     if request.param == "read-then-store":  # as a Celery outside the checked releases would
         monkeypatch.setattr(result_store, "_CHECKED", False)
     return str(request.param)
+
+
+def _redis(app: Celery) -> RedisBackend:
+    return cast(RedisBackend, app.backend)
 
 
 def _task_id() -> str:
@@ -56,10 +61,10 @@ def test_a_final_answer_stored_first_stays(app: Celery, path: str, final: str) -
     task_id = _task_id()
     first = {"first": True} if final == states.SUCCESS else None
     app.backend.store_result(task_id, first, final)
-    before = app.backend.client.get(app.backend.get_key_for_task(task_id))
+    before = _redis(app).client.get(_redis(app).get_key_for_task(task_id))
 
     assert result_store.store_once(app.backend, task_id, REPORT) is False
-    assert app.backend.client.get(app.backend.get_key_for_task(task_id)) == before
+    assert _redis(app).client.get(_redis(app).get_key_for_task(task_id)) == before
 
 
 @pytest.mark.parametrize("pending", [states.STARTED, states.RETRY])
@@ -80,13 +85,14 @@ def test_both_paths_store_the_same_meta(app: Celery) -> None:
         meta.pop("date_done")
         meta.pop("task_id")
     assert metas[0] == metas[1]
-    ttls = [app.backend.client.ttl(app.backend.get_key_for_task(t)) for t in (one, other)]
-    assert all(0 < t <= app.backend.expires for t in ttls), ttls
+    ttls = [_redis(app).client.ttl(_redis(app).get_key_for_task(t)) for t in (one, other)]
+    expires = _redis(app).expires  # type: ignore[attr-defined]  # set by Celery's base backend, not in its stubs
+    assert all(0 < t <= expires for t in ttls), ttls
 
 
 def test_a_stored_value_the_script_cannot_read_is_left_to_the_read_then_store(app: Celery) -> None:
     task_id = _task_id()
-    app.backend.client.set(app.backend.get_key_for_task(task_id), b"\x80 not json")
+    _redis(app).client.set(_redis(app).get_key_for_task(task_id), b"\x80 not json")
     assert result_store._store_unless_ready(app.backend, task_id, REPORT) is None
 
 
@@ -102,7 +108,7 @@ def test_another_serializer_goes_the_read_then_store_way(redis_url: str) -> None
         assert result_store.store_once(app.backend, task_id, {"again": True}) is False
         assert _meta(app, task_id)["result"] == REPORT
     finally:
-        app.backend.client.close()
+        _redis(app).client.close()
 
 
 def test_the_script_is_used_only_with_a_celery_it_was_checked_against(

@@ -23,7 +23,7 @@ from saga_worker import (
 )
 from saga_worker import executor as ex
 from saga_worker.celery.redeliveries import Delivery
-from saga_worker.compensation.attempt import LEASE_LOST
+from saga_worker.compensation.carry import LEASE_LOST
 from saga_worker.compensation.report import CompensationReport
 from saga_worker.core import faults, leases
 from saga_worker.core.keys import compensate_key

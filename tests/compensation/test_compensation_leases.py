@@ -27,7 +27,7 @@ from saga_worker import (
     run_durable,
     scripted,
 )
-from saga_worker.compensation.attempt import LEASE_LOST
+from saga_worker.compensation.carry import LEASE_LOST
 from saga_worker.core import leases
 from saga_worker.core.leases import LeaseKeeper
 from saga_worker.journal import boot_clock
