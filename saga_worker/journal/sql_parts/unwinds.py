@@ -51,23 +51,7 @@ class UnwindStatements(StatementsBase):
         """Distributed unwinds: the worklist and one entry per step outcome."""
         insert = self.policy.insert
         p = self._prepare
-        self.unwind_insert = p(
-            insert(unwinds)
-            .values(
-                unwind_id=b("unwind"),
-                run_id=b("run"),
-                dry_run=b("plan_only", type_=sa.Boolean),
-                suffixes=b("worklist"),
-                created_at=NOW,
-                actor=b("who"),
-                reason=b("why"),
-                via=b("through"),
-                run_epoch=b("epoch", type_=sa.Integer),
-                group_plan=b("plan"),
-            )
-            .on_conflict_do_nothing(index_elements=["unwind_id"])
-            .returning(*unwinds.c)
-        )
+        self.unwind_insert = p(self._unwind_if_absent())
         self.unwind_get = p(sa.select(unwinds).where(unwinds.c.unwind_id == b("unwind")))
         self.entry_insert = p(
             insert(unwind_entries)
@@ -102,16 +86,9 @@ class UnwindStatements(StatementsBase):
             .limit(MAX_ROWS)
         )
 
-    def _build_unwind_held(self, hold: sa.Update) -> None:
-        """The coordinator's ``record_unwind`` as one statement where the dialect allows
-        (``writes_in_with_clause``): the unwind inserted if absent, the stored one returned (the
-        insert's row, else the one there first), and the run's sweep held if the stored unwind is
-        this run's and not a dry run (``hold``: the sweep's hold, ``SweepStatements._hold_sweep``).
-        None elsewhere (``SqlUnwinds._store_unwind``)."""
-        self.unwind_held: Prepared | None = None
-        if not self.policy.writes_in_with_clause:
-            return
-        insert = (
+    def _unwind_if_absent(self) -> Any:
+        """The unwind inserted unless one of its id is there, returning the row it inserted."""
+        return (
             self.policy.insert(unwinds)
             .values(
                 unwind_id=b("unwind"),
@@ -127,8 +104,18 @@ class UnwindStatements(StatementsBase):
             )
             .on_conflict_do_nothing(index_elements=["unwind_id"])
             .returning(*unwinds.c)
-            .cte("ins")
         )
+
+    def _build_unwind_held(self, hold: sa.Update) -> None:
+        """The coordinator's ``record_unwind`` as one statement where the dialect allows
+        (``writes_in_with_clause``): the unwind inserted if absent, the stored one returned (the
+        insert's row, else the one there first), and the run's sweep held if the stored unwind is
+        this run's and not a dry run (``hold``: the sweep's hold, ``SweepStatements._hold_sweep``).
+        None elsewhere (``SqlUnwinds._store_unwind``)."""
+        self.unwind_held: Prepared | None = None
+        if not self.policy.writes_in_with_clause:
+            return
+        insert = self._unwind_if_absent().cte("ins")
         # The one there first (a redelivery): read in the statement's snapshot. One inserted by a
         # transaction still open when this began is not in it: no row then (the caller reads again).
         there = sa.select(*unwinds.c).where(
