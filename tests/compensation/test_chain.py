@@ -4,9 +4,8 @@ and survives duplicated and redelivered messages."""
 
 from __future__ import annotations
 
-import json
 import time
-from typing import Any, cast
+from typing import Any
 
 import pytest
 
@@ -31,39 +30,8 @@ from saga_worker.executor import Finalize, Step
 from saga_worker.journal.records import ClaimStatus, UnwindState
 from saga_worker.recording.planning import scripted
 from saga_worker.settings import SagaSettings
+from tests.compensation.order_chain import TTL, Provider, order, same_but_run
 from tests.reads import run_of
-
-TTL = 5.0
-
-
-class Provider:
-    """Counts compensate calls per key; a tool named in ``fail`` raises."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-        self.fail: set[str] = set()
-
-    def tools(self) -> dict[str, Tool]:
-        def make(name: str) -> Tool:
-            def compensate(input: Any, output: Any, opts: CallOptions) -> None:
-                self.calls.append(opts.idempotency_key)
-                if name in self.fail:
-                    raise RuntimeError(f"{name} refund refused")
-
-            return Tool(lambda input, opts: {"ok": name}, compensate)
-
-        return {name: make(name) for name in ("charge", "reserve", "notify")}
-
-
-def order(journal: Journal, provider: Provider, run_id: str) -> None:
-    run_durable(
-        run_id,
-        journal=journal,
-        tools=provider.tools(),
-        planner=scripted(
-            ToolCall("charge", {"a": 1}), ToolCall("reserve", {"b": 2}), ToolCall("notify", {"c": 3})
-        ),
-    )
 
 
 def drive(
@@ -76,10 +44,6 @@ def drive(
         assert got is not None
         nxt = got
     return ex.finalize_unwind(journal, nxt.run_id, nxt.unwind_id)
-
-
-def same_but_run(report: CompensationReport, old: str, new: str) -> dict[str, Any]:
-    return cast(dict[str, Any], json.loads(json.dumps(report.model_dump(mode="json")).replace(old, new)))
 
 
 def test_chain_of_continuations_reports_exactly_what_the_library_reports_for_an_identical_run(

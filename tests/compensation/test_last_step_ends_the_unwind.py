@@ -12,7 +12,7 @@ from saga_worker import Journal, Tool, compensate_run
 from saga_worker import executor as ex
 from saga_worker.executor import Finalize, Step
 from saga_worker.journal.records import AuditAction, AuditVia, ClaimStatus, NewAudit, UnwindEnd, UnwindState
-from tests.compensation.test_chain import TTL, Provider, order, same_but_run
+from tests.compensation.order_chain import TTL, Provider, order, same_but_run
 from tests.reads import run_of
 
 

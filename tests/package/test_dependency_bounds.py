@@ -46,6 +46,13 @@ def test_the_result_text_patch_was_checked_against_the_installed_celery_and_appl
     assert result_text._still_there(), f"celery {installed} no longer has what result_text replaces"
 
 
+def test_celerys_bound_is_the_release_store_once_was_checked_up_to() -> None:
+    from saga_worker.celery import checked_releases
+
+    uppers = [str(s) for s in requirement("celery").specifier if s.operator == "<"]
+    assert uppers == [str(s) for s in checked_releases.CELERY_RESULT_STORE if s.operator == "<"], uppers
+
+
 def test_redbeat_still_has_what_the_resilient_scheduler_uses() -> None:
     from redbeat import schedulers
 
