@@ -78,9 +78,14 @@ def _still_there() -> bool:
     Celery's own (or this one, once applied)."""
     if getattr(trace, "saferepr", None) not in (celery_saferepr, saferepr):
         return False
-    if "saferepr" not in _names_used(trace.build_tracer.__code__):
+    build_tracer = getattr(trace, "build_tracer", None)
+    code = getattr(build_tracer, "__code__", None)
+    if code is None or "saferepr" not in _names_used(code):
         return False
-    params = inspect.signature(celery_saferepr).parameters
+    try:
+        params = inspect.signature(celery_saferepr).parameters
+    except (TypeError, ValueError):
+        return False
     return (
         list(params) == ["o", "maxlen", "maxlevels", "seen"]
         and params["maxlevels"].default == _CELERY_MAXLEVELS

@@ -42,3 +42,14 @@ def test_on_the_checked_releases_the_patch_applies(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(trace, "saferepr", celery_saferepr)
     assert result_text.speed_up_result_text() is True
     assert trace.saferepr is result_text.saferepr  # type: ignore[attr-defined]
+
+
+def test_a_tracer_without_build_tracer_gets_no_patch_and_no_error(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(trace, "saferepr", celery_saferepr)
+    monkeypatch.delattr(trace, "build_tracer")  # a release that reorganised its tracer
+    with caplog.at_level(logging.WARNING, logger=checked_releases.__name__):
+        assert result_text.speed_up_result_text() is False
+    assert trace.saferepr is celery_saferepr  # type: ignore[attr-defined]
+    assert "no longer has what a result's text written directly replaces" in caplog.text

@@ -9,10 +9,8 @@ from typing import Any
 import pytest
 
 from saga_worker import (
-    CallOptions,
     InvalidInputError,
     Journal,
-    Tool,
     ToolCall,
     compensate_run,
     run_durable,
@@ -20,27 +18,7 @@ from saga_worker import (
 )
 from saga_worker import executor as ex
 from saga_worker.executor import Finalize, Step
-
-TTL = 5.0
-
-
-class Provider:
-    """Counts compensate calls per key; a tool named in ``fail`` raises."""
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-        self.fail: set[str] = set()
-
-    def tools(self) -> dict[str, Tool]:
-        def make(name: str) -> Tool:
-            def compensate(input: Any, output: Any, opts: CallOptions) -> None:
-                self.calls.append(opts.idempotency_key)
-                if name in self.fail:
-                    raise RuntimeError(f"{name} refund refused")
-
-            return Tool(lambda input, opts: {"ok": name}, compensate)
-
-        return {name: make(name) for name in ("charge", "reserve", "notify")}
+from tests.compensation.order_chain import TTL, Provider
 
 
 def order(journal: Journal, provider: Provider, run_id: str) -> None:
