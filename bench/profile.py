@@ -119,7 +119,10 @@ def _executor(journal: Any, lock: Any, run_id: str) -> None:
     while isinstance(nxt, ex.Step):
         nxt = ex.run_step(journal, tools, run_id, unwind_id, nxt.suffix, claim_ttl=30.0, lock=lock)
         assert nxt is not None
-    report = ex.finalize_unwind(journal, run_id, unwind_id)
+    # As the last step task does (celery/tasks.py): with the unwind it read, and the report whose end
+    # it wrote with its outcome, if it did.
+    assert isinstance(nxt, ex.Finalize), nxt
+    report = ex.finalize_unwind(journal, run_id, unwind_id, info=nxt.info, ended=nxt.report)
     assert report.complete, report
 
 
