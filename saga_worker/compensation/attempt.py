@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import faults
+from ..core.frozen import quick
 from ..core.keys import compensate_key
 from ..core.leases import keeper, new_owner
 from ..core.storable import exception_text
@@ -89,6 +90,7 @@ def _what_the_claim_tells(claim: CompensationClaim | None, key: str) -> str:
     )
 
 
+@quick
 @dataclass(frozen=True)
 class Unwinding:
     """What every step of one unwind shares."""
@@ -118,6 +120,7 @@ def lock_op(op: Callable[..., Any], *args: Any) -> Any:
         return True
 
 
+@quick
 @dataclass(frozen=True)
 class Pretaken:
     """The step's claim, taken before the attempt began (with the step's read: ``stepread``), and

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.checks import check_tool_name
+from ..core.frozen import quick
 from ..core.keys import IdempotencyMode, json_problem
 from ..core.storable import exception_text
 from ..errors import InvalidInputError, SideEffectRetryBlockedError
@@ -18,6 +19,7 @@ from ..journal.records import ToolRecord
 from ..observing import tracing
 
 
+@quick
 @dataclass(frozen=True)
 class CallOptions:
     """What a hook is told about the call it serves. The key is the one to hand the provider."""
@@ -30,6 +32,7 @@ class CallOptions:
     connection: Any = None
 
 
+@quick
 @dataclass(frozen=True)
 class RecoverResult:
     """A ``recover`` hook's answer: did the side effect happen, and with what output."""
