@@ -326,6 +326,9 @@ def usable_recover_answer(
     return answer
 
 
+_PLAIN = frozenset({dict, list, tuple, str, int, float, bool, bytes})
+
+
 def call_hook(hook: Hook, *args: Any) -> Any:
     """Call a hook that may be a plain function or ``async def``, from sync code, anywhere.
 
@@ -333,7 +336,9 @@ def call_hook(hook: Hook, *args: Any) -> Any:
     private thread with its own loop, since the caller's loop is blocked by this very call.
     """
     result = hook(*args)
-    if not inspect.isawaitable(result):
+    # A hook's usual answer is a plain value, never awaitable: asked of its type alone, without
+    # ``isawaitable``'s three isinstance checks (one of them an ABC's).
+    if result is None or type(result) in _PLAIN or not inspect.isawaitable(result):
         return result
     try:
         asyncio.get_running_loop()

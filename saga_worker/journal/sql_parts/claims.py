@@ -503,7 +503,7 @@ class SqlClaims(SqlPlumbing):
             "origin": finished.origin_run_id,
             "step_suffix": finished.suffix,
             "holder": finished.owner,
-            "new_status": finished.status.value,
+            "new_status": finished.status._value_,  # (``.value`` is a descriptor: two calls)
             "new_error": storable_or_none(finished.error),
             "now": now,
         }
