@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import faults
+from ..core.frozen import quick
 from ..core.keys import compensate_key
 from ..core.leases import keeper, new_owner
 from ..core.storable import exception_text
@@ -89,6 +90,7 @@ def _what_the_claim_tells(claim: CompensationClaim | None, key: str) -> str:
     )
 
 
+@quick
 @dataclass(frozen=True)
 class Unwinding:
     """What every step of one unwind shares."""
@@ -118,6 +120,7 @@ def lock_op(op: Callable[..., Any], *args: Any) -> Any:
         return True
 
 
+@quick
 @dataclass(frozen=True)
 class Pretaken:
     """The step's claim, taken before the attempt began (with the step's read: ``stepread``), and
@@ -159,6 +162,9 @@ class StepAttempt:
         self.twins = twins
         self.owner = ""  # the journal claim's owner, made when the step gets that far
         self.lock_owner = ""
+        # The step's claim key, (origin run, suffix): the record read again (``what_happened``) is
+        # the same step's, so it is fixed for the attempt, as ``key`` is.
+        self._where = (record.origin_run_id, record.suffix)
         self.key = compensate_key(record.origin_run_id, record.suffix)
         self.attempts = 0  # of the step's claim, as this attempt found it
         self.gated = False  # a person must approve this compensation (every entry says so, once known)
@@ -169,9 +175,12 @@ class StepAttempt:
     def verdict(self) -> CompensationEntry | None:
         """The step's entry; None when a live twin delivery holds the step (it carries the chain on,
         and this delivery must end without writing anything)."""
-        with tracing.compensate(
+        span = tracing.compensate(
             self.unwinding.run_id, self.record, self.key, dry_run=self.unwinding.dry_run
-        ) as span:
+        )
+        if span is tracing.NO_SPAN:  # not traced: nothing to make current, nothing to tell it
+            return self._verdict()
+        with span:
             entry = self._verdict()
             span.verdict(entry)
             return entry
@@ -184,13 +193,9 @@ class StepAttempt:
                 return None
         entry = self._decide()
         if not u.dry_run:
-            metrics.inc(metrics.STEPS, entry.status.value)
+            metrics.inc(metrics.STEPS, entry.status._value_)  # (``.value`` is a descriptor: two calls)
             alerts.step_halted(u.run_id, entry)
         return entry if twins is None else self._as_twins_see_it(entry, twins)
-
-    @property
-    def _where(self) -> tuple[str, str]:
-        return (self.record.origin_run_id, self.record.suffix)
 
     def _entry(
         self, status: CompensationStatus, error: str | None = None, *, needs_approval: bool = False
@@ -198,7 +203,9 @@ class StepAttempt:
         gated = needs_approval or self.gated
         groups = self.unwinding.groups
         group = 0 if groups is None else groups.get(self._where, 0)
-        return entry_for(self.record, status, error, self.attempts, needs_approval=gated, group=group)
+        return entry_for(
+            self.record, status, error, self.attempts, needs_approval=gated, group=group, key=self.key
+        )
 
     def _as_twins_see_it(self, entry: CompensationEntry, twins: Twins) -> CompensationEntry | None:
         if entry.status is S.BUSY:

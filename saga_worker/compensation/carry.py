@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..core import faults
+from ..core.frozen import quick
 from ..journal.records import ClaimAttempt, FinishedClaim
 from ..journal.roles import UnwindJournal
 from .report import CompensationEntry, CompensationStatus
@@ -31,6 +32,7 @@ LEASE_LOST = (
 )
 
 
+@quick
 @dataclass(frozen=True)
 class HeldOutcome:
     """A step whose hook returned: its outcome to write, and its entry either way."""

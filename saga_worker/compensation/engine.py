@@ -15,6 +15,7 @@ from typing import Any
 
 from ..core import faults
 from ..core.checks import check_actor, check_dry_run, check_parallel, check_reason, check_run_id
+from ..core.frozen import quick
 from ..core.leases import new_owner
 from ..errors import MalformedRecordError, SagaError
 from ..journal.records import (
@@ -118,6 +119,7 @@ def _refuse_pruned_unwind(journal: UnwindJournal, run: RunInfo) -> None:
     refuse_pruned(run)
 
 
+@quick
 @dataclass(frozen=True)
 class UnwindRequest:
     """Who asks to unwind which run, why and through what: checked once, before anything is written

@@ -16,7 +16,9 @@ def entry_for(
     *,
     needs_approval: bool = False,
     group: int = 0,
+    key: str | None = None,
 ) -> CompensationEntry:
+    """``key``: the step's ``compensate_key``, when the caller has it already."""
     return CompensationEntry(
         needs_approval=needs_approval,
         group=group,
@@ -25,10 +27,10 @@ def entry_for(
         tool_name=record.tool_name,
         status=status,
         error=error,
-        record_status=record.status.value,
+        record_status=record.status._value_,  # (``.value`` is a descriptor: two calls)
         origin_run_id=record.origin_run_id,
         attempts=attempts,
-        idempotency_key=compensate_key(record.origin_run_id, record.suffix),
+        idempotency_key=compensate_key(record.origin_run_id, record.suffix) if key is None else key,
     )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..core.frozen import quick
 from ..core.keys import execute_key
 from ..journal.records import RecordStatus, ToolRecord
 from ..journal.roles import UnwindJournal
@@ -19,6 +20,7 @@ from .report import CompensationStatus
 S = CompensationStatus
 
 
+@quick
 @dataclass(frozen=True)
 class Settled:
     """The step's verdict, decided by what happened before any hook could be called."""

@@ -75,6 +75,10 @@ class DialectPolicy(abc.ABC):
     # Whether concurrent writes of one process share commits (group_commit.py): where one writer at
     # a time holds the database, commits are the queue every unwind waits in.
     groups_commits: ClassVar[bool]
+    # A statement that fails inside a transaction is undone alone and the transaction goes on (SQLite's
+    # statement journal), rather than aborting the whole transaction (PostgreSQL): a write after
+    # others in one transaction needs no savepoint of its own to fail alone (``claims.claim_after``).
+    statements_fail_alone: ClassVar[bool]
     # Where a driver pipelines: the plain statements that open a durable transaction and commit it,
     # sent with its statements in one round trip (``Tx.batch(framed=...)``); None elsewhere.
     durable_frame: ClassVar[tuple[tuple[str, ...], tuple[str, ...]] | None] = None
@@ -179,6 +183,7 @@ class PostgresPolicy(DialectPolicy):
     transactions_cost_round_trips = True
     durable_frame = (("BEGIN", DURABLE_COMMIT), ("COMMIT",))
     groups_commits = False  # its writes are pipelined statements on pooled connections
+    statements_fail_alone = False  # an error aborts the transaction: only a savepoint keeps what came before
 
     def insert(self, table: sa.Table) -> Any:
         return postgresql.insert(table)
@@ -289,6 +294,7 @@ class SqlitePolicy(DialectPolicy):
     writes_in_with_clause = False  # no INSERT in a WITH; a transaction is no round trip here
     transactions_cost_round_trips = False
     groups_commits = True  # one writer at a time: threads' ready writes share its commits (group_commit.py)
+    statements_fail_alone = True  # a failed statement is rolled back by its statement journal alone
 
     def insert(self, table: sa.Table) -> Any:
         return sqlite.insert(table)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
 
+from ..core.frozen import quick
 from ..errors import MalformedRecordError
 
 E = TypeVar("E", bound=Enum)
@@ -61,6 +62,7 @@ def parse_status(kind: type[E], value: object, run_id: str, what: str) -> E:
         raise MalformedRecordError(run_id, what, f"unknown status {value!r}") from exc
 
 
+@quick
 @dataclass(frozen=True)
 class RunInfo:
     run_id: str
@@ -100,6 +102,7 @@ class RunInfo:
 NO_EFFECT_OUTPUT = {"no_effect": True}
 
 
+@quick
 @dataclass(frozen=True)
 class ToolRecord:
     """One tool execution, keyed ``(run_id, suffix)``; ``origin_run_id`` is whose effect it is (forks)."""
@@ -135,6 +138,7 @@ class ToolRecord:
         return self.status is RecordStatus.FAILED and self.output == NO_EFFECT_OUTPUT
 
 
+@quick
 @dataclass(frozen=True)
 class CompensationClaim:
     """The compensation state of one effect, keyed ``(origin_run_id, suffix)``: the truth about who undoes it."""
@@ -157,6 +161,7 @@ class CompensationClaim:
     lease_boot_attempt: int | None = None
 
 
+@quick
 @dataclass(frozen=True)
 class ClaimAttempt:
     """The answer to "may I compensate this step?": ``acquired``, or the state that says why not."""
@@ -165,6 +170,7 @@ class ClaimAttempt:
     claim: CompensationClaim | None
 
 
+@quick
 @dataclass(frozen=True)
 class FinishedClaim:
     """A claim's outcome, to be written while ``owner`` still holds it (``Journal.finish_and_claim``)."""
@@ -176,6 +182,7 @@ class FinishedClaim:
     error: str | None = None
 
 
+@quick
 @dataclass(frozen=True)
 class FirstClaim:
     """The first step's claim, to take in the tombstone's own commit (``Journal.condemn_read_and_claim``).
@@ -306,6 +313,7 @@ class AuditVia(str, Enum):
     CONSOLE = "console"  # a form of saga-worker serve (the actor is the console token's name)
 
 
+@quick
 @dataclass(frozen=True)
 class NewAudit:
     """An audit row to append. ``event_key``, when set, makes the append insert-if-absent (a
@@ -431,6 +439,7 @@ class UnwindInfo:
         return self.groups.groups()
 
 
+@quick
 @dataclass(frozen=True)
 class WorklistView:
     """What an unwind reads before its first step, together (one transaction on SQL): the run, its

@@ -76,7 +76,11 @@ def labelled(metric: Any, *values: str) -> Any:
 def inc(metric: Any, *values: str) -> None:
     """Count one on ``metric`` (its child for label ``values``); an error is logged once, never raised."""
     try:
-        (labelled(metric, *values) if values else metric).inc()
+        if values:  # the kept child, looked up here: ``labelled`` only the first time
+            child = _children.get((id(metric), values))
+            (labelled(metric, *values) if child is None else child).inc()
+        else:
+            metric.inc()
     except Exception:  # noqa: BLE001 - a count lost, not the unwind that counted it
         failed("recording a metric")
 
@@ -84,7 +88,8 @@ def inc(metric: Any, *values: str) -> None:
 def observe(metric: Any, amount: float, *values: str) -> None:
     """Observe ``amount`` on histogram ``metric`` for label ``values``; an error is logged once, never raised."""
     try:
-        labelled(metric, *values).observe(amount)
+        child = _children.get((id(metric), values))  # as ``inc``
+        (labelled(metric, *values) if child is None else child).observe(amount)
     except Exception:  # noqa: BLE001 - as ``inc``
         failed("recording a metric")
 

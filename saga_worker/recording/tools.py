@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.checks import check_tool_name
+from ..core.frozen import quick
 from ..core.keys import IdempotencyMode, json_problem
 from ..core.storable import exception_text
 from ..errors import InvalidInputError, SideEffectRetryBlockedError
@@ -18,6 +19,7 @@ from ..journal.records import ToolRecord
 from ..observing import tracing
 
 
+@quick
 @dataclass(frozen=True)
 class CallOptions:
     """What a hook is told about the call it serves. The key is the one to hand the provider."""
@@ -30,6 +32,7 @@ class CallOptions:
     connection: Any = None
 
 
+@quick
 @dataclass(frozen=True)
 class RecoverResult:
     """A ``recover`` hook's answer: did the side effect happen, and with what output."""
@@ -323,6 +326,9 @@ def usable_recover_answer(
     return answer
 
 
+_PLAIN = frozenset({dict, list, tuple, str, int, float, bool, bytes})
+
+
 def call_hook(hook: Hook, *args: Any) -> Any:
     """Call a hook that may be a plain function or ``async def``, from sync code, anywhere.
 
@@ -330,7 +336,9 @@ def call_hook(hook: Hook, *args: Any) -> Any:
     private thread with its own loop, since the caller's loop is blocked by this very call.
     """
     result = hook(*args)
-    if not inspect.isawaitable(result):
+    # A hook's usual answer is a plain value, never awaitable: asked of its type alone, without
+    # ``isawaitable``'s three isinstance checks (one of them an ABC's).
+    if result is None or type(result) in _PLAIN or not inspect.isawaitable(result):
         return result
     try:
         asyncio.get_running_loop()

@@ -5,6 +5,9 @@ nothing else is written without it, and a next step that is busy or done keeps t
 
 from __future__ import annotations
 
+import pytest
+import sqlalchemy as sa
+
 from saga_worker import Journal
 from saga_worker.journal.records import (
     AuditAction,
@@ -95,6 +98,29 @@ def test_a_failed_next_step_is_taken_again_with_its_attempts_counted(journal: Jo
 
     assert taken is not None and taken.acquired and taken.claim is not None
     assert (taken.claim.owner, taken.claim.attempts, taken.claim.error) == ("me-2", 2, None)
+
+
+@pytest.mark.backends("sqlite")  # PostgreSQL writes both in one statement (claim_next): atomic whole
+def test_an_error_in_the_next_claim_keeps_the_outcome_and_undoes_the_claim_alone(
+    journal: Journal, journal_url: str, run_id: str
+) -> None:
+    assert _claim(journal, run_id, "call-2", "me-1") is not None
+    engine = sa.create_engine(journal_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE TRIGGER refuse_claim BEFORE INSERT ON saga_compensations WHEN NEW.suffix = 'call-1' "
+            "BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        )
+    try:
+        with pytest.raises(sa.exc.DBAPIError, match="refused"):
+            _next(journal, run_id, "me-1")  # the claim, tried again alone after the commit, fails again
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql("DROP TRIGGER refuse_claim")
+        engine.dispose()
+    finished = journal.get_claim(run_id, "call-2")
+    assert finished is not None and finished.status is ClaimStatus.COMPENSATED and finished.owner == "me-1"
+    assert journal.get_claim(run_id, "call-1") is None
 
 
 def _unwound(run_id: str) -> NewAudit:

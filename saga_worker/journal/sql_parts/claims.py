@@ -12,7 +12,7 @@ from ...core import faults
 from ...core.keys import compensate_key
 from ...core.storable import storable_or_none
 from .. import driver
-from ..dialects import LeaseColumns
+from ..dialects import DialectPolicy, LeaseColumns
 from ..driver import Prepared
 from ..records import ClaimAttempt, ClaimStatus, CompensationClaim, FinishedClaim, RecordStatus, parse_status
 from ..schema import claims, records, runs, unwind_entries, unwinds
@@ -354,6 +354,53 @@ def claim_row(m: Mapping[Any, Any]) -> CompensationClaim:
     )
 
 
+class ClaimAfter(Protocol):
+    """The statements ``claim_after`` runs."""
+
+    claim_get: Prepared
+    claim_insert: Prepared
+    claim_take: Prepared
+    claim_savepoint: Prepared
+    claim_savepoint_release: Prepared
+    claim_savepoint_undo: Prepared
+
+
+def claim_after(
+    tx: driver.Tx,
+    q: ClaimAfter,
+    policy: DialectPolicy,
+    params: Mapping[str, Any],
+    errors: type[Exception] | tuple[type[Exception], ...],
+) -> ClaimAttempt | None:
+    """A step's claim after other writes of the same transaction (the previous step's outcome, the
+    tombstone): an error in it (one of ``errors``) undoes the claim alone and the writes before it
+    stay (None: the caller claims the step on its own).
+
+    Where a failed statement is undone alone (``statements_fail_alone``: SQLite), no savepoint is
+    set: of the claim's statements only one writes, and a failure of the transaction as a whole (a
+    full disk) is raised, as the savepoint's undo would raise it. Elsewhere the claim runs in a
+    savepoint. The busy case writes nothing and reads the holder's claim."""
+    apart = not policy.statements_fail_alone
+    if apart:
+        tx.execute(q.claim_savepoint, {})
+    try:
+        row = tx.one(q.claim_insert, params) or tx.one(q.claim_take, params)
+        if row is None:
+            current = tx.one(q.claim_get, params)
+            got: ClaimAttempt | None = ClaimAttempt(False, None if current is None else claim_row(current))
+        else:
+            got = ClaimAttempt(True, claim_row(row))
+    except errors:
+        if apart:
+            tx.execute(q.claim_savepoint_undo, {})
+        elif not tx.connection.in_transaction:
+            raise  # the database rolled the whole transaction back: nothing before it stays either
+        got = None
+    if apart:
+        tx.execute(q.claim_savepoint_release, {})
+    return got
+
+
 class ClaimReads(PlumbingStatements, Protocol):
     """The statements ``SqlClaims`` reads (its own and other areas')."""
 
@@ -456,7 +503,7 @@ class SqlClaims(SqlPlumbing):
             "origin": finished.origin_run_id,
             "step_suffix": finished.suffix,
             "holder": finished.owner,
-            "new_status": finished.status.value,
+            "new_status": finished.status._value_,  # (``.value`` is a descriptor: two calls)
             "new_error": storable_or_none(finished.error),
             "now": now,
         }
@@ -492,19 +539,8 @@ class SqlClaims(SqlPlumbing):
             if tx.one(q.claim_finish, outcome) is None:
                 return False, None
             faults.point("before_next_claim", done_key)  # the outcome written, not yet committed
-            tx.execute(q.claim_savepoint, {})
-            try:
-                row = tx.one(q.claim_insert, claim) or tx.one(q.claim_take, claim)
-                got = (
-                    ClaimAttempt(True, claim_row(row))
-                    if row is not None
-                    else ClaimAttempt(False, self._claim_or_none(tx, claim))
-                )
-            except self.engine.dialect.loaded_dbapi.Error:
-                tx.execute(q.claim_savepoint_undo, {})  # the outcome stays; the claim is tried alone
-                got = None
-            tx.execute(q.claim_savepoint_release, {})
-            return True, got
+            # An error in the claim undoes the claim alone: the outcome stays; the claim is tried alone.
+            return True, claim_after(tx, q, self.policy, claim, self.engine.dialect.loaded_dbapi.Error)
 
         written, got = self._write(
             work,
@@ -524,10 +560,6 @@ class SqlClaims(SqlPlumbing):
                 idempotency_key=idempotency_key,
             )
         return got
-
-    def _claim_or_none(self, tx: driver.Tx, params: Mapping[str, Any]) -> CompensationClaim | None:
-        current = tx.one(self._q.claim_get, params)
-        return None if current is None else claim_row(current)
 
     def lease_left(self, claim: CompensationClaim) -> float:
         return self.policy.lease_left(claim, self.now)

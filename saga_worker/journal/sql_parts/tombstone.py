@@ -35,7 +35,7 @@ from ..records import (
 from ..schema import runs
 from ..tombstone import condemn_then_read, stamped_or_raise
 from .audit import audit_insert_from, audit_params
-from .claims import claim_row
+from .claims import claim_after, claim_row
 from .common import RUN, StatementsBase, b
 from .worklist import SqlWorklist, WorklistReads, WorklistRows
 
@@ -273,7 +273,6 @@ class SqlTombstone(SqlWorklist):
     ) -> ClaimAttempt | None:
         """The first step's claim after the tombstone, in a savepoint: an error in it is rolled back
         to there and the tombstone committed all the same (None: the unwind claims the step itself)."""
-        q = self._q
         params = {
             **claim,
             "origin": target.origin_run_id,
@@ -281,19 +280,10 @@ class SqlTombstone(SqlWorklist):
             "key": compensate_key(target.origin_run_id, target.suffix),
             "now": time.time(),
         }
-        tx.execute(q.claim_savepoint, {})
-        try:
-            row = tx.one(q.claim_insert, params) or tx.one(q.claim_take, params)
-            if row is None:
-                current = tx.one(q.claim_get, params)
-                got = ClaimAttempt(False, None if current is None else claim_row(current))
-            else:
-                got = ClaimAttempt(True, claim_row(row))
-        except (self.engine.dialect.loaded_dbapi.Error, MalformedRecordError):
-            tx.execute(q.claim_savepoint_undo, {})  # the tombstone stays; the unwind claims the step
-            got = None
-        tx.execute(q.claim_savepoint_release, {})
-        return got
+        # The tombstone stays; the unwind claims the step (None). A claim row this code cannot read
+        # is only ever the busy case's, which wrote nothing.
+        errors = (self.engine.dialect.loaded_dbapi.Error, MalformedRecordError)
+        return claim_after(tx, self._q, self.policy, params, errors)
 
     def _condemned_and_claimed_pipelined(
         self,
