@@ -118,7 +118,6 @@ def _task_level(runs: int, counts: Counts) -> None:
         app = Celery("saga_bench_calls", broker="memory://", backend=REDIS_URL, set_as_current=False)
         install(app, settings=settings, tools=noop_tools(), beat=False)
         executor.reset()
-        _set_task_join_will_block(True)  # as in a pool child: no result subscription per message sent
         coordinator, step = app.tasks[COMPENSATE_RUN], app.tasks[COMPENSATE_STEP]
         ids = [new_id("calls") for _ in range(runs + WARM)]
         seed(backend.engine, ids, STEPS)
@@ -133,6 +132,7 @@ def _task_level(runs: int, counts: Counts) -> None:
                 return str(message.headers["id"]), list(body[0])
 
             def call(task: Any, task_id: str, args: list[Any]) -> Any:
+                _set_task_join_will_block(True)  # as in a pool child: no result subscribed to per message
                 task.push_request(
                     id=task_id,
                     args=args,
@@ -145,6 +145,7 @@ def _task_level(runs: int, counts: Counts) -> None:
                     return task.run(*args)
                 finally:
                     task.pop_request()
+                    _set_task_join_will_block(False)
 
             try:
                 for i, run_id in enumerate(ids):
