@@ -213,12 +213,14 @@ class PostgresPolicy(DialectPolicy):
     def end_autocommit(self, driver: Any, cursor: Any) -> None:
         # psycopg ran each statement to its end, and committed it; a transaction still open is a framed
         # batch's (``durable_frame``) that failed: rolled back, so the connection is idle again.
-        if driver.info.transaction_status != _pg_idle():
+        if driver.pgconn.transaction_status != _pg_idle():
             driver.execute("ROLLBACK")
         driver.autocommit = False
 
     def is_clean(self, driver: Any) -> bool:
-        return not driver.closed and not driver.autocommit and driver.info.transaction_status == _pg_idle()
+        # The status read off libpq's connection (``pgconn``), as ``driver.info.transaction_status``
+        # reads it, without a ConnectionInfo made for each read (twice per transaction).
+        return not driver.closed and not driver.autocommit and driver.pgconn.transaction_status == _pg_idle()
 
     def guards_across_processes(self, engine: sa.Engine) -> bool:
         return True

@@ -308,10 +308,11 @@ class Connections:
     def _pool_within_its_size(self) -> bool:
         """Whether no more connections are out of the pool than it keeps: past that (overflow), a
         thread may be waiting at the pool's limit for one to come back, so it goes back there."""
-        pool = self.engine.pool
-        size = getattr(pool, "size", None)
-        checked_out = getattr(pool, "checkedout", None)
-        return callable(size) and callable(checked_out) and checked_out() <= size()
+        pool = self.engine.pool  # read each time: ``engine.dispose()`` puts a new pool in its place
+        try:
+            return bool(pool.checkedout() <= pool.size())
+        except AttributeError:  # a pool that keeps no count (only a sized pool's come to the idle list)
+            return False
 
     def discard(self, raw: Any, exc: BaseException) -> None:
         """Drop a dead connection and every pooled sibling: a database restart kills them all."""
