@@ -303,7 +303,14 @@ class Connections:
         ):
             idle.append((raw, driver, cursor))
         else:
+            self._to_pool(raw, driver)
+
+    def _to_pool(self, raw: Any, driver: Any) -> None:
+        """Back to the engine's pool, as it expects a connection (``for_the_pool``), else dropped."""
+        if self.policy.for_the_pool(driver):
             raw.close()
+        else:
+            raw.invalidate()
 
     def _pool_within_its_size(self) -> bool:
         """Whether no more connections are out of the pool than it keeps: past that (overflow), a
@@ -328,9 +335,9 @@ class Connections:
         """Give every kept and idle connection back (the journal is closing)."""
         for kept in list(self._kept):
             kept.release()
-        for raw, _driver, _cursor in self._empty_idle():
+        for raw, driver, _cursor in self._empty_idle():
             with contextlib.suppress(Exception):
-                raw.close()
+                self._to_pool(raw, driver)
         if self.write_gate is not None:
             self.write_gate.close()
 
@@ -478,7 +485,7 @@ def _abandon(
 
 
 def _rollback(policy: DialectPolicy, driver: Any, cursor: Any, autocommit: bool) -> None:
-    """Leave the connection idle and as the pool expects it (not in autocommit)."""
+    """Leave the connection idle (no transaction open), for the idle list or the pool (``give_back``)."""
     with contextlib.suppress(Exception):  # the original error is the one worth raising
         if autocommit:
             policy.end_autocommit(driver, cursor)
