@@ -138,7 +138,7 @@ def _step_args(step: executor.Step) -> tuple[str, str, str, bool]:
     return (step.run_id, step.unwind_id, step.suffix, step.dry_run)
 
 
-def _step_limits(step: executor.Step) -> dict[str, float]:
+def _step_limits(step: executor.Step) -> dict[str, Any]:
     """``soft_time_limit`` and ``time_limit`` when the step's tool has a compensation timeout (a
     tool's timeout bounds its step task too), else nothing."""
     ctx = executor.current()

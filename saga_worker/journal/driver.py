@@ -315,7 +315,7 @@ class Connections:
     def _pool_within_its_size(self) -> bool:
         """Whether no more connections are out of the pool than it keeps: past that (overflow), a
         thread may be waiting at the pool's limit for one to come back, so it goes back there."""
-        pool = self.engine.pool  # read each time: ``engine.dispose()`` puts a new pool in its place
+        pool: Any = self.engine.pool  # read each time: ``engine.dispose()`` puts a new pool in its place
         try:
             return bool(pool.checkedout() <= pool.size())
         except AttributeError:  # a pool that keeps no count (only a sized pool's come to the idle list)

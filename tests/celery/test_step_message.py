@@ -47,7 +47,8 @@ def app(tmp_path: Path) -> Iterator[Celery]:
 
 def _sent(app: Celery) -> dict[str, Any]:
     with app.connection_for_write() as conn:
-        message = conn.default_channel.basic_get(QUEUE, no_ack=True)
+        channel: Any = conn.default_channel
+        message = channel.basic_get(QUEUE, no_ack=True)
     assert message is not None
     headers = dict(message.headers)
     return {"headers": headers, "body": json.loads(message.body), "properties": message.properties.keys()}
