@@ -72,32 +72,31 @@ class CompensationStepFailed(Exception):
 
 
 def _continue(task: Task[Any, Any], nxt: executor.Next) -> Any:
-    if task.request.is_eager:
+    request = task.request  # read once: each read walks Celery's request stack
+    if request.is_eager:
         return _continue_here(nxt)
-    plain = _plain_request(task)
+    plain = _plain_request(task, request)
     if isinstance(nxt, executor.Wait):
         # Another step of this wave is still running: the last one to end goes on.
-        task.request.ignore_result = True
+        request.ignore_result = True
         return _shown(nxt.run_id, nxt.done)
     if isinstance(nxt, executor.Fan):
         if not plain:
             return _continue_here(nxt)  # under someone else's chain: one task id, the wave here
         for one in nxt.steps:  # each step of the wave its own task (and Flower row), side by side
-            _step_signature(task, one).apply_async(
-                task_id=step_task_id(one.run_id, one.suffix, one.unwind_id)
-            )
-        task.request.ignore_result = True
+            _send_step(task, one)
+        request.ignore_result = True
         return _shown(nxt.run_id, nxt.done)
     if isinstance(nxt, executor.Step):
-        sig = _step_signature(task, nxt)
         if not plain:
-            return task.replace(sig)  # under this very task id: Flower shows the steps as one row
+            # under this very task id: Flower shows the steps as one row
+            return task.replace(_step_signature(task, nxt))
         # The next step under its own task id, then this task ends without storing a result (the
         # unwind's last task stores the report under the coordinator's id). Not replace(): its Ignore
         # cost two formatted tracebacks per step (billiard's ExceptionInfo) and left their frames as
         # cyclic garbage in the pool child.
-        sig.apply_async(task_id=step_task_id(nxt.run_id, nxt.suffix, nxt.unwind_id))
-        task.request.ignore_result = True
+        _send_step(task, nxt)
+        request.ignore_result = True
         return _shown(nxt.run_id, nxt.done)
     # The end (or a halt): assemble the report here, from the journal, rather than in a task of its
     # own: one message fewer per unwind. A redelivery assembles the same report again.
@@ -109,8 +108,8 @@ def _continue(task: Task[Any, Any], nxt: executor.Next) -> Any:
     # messages were lost, comes after it). A step task ends with its own outcome, stored nowhere:
     # Flower reads it from the event.
     result_store.store_once(task.backend, nxt.unwind_id, report)
-    task.request.ignore_result = True
-    if task.request.id == nxt.unwind_id:
+    request.ignore_result = True
+    if request.id == nxt.unwind_id:
         return report
     shown = _shown(nxt.run_id, nxt.done)
     # The unwind's last step says how it ended, so a halted unwind shows in Flower without opening each row.
@@ -118,12 +117,35 @@ def _continue(task: Task[Any, Any], nxt: executor.Next) -> Any:
 
 
 def _step_signature(task: Task[Any, Any], step: executor.Step) -> Any:
-    sig = task.app.tasks[COMPENSATE_STEP].si(step.run_id, step.unwind_id, step.suffix, step.dry_run)
-    ctx = executor.current()  # a tool's compensation timeout bounds its step task too
-    limits = executor.time_limits(ctx.journal, ctx.tools_if_configured, step, ctx.settings.claim_ttl)
-    if limits is not None:
-        sig.options.update(soft_time_limit=limits[0], time_limit=limits[1])  # apply_async options
+    """The step's message as a signature (for ``replace()``): the arguments and options ``_send_step`` sends."""
+    sig = task.app.tasks[COMPENSATE_STEP].si(*_step_args(step))
+    sig.options.update(_step_limits(step))  # apply_async options
     return sig
+
+
+def _send_step(task: Task[Any, Any], step: executor.Step) -> None:
+    """Send the step's message under its own task id: what its signature's ``apply_async`` sends
+    (the same arguments, options and message), without a signature made and merged for each step."""
+    task.app.tasks[COMPENSATE_STEP].apply_async(
+        _step_args(step),
+        {},
+        task_id=step_task_id(step.run_id, step.suffix, step.unwind_id),
+        **_step_limits(step),
+    )
+
+
+def _step_args(step: executor.Step) -> tuple[str, str, str, bool]:
+    return (step.run_id, step.unwind_id, step.suffix, step.dry_run)
+
+
+def _step_limits(step: executor.Step) -> dict[str, Any]:
+    """``soft_time_limit`` and ``time_limit`` when the step's tool has a compensation timeout (a
+    tool's timeout bounds its step task too), else nothing."""
+    ctx = executor.current()
+    limits = executor.time_limits(ctx.journal, ctx.tools_if_configured, step, ctx.settings.claim_ttl)
+    if limits is None:
+        return {}
+    return {"soft_time_limit": limits[0], "time_limit": limits[1]}
 
 
 def _how_it_ended(report: dict[str, Any]) -> str:
@@ -166,12 +188,12 @@ def _continue_here(nxt: executor.Next) -> Any:
     return _report(end.run_id, end.unwind_id)
 
 
-def _plain_request(task: Task[Any, Any]) -> bool:
+def _plain_request(task: Task[Any, Any], request: Any = None) -> bool:
     """Is this a request whose steps may run under ids of their own, the report stored under the
     coordinator's? Not eager, not in a chain, group or chord of someone else's, no callbacks; and the
     worker does not drop a task id it has seen succeed (``worker_deduplicate_successful_tasks``: not
     tried with per-step ids). Any other request goes on with replace(), under its own id."""
-    req = task.request
+    req = task.request if request is None else request
     return not (
         req.is_eager
         or req.callbacks
@@ -260,10 +282,11 @@ def compensate_step(
     ``position`` is ignored: workers before this release sent it, and a message of theirs still in a
     queue must be accepted; where the step stands is the journal's worklist's word."""
     ctx = executor.current()
-    if getattr(self.request, EVENTS_FLAG, False) or self.app.conf.worker_send_task_events:
+    request = self.request
+    if getattr(request, EVENTS_FLAG, False) or self.app.conf.worker_send_task_events:
         # Flower shows the custom event type as the task's state: COMPENSATING, with run and step.
         self.send_event("task-compensating", run_id=run_id, unwind_id=unwind_id, suffix=suffix)
-    with counted(self.request, ctx.journal, ctx.settings.max_deliveries) as delivery:
+    with counted(request, ctx.journal, ctx.settings.max_deliveries) as delivery:
         # Past SAGA_MAX_DELIVERIES the step is failed without its tool's code being called.
         nxt = executor.run_step(
             ctx.journal,

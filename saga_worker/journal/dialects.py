@@ -124,8 +124,13 @@ class DialectPolicy(abc.ABC):
         with ``autocommit``, make each statement its own transaction instead."""
 
     def is_clean(self, driver: Any) -> bool:
-        """Whether a pooled connection is as the pool expects it back (no transaction open, not in
-        autocommit), so that the next transaction may use it as it is."""
+        """Whether a pooled connection may wait in the journal's idle list for its next transaction
+        (no transaction open; ``begin`` sets the mode that transaction runs in)."""
+        return True
+
+    def for_the_pool(self, driver: Any) -> bool:
+        """Make a connection going back to the engine's pool as the pool expects it (not in
+        autocommit); whether it is (if not, it is dropped rather than handed to the pool)."""
         return True
 
     @abc.abstractmethod
@@ -210,20 +215,39 @@ class PostgresPolicy(DialectPolicy):
         # The journal's sessions commit without waiting for the WAL flush (_pg_on_connect); a durable
         # transaction waits as the server is configured to (synchronous_commit=on unless the DBA says
         # otherwise). It never autocommits (driver.transaction): SET LOCAL needs a transaction.
-        if durable:
-            cursor.execute(DURABLE_COMMIT)
-        elif autocommit:
+        # A connection of the journal's idle list keeps the mode of its last work: autocommit, for
+        # most of the journal's (a step's read with its claim, its outcome), so that the next such
+        # work switches nothing (each switch is psycopg Python: ~10 calls, twice per transaction).
+        if durable or not autocommit:
+            if driver.autocommit:
+                driver.autocommit = False
+            if durable:
+                cursor.execute(DURABLE_COMMIT)
+        elif not driver.autocommit:
             driver.autocommit = True
 
     def end_autocommit(self, driver: Any, cursor: Any) -> None:
         # psycopg ran each statement to its end, and committed it; a transaction still open is a framed
-        # batch's (``durable_frame``) that failed: rolled back, so the connection is idle again.
-        if driver.info.transaction_status != _pg_idle():
+        # batch's (``durable_frame``) that failed: rolled back, so the connection is idle again. It
+        # stays in autocommit (``begin``), until a transaction or the pool needs it otherwise.
+        if driver.pgconn.transaction_status != _pg_idle():
             driver.execute("ROLLBACK")
-        driver.autocommit = False
 
     def is_clean(self, driver: Any) -> bool:
-        return not driver.closed and not driver.autocommit and driver.info.transaction_status == _pg_idle()
+        # The status read off libpq's connection (``pgconn``), as ``driver.info.transaction_status``
+        # reads it, without a ConnectionInfo made for each read.
+        return not driver.closed and driver.pgconn.transaction_status == _pg_idle()
+
+    def for_the_pool(self, driver: Any) -> bool:
+        # The pool's other users (SQLAlchemy connections: migrations, the console's reads) expect a
+        # connection whose statements run in a transaction.
+        if driver.closed or not driver.autocommit:
+            return True
+        try:
+            driver.autocommit = False  # refused with a transaction open (a failed ROLLBACK)
+        except Exception:  # noqa: BLE001 - dropped instead: the pool opens a fresh one when asked
+            return False
+        return True
 
     def guards_across_processes(self, engine: sa.Engine) -> bool:
         return True

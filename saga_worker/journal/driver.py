@@ -303,15 +303,23 @@ class Connections:
         ):
             idle.append((raw, driver, cursor))
         else:
+            self._to_pool(raw, driver)
+
+    def _to_pool(self, raw: Any, driver: Any) -> None:
+        """Back to the engine's pool, as it expects a connection (``for_the_pool``), else dropped."""
+        if self.policy.for_the_pool(driver):
             raw.close()
+        else:
+            raw.invalidate()
 
     def _pool_within_its_size(self) -> bool:
         """Whether no more connections are out of the pool than it keeps: past that (overflow), a
         thread may be waiting at the pool's limit for one to come back, so it goes back there."""
-        pool = self.engine.pool
-        size = getattr(pool, "size", None)
-        checked_out = getattr(pool, "checkedout", None)
-        return callable(size) and callable(checked_out) and checked_out() <= size()
+        pool: Any = self.engine.pool  # read each time: ``engine.dispose()`` puts a new pool in its place
+        try:
+            return bool(pool.checkedout() <= pool.size())
+        except AttributeError:  # a pool that keeps no count (only a sized pool's come to the idle list)
+            return False
 
     def discard(self, raw: Any, exc: BaseException) -> None:
         """Drop a dead connection and every pooled sibling: a database restart kills them all."""
@@ -327,9 +335,9 @@ class Connections:
         """Give every kept and idle connection back (the journal is closing)."""
         for kept in list(self._kept):
             kept.release()
-        for raw, _driver, _cursor in self._empty_idle():
+        for raw, driver, _cursor in self._empty_idle():
             with contextlib.suppress(Exception):
-                raw.close()
+                self._to_pool(raw, driver)
         if self.write_gate is not None:
             self.write_gate.close()
 
@@ -477,7 +485,7 @@ def _abandon(
 
 
 def _rollback(policy: DialectPolicy, driver: Any, cursor: Any, autocommit: bool) -> None:
-    """Leave the connection idle and as the pool expects it (not in autocommit)."""
+    """Leave the connection idle (no transaction open), for the idle list or the pool (``give_back``)."""
     with contextlib.suppress(Exception):  # the original error is the one worth raising
         if autocommit:
             policy.end_autocommit(driver, cursor)

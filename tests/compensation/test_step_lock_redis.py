@@ -111,3 +111,33 @@ def test_a_release_whose_script_redis_forgot_is_sent_again_and_frees_the_lock(
     assert not lock.extend("k", "mine", 30)  # each call reads its own answer, never the release's
     lock.release("k", "theirs")
     assert not lock.extend("k", "theirs", 30)
+
+
+@pytest.mark.parametrize(
+    "args", [("saga:lock:run-1:comp:s0", "f00d:0", 30000), ("k\u00e9y", "ow\u00f1er", 1), ("k", "token")]
+)
+def test_each_call_is_written_as_redis_py_would_pack_it(
+    lock: RedisStepLock, args: tuple[object, ...]
+) -> None:
+    # The lock writes its EVALSHA itself (one call's Python was mostly redis-py's packing around it).
+    connection = lock.client.connection_pool.get_connection()
+    try:
+        for script in (lock._acquire, lock._extend, lock._release):
+            packed = connection.pack_command("EVALSHA", script.sha, 1, *args)
+            assert lock._packed[script.sha](*args) == b"".join(packed)  # type: ignore[arg-type]
+    finally:
+        lock.client.connection_pool.release(connection)
+
+
+def test_a_call_on_a_dropped_connection_is_sent_again_and_decides(
+    lock: RedisStepLock, redis_url: str
+) -> None:
+    assert lock.acquire("k", "mine", 30)
+    with redis.Redis.from_url(redis_url) as admin:  # the server drops the thread's connection
+        killed = admin.client_kill_filter(_id=lock._thread_client().client_id())
+    assert killed == 1
+    assert not lock.acquire("k", "theirs", 30)  # sent again on a fresh connection: the lock is held
+    assert lock.extend("k", "mine", 30)
+    lock.release("k", "mine")
+    assert lock.acquire("k", "theirs", 30)
+    lock.release("k", "theirs")

@@ -192,12 +192,36 @@ def test_a_postgres_connection_given_back_with_a_transaction_open_is_rolled_back
     app = f"clean-{run_id}"[:60]
     with _started_under_name(pg_url, app, run_id) as journal:
         raw, driver, cursor = journal._connections.take()
+        driver.autocommit = False  # as a transaction's begin leaves it (the idle list keeps either mode)
         with driver.cursor() as cur:
-            cur.execute("SELECT txid_current()")  # opens a transaction (the connection is not autocommit)
+            cur.execute("SELECT txid_current()")  # opens a transaction
         journal._connections.give_back(raw, driver, cursor)
         assert all(state == "idle" for _, state in _sessions(pg_url, app))
         assert journal.get_run(run_id) is not None
         assert all(state == "idle" for _, state in _sessions(pg_url, app))
+
+
+def test_a_postgres_connection_the_journal_left_in_autocommit_goes_back_to_the_pool_out_of_it(
+    pg_url: str, run_id: str
+) -> None:
+    # The idle list keeps a connection in autocommit after autocommit work (the next such work then
+    # switches nothing); the engine's pool, whose other users expect transactions, never gets one so.
+    journal = open_journal(pg_url)
+    assert isinstance(journal, SqlJournal)
+    try:
+        journal.start_run(run_id, "p")
+        assert journal.get_run(run_id) is not None
+        drivers = [driver for _raw, driver, _cursor in journal._connections._idle]
+        assert drivers and any(driver.autocommit for driver in drivers)
+        journal._connections.close()
+        assert not any(driver.autocommit for driver in drivers if not driver.closed)
+        with journal.engine.connect() as conn:
+            conn.exec_driver_sql("CREATE TEMPORARY TABLE t (n int)")
+            conn.rollback()  # in a transaction, as the pool's users expect: the table is gone with it
+            assert conn.exec_driver_sql("SELECT to_regclass('pg_temp.t')").scalar() is None
+        assert journal.get_run(run_id) is not None  # the journal goes on, on a fresh connection
+    finally:
+        journal.close()
 
 
 def test_postgres_connections_idle_between_transactions_keep_to_the_pools_bound(
