@@ -41,6 +41,7 @@ def quick(cls: type[T]) -> type[T]:
     source = f"def __init__(self, {', '.join(args)}):\n    self.__dict__.update({{{fields}}})\n"
     exec(source, scope)  # noqa: S102 - as dataclasses itself writes __init__: from field names only
     init = scope["__init__"]
+    init.__annotations__ = dict(cls.__init__.__annotations__)  # what help() and signature() show
     init.__qualname__ = f"{cls.__qualname__}.__init__"
     init.__module__ = cls.__module__
     cls.__init__ = init  # type: ignore[method-assign]  # (replacing the generated one is the point)

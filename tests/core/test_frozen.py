@@ -85,6 +85,7 @@ def test_each_quick_class_takes_the_arguments_its_fields_say(cls: type[Any]) -> 
     for param, field in zip(params, fields, strict=True):
         expected = inspect.Parameter.empty if field.default is dataclasses.MISSING else field.default
         assert param.default is expected or param.default == expected
+        assert param.annotation == field.type  # help() and signature() show the field's type
 
 
 def test_a_class_quick_cannot_serve_is_refused() -> None:

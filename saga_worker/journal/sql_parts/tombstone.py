@@ -271,8 +271,9 @@ class SqlTombstone(SqlWorklist):
     def _claim_in_savepoint(
         self, tx: driver.Tx, target: ToolRecord, claim: dict[str, Any]
     ) -> ClaimAttempt | None:
-        """The first step's claim after the tombstone, in a savepoint: an error in it is rolled back
-        to there and the tombstone committed all the same (None: the unwind claims the step itself)."""
+        """The first step's claim after the tombstone (``claims.claim_after``): an error in it undoes
+        the claim alone and the tombstone is committed all the same (None: the unwind claims the step
+        itself)."""
         params = {
             **claim,
             "origin": target.origin_run_id,
