@@ -9,10 +9,9 @@ checkout and check-in of a pooled connection around every command, with its book
 a third of a lock call's CPU here, and a compensated step makes two calls. A thread's connection goes
 back to the pool when the thread ends; a forked child takes its own.
 
-Each call's command is written on that connection as it goes on the wire (``_Packed``: the script's
-part once per lock, the key, owner and TTL per call) and its answer read there: redis-py's
-``execute_command`` around it (its retry wrapper, its per-argument packing, its response callbacks)
-was most of a call's Python. A call that fails on the connection (dropped, timed out) is sent again
+Each call's command is packed by that connection (redis-py's ``pack_command``), sent, and its
+answer read there: redis-py's ``execute_command`` around it (its retry wrapper, its response
+callbacks) was most of a call's Python. A call that fails on the connection (dropped, timed out) is sent again
 through redis-py's ``evalsha``, with the client's retries, as every call was before; the scripts are
 idempotent for one owner, so a call sent twice decides as once.
 """
@@ -63,11 +62,6 @@ class RedisStepLock(StepLock):
         self._extend = client.register_script(_EXTEND)
         self._release = client.register_script(_RELEASE)
         self._threads = threading.local()
-        encoder = client.get_encoder()
-        self._packed = {
-            script.sha: _Packed(script.sha, encoder.encoding, encoder.encoding_errors)
-            for script in (self._acquire, self._extend, self._release)
-        }
 
     @classmethod
     def from_url(cls, url: str, **kwargs: Any) -> RedisStepLock:
@@ -93,7 +87,9 @@ class RedisStepLock(StepLock):
         kept.answer()
         connection = kept.client.connection
         try:
-            connection.send_packed_command([self._packed[self._release.sha](self.prefix + key, owner)])
+            connection.send_packed_command(
+                connection.pack_command("EVALSHA", self._release.sha, 1, self.prefix + key, owner)
+            )
         except Exception:  # not sent (a dropped connection): sent again, as every call is, and waited for
             self._call(self._release, self.prefix + key, owner)
             return
@@ -104,7 +100,7 @@ class RedisStepLock(StepLock):
         kept.answer()
         connection = kept.client.connection
         try:
-            connection.send_packed_command([self._packed[script.sha](key, *args)])
+            connection.send_packed_command(connection.pack_command("EVALSHA", script.sha, 1, key, *args))
             return connection.read_response()
         except NoScriptError:  # a restarted or flushed Redis forgot it: the script loads it again
             return script(keys=[key], args=list(args), client=kept.client)
@@ -127,28 +123,6 @@ class RedisStepLock(StepLock):
 
     def _thread_client(self) -> Any:
         return self._kept().client
-
-
-class _Packed:
-    """``EVALSHA sha 1 key *args`` as the Redis protocol writes it (what redis-py's packer makes of the
-    same arguments, with the client's encoding): the script's part made once."""
-
-    __slots__ = ("head", "encoding", "errors")
-
-    def __init__(self, sha: str, encoding: str, errors: str) -> None:
-        self.encoding, self.errors = encoding, errors
-        self.head = b"$7\r\nEVALSHA\r\n" + _bulk(sha.encode()) + b"$1\r\n1\r\n"
-
-    def __call__(self, key: str, *args: str | int) -> bytes:
-        parts = [b"*%d\r\n" % (len(args) + 4), self.head, _bulk(key.encode(self.encoding, self.errors))]
-        for arg in args:
-            raw = b"%d" % arg if type(arg) is int else str(arg).encode(self.encoding, self.errors)
-            parts.append(_bulk(raw))
-        return b"".join(parts)
-
-
-def _bulk(raw: bytes) -> bytes:
-    return b"$%d\r\n%s\r\n" % (len(raw), raw)
 
 
 class _Kept:

@@ -114,19 +114,22 @@ def test_a_release_whose_script_redis_forgot_is_sent_again_and_frees_the_lock(
 
 
 @pytest.mark.parametrize(
-    "args", [("saga:lock:run-1:comp:s0", "f00d:0", 30000), ("k\u00e9y", "ow\u00f1er", 1), ("k", "token")]
+    ("key", "owner"), [("run-1:comp:s0", "f00d:0"), ("k\u00e9y", "ow\u00f1er"), ("k" * 2000, "o" * 2000)]
 )
-def test_each_call_is_written_as_redis_py_would_pack_it(
-    lock: RedisStepLock, args: tuple[object, ...]
+def test_each_call_stores_the_key_and_owner_as_given(
+    lock: RedisStepLock, redis_url: str, key: str, owner: str
 ) -> None:
-    # The lock writes its EVALSHA itself (one call's Python was mostly redis-py's packing around it).
-    connection = lock.client.connection_pool.get_connection()
-    try:
-        for script in (lock._acquire, lock._extend, lock._release):
-            packed = connection.pack_command("EVALSHA", script.sha, 1, *args)
-            assert lock._packed[script.sha](*args) == b"".join(packed)  # type: ignore[arg-type]
-    finally:
-        lock.client.connection_pool.release(connection)
+    # Non-ASCII and long arguments go on the wire as the client's encoding writes them.
+    assert lock.acquire(key, owner, 30)
+    with redis.Redis.from_url(redis_url, decode_responses=True) as admin:
+        assert admin.get(lock.prefix + key) == owner
+        assert 0 < admin.pttl(lock.prefix + key) <= 30_000
+        assert not lock.acquire(key, "someone else", 30)
+        assert lock.extend(key, owner, 60)
+        assert admin.pttl(lock.prefix + key) > 30_000
+        lock.release(key, owner)
+        assert lock.acquire("another", owner, 30)  # reads the release's answer first
+        assert admin.get(lock.prefix + key) is None
 
 
 def test_a_call_on_a_dropped_connection_is_sent_again_and_decides(
