@@ -110,6 +110,12 @@ class Tx:
         self.statements_run += 1
         return self._cursor
 
+    def changed(self, stmt: Prepared, params: Mapping[str, Any]) -> int:
+        """How many rows an UPDATE or DELETE wrote, for a caller that needs no more than whether it
+        matched: no RETURNING, which on SQLite costs a temporary table per statement. (Not for an
+        INSERT ... ON CONFLICT DO NOTHING: psycopg 3 reports -1 there.)"""
+        return int(self.execute(stmt, params).rowcount)
+
     def plain(self, sql: str) -> None:
         """Run a fixed statement that takes no parameters and returns no rows (a savepoint's)."""
         self._cursor.execute(sql)

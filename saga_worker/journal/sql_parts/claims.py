@@ -52,17 +52,15 @@ class ClaimStatements(StatementsBase):
         clock = self.policy.clock()
         self.claim_get = p(sa.select(claims).where(*KEY))
         self.claims_of_origin = p(sa.select(claims).where(claims.c.origin_run_id == b("origin")))
+        # These two are judged by their row count (``Tx.changed``), not a RETURNING: on SQLite a
+        # RETURNING collects its rows in a temporary table first, made and dropped by every statement.
         self.claim_renew = p(
-            sa.update(claims)
-            .where(*MINE)
-            .values(**self.policy.lease_values(LEASE, claims.c.attempts))
-            .returning(claims.c.owner)
+            sa.update(claims).where(*MINE).values(**self.policy.lease_values(LEASE, claims.c.attempts))
         )
         self.claim_finish = p(
             sa.update(claims)
             .where(*MINE)
             .values(status=b("new_status"), error=b("new_error"), finished_at=clock)
-            .returning(claims.c.owner)
         )
 
     def _takeable(self) -> sa.ColumnElement[bool]:
@@ -536,7 +534,7 @@ class SqlClaims(SqlPlumbing):
             return ClaimAttempt(False, self.get_claim(origin_run_id, suffix))  # busy: who holds it
 
         def work(tx: driver.Tx) -> tuple[bool, ClaimAttempt | None]:
-            if tx.one(q.claim_finish, outcome) is None:
+            if not tx.changed(q.claim_finish, outcome):
                 return False, None
             faults.point("before_next_claim", done_key)  # the outcome written, not yet committed
             # An error in the claim undoes the claim alone: the outcome stays; the claim is tried alone.
@@ -574,7 +572,7 @@ class SqlClaims(SqlPlumbing):
             **self.policy.lease_clock(),
         }
         claim = f"the lease of the compensation of step {suffix!r} of run {origin_run_id!r}"
-        return self._write(lambda tx: tx.one(self._q.claim_renew, params), alone=claim) is not None
+        return self._write(lambda tx: tx.changed(self._q.claim_renew, params), alone=claim) > 0
 
     def finish_claim(
         self, origin_run_id: str, suffix: str, owner: str, status: ClaimStatus, error: str | None = None
@@ -588,4 +586,4 @@ class SqlClaims(SqlPlumbing):
             "now": time.time(),
         }
         claim = f"the outcome of the compensation of step {suffix!r} of run {origin_run_id!r}"
-        return self._write(lambda tx: tx.one(self._q.claim_finish, params), alone=claim) is not None
+        return self._write(lambda tx: tx.changed(self._q.claim_finish, params), alone=claim) > 0
