@@ -79,6 +79,9 @@ class DialectPolicy(abc.ABC):
     # statement journal), rather than aborting the whole transaction (PostgreSQL): a write after
     # others in one transaction needs no savepoint of its own to fail alone (``claims.claim_after``).
     statements_fail_alone: ClassVar[bool]
+    # A RETURNING costs a temporary table per statement (SQLite collects its rows in one before the
+    # first is read): a write whose row is read back by the same transaction's SELECT costs less.
+    returning_builds_a_table: ClassVar[bool] = False
     # Where a driver pipelines: the plain statements that open a durable transaction and commit it,
     # sent with its statements in one round trip (``Tx.batch(framed=...)``); None elsewhere.
     durable_frame: ClassVar[tuple[tuple[str, ...], tuple[str, ...]] | None] = None
@@ -319,6 +322,7 @@ class SqlitePolicy(DialectPolicy):
     transactions_cost_round_trips = False
     groups_commits = True  # one writer at a time: threads' ready writes share its commits (group_commit.py)
     statements_fail_alone = True  # a failed statement is rolled back by its statement journal alone
+    returning_builds_a_table = True
 
     def insert(self, table: sa.Table) -> Any:
         return sqlite.insert(table)

@@ -117,6 +117,16 @@ class ClaimStatements(StatementsBase):
             .values(**self._taking_values())
             .returning(*claims.c)
         )
+        # The two without RETURNING, judged by their row count, the claim then read by its key in the
+        # same transaction, where a RETURNING costs more than that read (``returning_builds_a_table``).
+        self.claim_insert_counted = p(
+            self.policy.insert(claims)
+            .values(**self._first_claim_values())
+            .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
+        )
+        self.claim_take_counted = p(
+            sa.update(claims).where(*KEY, self._takeable()).values(**self._taking_values())
+        )
         # Where a claim is made after the previous step's outcome in one transaction of several
         # statements (SQLite), the claim runs in a savepoint, so that an error in it keeps the outcome.
         self.claim_savepoint = p(sa.text("SAVEPOINT next_claim"))
@@ -352,12 +362,32 @@ def claim_row(m: Mapping[Any, Any]) -> CompensationClaim:
     )
 
 
-class ClaimAfter(Protocol):
-    """The statements ``claim_after`` runs."""
+class ClaimTaking(Protocol):
+    """The statements ``taken`` runs."""
 
     claim_get: Prepared
     claim_insert: Prepared
     claim_take: Prepared
+    claim_insert_counted: Prepared
+    claim_take_counted: Prepared
+
+
+def taken(
+    tx: driver.Tx, q: ClaimTaking, policy: DialectPolicy, params: Mapping[str, Any]
+) -> driver.Row | None:
+    """The step's claim row if this transaction took it (inserted if absent, or taken over), else
+    None (nothing written). Where a RETURNING costs a temporary table (``returning_builds_a_table``),
+    the writes are judged by their row counts and the row is read back by its key instead."""
+    if not policy.returning_builds_a_table:
+        return tx.one(q.claim_insert, params) or tx.one(q.claim_take, params)
+    if tx.changed(q.claim_insert_counted, params) or tx.changed(q.claim_take_counted, params):
+        return tx.one(q.claim_get, params)
+    return None
+
+
+class ClaimAfter(ClaimTaking, Protocol):
+    """The statements ``claim_after`` runs."""
+
     claim_savepoint: Prepared
     claim_savepoint_release: Prepared
     claim_savepoint_undo: Prepared
@@ -382,7 +412,7 @@ def claim_after(
     if apart:
         tx.execute(q.claim_savepoint, {})
     try:
-        row = tx.one(q.claim_insert, params) or tx.one(q.claim_take, params)
+        row = taken(tx, q, policy, params)
         if row is None:
             current = tx.one(q.claim_get, params)
             got: ClaimAttempt | None = ClaimAttempt(False, None if current is None else claim_row(current))
@@ -405,6 +435,8 @@ class ClaimReads(PlumbingStatements, Protocol):
     claim_finish: Prepared
     claim_get: Prepared
     claim_insert: Prepared
+    claim_insert_counted: Prepared
+    claim_take_counted: Prepared
     claim_next: Prepared | None
     condemn_stamp_claimed: Prepared | None
     step_view_claimed: Prepared | None
@@ -464,7 +496,7 @@ class SqlClaims(SqlPlumbing):
         }
 
         def work(tx: driver.Tx) -> ClaimAttempt:
-            row = tx.one(q.claim_insert, params) or tx.one(q.claim_take, params)
+            row = taken(tx, q, self.policy, params)
             if row is not None:
                 return ClaimAttempt(True, claim_row(row))
             current = tx.one(q.claim_get, params)

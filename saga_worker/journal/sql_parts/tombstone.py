@@ -98,6 +98,8 @@ class TombstoneReads(WorklistReads, Protocol):
     audit_insert_unread: Prepared
     claim_insert: Prepared
     claim_take: Prepared
+    claim_insert_counted: Prepared
+    claim_take_counted: Prepared
     claim_get: Prepared
     claim_savepoint: Prepared
     claim_savepoint_release: Prepared
