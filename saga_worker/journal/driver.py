@@ -94,10 +94,13 @@ def _picker(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, 
 class Tx:
     """One open transaction on a driver connection."""
 
-    __slots__ = ("_cursor", "statements_run")
+    __slots__ = ("_cursor", "_kept", "statements_run")
 
-    def __init__(self, cursor: Any) -> None:
+    def __init__(self, cursor: Any, kept: dict[str, Any] | None = None) -> None:
         self._cursor = cursor
+        # What is kept with a pooled connection across its transactions (the pool's ``info``): a
+        # pipeline's cursors (``batch``). None: nothing is (one is made per statement instead).
+        self._kept = kept
         self.statements_run = 0
 
     @property
@@ -157,28 +160,34 @@ class Tx:
                 raise ValueError("a framed batch needs a driver that pipelines")
             return [self.all(stmt, params) for stmt, params in items]
         before, after = framed or ((), ())
-        cursors = []
+        # One cursor per statement whose rows are read (a cursor holds its last statement's result),
+        # kept with the connection for its next pipeline: psycopg builds each in Python. The plain
+        # statements around them, whose results nobody reads, share the transaction's own.
+        kept = self._kept
+        cursors = [] if kept is None else kept.setdefault(_PIPELINE_CURSORS, [])
+        while len(cursors) < len(items):
+            cursors.append(connection.cursor())
+        plain = self._cursor
         with pipeline():
             for sql in before:
-                connection.execute(sql)
-            for stmt, params in items:
-                cursor = connection.cursor()
+                plain.execute(sql)
+            for (stmt, params), cursor in zip(items, cursors, strict=False):
                 cursor.execute(stmt.sql, stmt.bind(params))
-                cursors.append(cursor)
             for sql in after:
-                connection.execute(sql)
+                plain.execute(sql)
         # Counted once the pipeline is through: a connection found dead before that ran nothing that
         # the retry could not run again (see ``transaction``).
         self.statements_run += len(items)
         out: list[list[Row]] = []
-        for (stmt, _), cursor in zip(items, cursors, strict=True):
+        for (stmt, _), cursor in zip(items, cursors, strict=False):
             # Whether it returned rows, from the result's column count: ``description`` would build
             # a Column object per column, for every statement of every pipeline.
             result = cursor.pgresult
             rows = cursor.fetchall() if result is not None and result.nfields else []
             names = stmt.columns(cursor) if rows else ()
             out.append([dict(zip(names, row, strict=True)) for row in rows])
-            cursor.close()
+            if kept is None:
+                cursor.close()
         return out
 
 
@@ -359,6 +368,7 @@ class Connections:
 
 
 _CURSOR = "saga_worker.cursor"  # the key of a pooled connection's kept cursor in the pool's ``info``
+_PIPELINE_CURSORS = "saga_worker.pipeline_cursors"  # and of its pipelines' cursors (``Tx.batch``)
 
 
 class _Kept:
@@ -422,7 +432,7 @@ def transaction(
                 if cursor is None:
                     cursor = connections.cursor_for(raw, driver)
                 policy.begin(driver, cursor, write=write, autocommit=autocommit, durable=durable)
-                tx = Tx(cursor)
+                tx = Tx(cursor, raw.info if connections.returns_to_pool else None)
                 result = work(tx)
                 # What _commit, policy.after and give_back do, written out: this runs for every transaction.
                 if autocommit:
