@@ -373,16 +373,21 @@ def test_a_postgres_pipeline_reads_each_statements_own_rows_on_the_cursors_kept_
     dialect = journal.engine.dialect
 
     def number(n: int, *, none: bool = False) -> Prepared:
-        stmt = sa.select(sa.literal_column(str(n)).label("n"))
+        stmt: sa.Select[tuple[object]] = sa.select(sa.literal_column(str(n)).label("n"))
         return Prepared(stmt.where(sa.false()) if none else stmt, dialect)
 
     def batch(*stmts: Prepared) -> object:
-        items = [(stmt, {}) for stmt in stmts]
+        items: list[tuple[Prepared, dict[str, object]]] = [(stmt, {}) for stmt in stmts]
         return driver.transaction(journal._connections, lambda tx: tx.batch(items), write=False, atomic=False)
 
     made: list[object] = []
     cursor = psycopg.Connection.cursor
-    monkeypatch.setattr(psycopg.Connection, "cursor", lambda *a, **k: made.append(1) or cursor(*a, **k))
+
+    def counted(*args: object, **kwargs: object) -> object:
+        made.append(args)
+        return cursor(*args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(psycopg.Connection, "cursor", counted)
     try:
         assert batch(number(1), number(2), number(3)) == [[{"n": 1}], [{"n": 2}], [{"n": 3}]]
         made.clear()
