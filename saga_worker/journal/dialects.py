@@ -126,6 +126,10 @@ class DialectPolicy(abc.ABC):
         where it runs a statement (``durable``: the commit reaches stable storage before it returns);
         with ``autocommit``, make each statement its own transaction instead."""
 
+    def commit(self, driver: Any, cursor: Any) -> None:
+        """Commit the transaction ``begin`` opened (``cursor``: the transaction's own)."""
+        driver.commit()
+
     def is_clean(self, driver: Any) -> bool:
         """Whether a pooled connection may wait in the journal's idle list for its next transaction
         (no transaction open; ``begin`` sets the mode that transaction runs in)."""
@@ -391,6 +395,13 @@ class SqlitePolicy(DialectPolicy):
         # autocommit (the connection's mode between transactions: isolation_level None), nothing.
         if not autocommit:
             cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    def commit(self, driver: Any, cursor: Any) -> None:
+        # As pysqlite's ``commit`` (nothing when no transaction is open), but through the cursor:
+        # ``Connection.commit`` prepares its COMMIT afresh each time, the cursor's statement cache
+        # keeps it prepared.
+        if driver.in_transaction:
+            cursor.execute("COMMIT")
 
     def end_autocommit(self, driver: Any, cursor: Any) -> None:
         # A statement commits when it runs to its end. Each statement of the work did, but the last

@@ -438,7 +438,7 @@ def transaction(
                 if autocommit:
                     policy.end_autocommit(driver, cursor)  # each statement committed itself
                 else:
-                    driver.commit()
+                    policy.commit(driver, cursor)
                 if durable:
                     policy.after(driver, cursor, durable=durable)
                 if connections.returns_to_pool:
