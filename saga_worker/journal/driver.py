@@ -41,7 +41,7 @@ T = TypeVar("T")
 class Prepared:
     """One statement, compiled for one dialect; ``bind(params)`` gives the driver's parameters."""
 
-    __slots__ = ("sql", "_names", "_pick", "_positional", "_defaults", "known_columns")
+    __slots__ = ("sql", "_names", "_pick", "_positional", "_defaults", "known_columns", "_pickers")
 
     def __init__(self, statement: sa.ClauseElement, dialect: sa.Dialect) -> None:
         compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
@@ -59,6 +59,8 @@ class Prepared:
         self._pick: Callable[[Mapping[str, Any]], tuple[Any, ...]] = _picker(self._names)
         # The columns it returns once ``columns`` has read them (empty until then).
         self.known_columns: tuple[str, ...] = ()
+        # ``picker``'s, by the names picked.
+        self._pickers: dict[tuple[str, ...], Callable[[Sequence[Any]], tuple[Any, ...]]] = {}
 
     def columns(self, cursor: Any) -> tuple[str, ...]:
         """The names of the columns the statement returns, read from the driver once.
@@ -69,6 +71,16 @@ class Prepared:
         if not columns:
             columns = self.known_columns = tuple(d[0] for d in cursor.description)
         return columns
+
+    def picker(self, cursor: Any, names: tuple[str, ...]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+        """What picks the columns ``names``, in that order, out of a row of this statement as the
+        driver returns it (a tuple), made once: a row read this way is never made a dict first."""
+        pick = self._pickers.get(names)
+        if pick is None:
+            columns = self.known_columns or self.columns(cursor)
+            positions = [columns.index(name) for name in names]  # ValueError: a column it does not return
+            pick = self._pickers[names] = operator.itemgetter(*positions)  # (two names at least)
+        return pick
 
     def bind(self, params: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
         """The driver's parameters: positional (SQLite) or by name (psycopg), just the ones used."""
@@ -132,6 +144,17 @@ class Tx:
         names = stmt.known_columns or stmt.columns(cursor)
         cursor.fetchall()  # drain, so the driver can reuse the cursor
         return dict(zip(names, row, strict=True))
+
+    def picked(
+        self, stmt: Prepared, params: Mapping[str, Any], names: tuple[str, ...]
+    ) -> tuple[Any, ...] | None:
+        """``one``'s row as the values of the columns ``names``, in that order (``Prepared.picker``)."""
+        cursor = self.execute(stmt, params)
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        cursor.fetchall()  # drain, so the driver can reuse the cursor
+        return stmt.picker(cursor, names)(row)
 
     def all(self, stmt: Prepared, params: Mapping[str, Any]) -> list[Row]:
         cursor = self.execute(stmt, params)

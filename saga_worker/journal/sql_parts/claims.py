@@ -343,6 +343,36 @@ def either(inserted: sa.CTE, taken: sa.CTE) -> sa.Subquery:
     )
 
 
+# A claim's columns in the order of ``CompensationClaim``'s fields (``claim_of``).
+CLAIM_FIELDS = (
+    "origin_run_id",
+    "suffix",
+    "status",
+    "owner",
+    "lease_expires_at",
+    "attempts",
+    "idempotency_key",
+    "via_run_id",
+    "error",
+    "started_at",
+    "finished_at",
+    "lease_boot_id",
+    "lease_boot_expires_at",
+    "lease_boot_attempt",
+)
+
+
+def claim_of(values: Sequence[Any]) -> CompensationClaim:
+    """``claim_row`` of a row read as ``CLAIM_FIELDS``' values (``Tx.picked``): no dict made for it."""
+    origin, suffix, status = values[0], values[1], values[2]
+    return CompensationClaim(
+        origin,
+        suffix,
+        parse_status(ClaimStatus, status, origin, f"compensation {suffix!r}"),
+        *values[3:],
+    )
+
+
 def claim_row(m: Mapping[Any, Any]) -> CompensationClaim:
     return CompensationClaim(
         origin_run_id=m["origin_run_id"],
@@ -374,14 +404,16 @@ class ClaimTaking(Protocol):
 
 def taken(
     tx: driver.Tx, q: ClaimTaking, policy: DialectPolicy, params: Mapping[str, Any]
-) -> driver.Row | None:
-    """The step's claim row if this transaction took it (inserted if absent, or taken over), else
-    None (nothing written). Where a RETURNING costs a temporary table (``returning_builds_a_table``),
-    the writes are judged by their row counts and the row is read back by its key instead."""
+) -> CompensationClaim | None:
+    """The step's claim if this transaction took it (inserted if absent, or taken over), else None
+    (nothing written). Where a RETURNING costs a temporary table (``returning_builds_a_table``), the
+    writes are judged by their row counts and the claim is read back by its key instead."""
     if not policy.returning_builds_a_table:
-        return tx.one(q.claim_insert, params) or tx.one(q.claim_take, params)
+        row = tx.one(q.claim_insert, params) or tx.one(q.claim_take, params)
+        return None if row is None else claim_row(row)
     if tx.changed(q.claim_insert_counted, params) or tx.changed(q.claim_take_counted, params):
-        return tx.one(q.claim_get, params)
+        values = tx.picked(q.claim_get, params, CLAIM_FIELDS)
+        return None if values is None else claim_of(values)
     return None
 
 
@@ -412,12 +444,12 @@ def claim_after(
     if apart:
         tx.execute(q.claim_savepoint, {})
     try:
-        row = taken(tx, q, policy, params)
-        if row is None:
+        claim = taken(tx, q, policy, params)
+        if claim is None:
             current = tx.one(q.claim_get, params)
             got: ClaimAttempt | None = ClaimAttempt(False, None if current is None else claim_row(current))
         else:
-            got = ClaimAttempt(True, claim_row(row))
+            got = ClaimAttempt(True, claim)
     except errors:
         if apart:
             tx.execute(q.claim_savepoint_undo, {})
@@ -496,9 +528,9 @@ class SqlClaims(SqlPlumbing):
         }
 
         def work(tx: driver.Tx) -> ClaimAttempt:
-            row = taken(tx, q, self.policy, params)
-            if row is not None:
-                return ClaimAttempt(True, claim_row(row))
+            claim = taken(tx, q, self.policy, params)
+            if claim is not None:
+                return ClaimAttempt(True, claim)
             current = tx.one(q.claim_get, params)
             return ClaimAttempt(False, None if current is None else claim_row(current))
 
