@@ -156,6 +156,17 @@ class Tx:
         cursor.fetchall()  # drain, so the driver can reuse the cursor
         return stmt.picker(cursor, names)(row)
 
+    def all_picked(
+        self, stmt: Prepared, params: Mapping[str, Any], names: tuple[str, ...]
+    ) -> list[tuple[Any, ...]]:
+        """``all``'s rows, each as the values of the columns ``names``, in that order (``picked``)."""
+        cursor = self.execute(stmt, params)
+        rows = cursor.fetchall()
+        if not rows:
+            return []
+        pick = stmt.picker(cursor, names)
+        return [pick(row) for row in rows]
+
     def all(self, stmt: Prepared, params: Mapping[str, Any]) -> list[Row]:
         cursor = self.execute(stmt, params)
         rows = cursor.fetchall()
