@@ -17,12 +17,17 @@ IdempotencyMode = Literal["call", "args", "cross-run"]
 CROSS_MODE = "cross"
 
 
+# ``json.dumps`` with options builds an encoder on every call; this one is made once (``encode`` keeps
+# no state between calls: its circular-reference markers are made per call).
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def canonical_json(value: Any) -> str:
     """The one JSON text of a value that hashes are taken over and journals store (keys sorted, no
     spaces). Raises InvalidInputError, its ``detail["reason"]`` saying why, for a value that is not
     JSON or holds a lone surrogate (no UTF-8 form: it could be neither hashed nor stored)."""
     try:
-        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _CANONICAL.encode(value)
     except (TypeError, ValueError) as exc:
         reason = f"it is not JSON-serialisable ({exc})"
         raise InvalidInputError(f"value cannot be stored as JSON: {reason}", reason=reason) from exc

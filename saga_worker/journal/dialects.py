@@ -79,6 +79,9 @@ class DialectPolicy(abc.ABC):
     # statement journal), rather than aborting the whole transaction (PostgreSQL): a write after
     # others in one transaction needs no savepoint of its own to fail alone (``claims.claim_after``).
     statements_fail_alone: ClassVar[bool]
+    # A RETURNING costs a temporary table per statement (SQLite collects its rows in one before the
+    # first is read): a write whose row is read back by the same transaction's SELECT costs less.
+    returning_builds_a_table: ClassVar[bool] = False
     # Where a driver pipelines: the plain statements that open a durable transaction and commit it,
     # sent with its statements in one round trip (``Tx.batch(framed=...)``); None elsewhere.
     durable_frame: ClassVar[tuple[tuple[str, ...], tuple[str, ...]] | None] = None
@@ -122,6 +125,10 @@ class DialectPolicy(abc.ABC):
         """Open the transaction on the driver connection, through ``cursor`` (the transaction's own)
         where it runs a statement (``durable``: the commit reaches stable storage before it returns);
         with ``autocommit``, make each statement its own transaction instead."""
+
+    def commit(self, driver: Any, cursor: Any) -> None:
+        """Commit the transaction ``begin`` opened (``cursor``: the transaction's own)."""
+        driver.commit()
 
     def is_clean(self, driver: Any) -> bool:
         """Whether a pooled connection may wait in the journal's idle list for its next transaction
@@ -319,6 +326,7 @@ class SqlitePolicy(DialectPolicy):
     transactions_cost_round_trips = False
     groups_commits = True  # one writer at a time: threads' ready writes share its commits (group_commit.py)
     statements_fail_alone = True  # a failed statement is rolled back by its statement journal alone
+    returning_builds_a_table = True
 
     def insert(self, table: sa.Table) -> Any:
         return sqlite.insert(table)
@@ -387,6 +395,13 @@ class SqlitePolicy(DialectPolicy):
         # autocommit (the connection's mode between transactions: isolation_level None), nothing.
         if not autocommit:
             cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    def commit(self, driver: Any, cursor: Any) -> None:
+        # As pysqlite's ``commit`` (nothing when no transaction is open), but through the cursor:
+        # ``Connection.commit`` prepares its COMMIT afresh each time, the cursor's statement cache
+        # keeps it prepared.
+        if driver.in_transaction:
+            cursor.execute("COMMIT")
 
     def end_autocommit(self, driver: Any, cursor: Any) -> None:
         # A statement commits when it runs to its end. Each statement of the work did, but the last

@@ -41,7 +41,7 @@ T = TypeVar("T")
 class Prepared:
     """One statement, compiled for one dialect; ``bind(params)`` gives the driver's parameters."""
 
-    __slots__ = ("sql", "_names", "_pick", "_positional", "_defaults", "known_columns")
+    __slots__ = ("sql", "_names", "_pick", "_positional", "_defaults", "known_columns", "_pickers")
 
     def __init__(self, statement: sa.ClauseElement, dialect: sa.Dialect) -> None:
         compiled = cast(SQLCompiler, statement.compile(dialect=dialect))
@@ -59,6 +59,8 @@ class Prepared:
         self._pick: Callable[[Mapping[str, Any]], tuple[Any, ...]] = _picker(self._names)
         # The columns it returns once ``columns`` has read them (empty until then).
         self.known_columns: tuple[str, ...] = ()
+        # ``picker``'s, by the names picked.
+        self._pickers: dict[tuple[str, ...], Callable[[Sequence[Any]], tuple[Any, ...]]] = {}
 
     def columns(self, cursor: Any) -> tuple[str, ...]:
         """The names of the columns the statement returns, read from the driver once.
@@ -69,6 +71,16 @@ class Prepared:
         if not columns:
             columns = self.known_columns = tuple(d[0] for d in cursor.description)
         return columns
+
+    def picker(self, cursor: Any, names: tuple[str, ...]) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+        """What picks the columns ``names``, in that order, out of a row of this statement as the
+        driver returns it (a tuple), made once: a row read this way is never made a dict first."""
+        pick = self._pickers.get(names)
+        if pick is None:
+            columns = self.known_columns or self.columns(cursor)
+            positions = [columns.index(name) for name in names]  # ValueError: a column it does not return
+            pick = self._pickers[names] = operator.itemgetter(*positions)  # (two names at least)
+        return pick
 
     def bind(self, params: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
         """The driver's parameters: positional (SQLite) or by name (psycopg), just the ones used."""
@@ -94,10 +106,13 @@ def _picker(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, 
 class Tx:
     """One open transaction on a driver connection."""
 
-    __slots__ = ("_cursor", "statements_run")
+    __slots__ = ("_cursor", "_kept", "statements_run")
 
-    def __init__(self, cursor: Any) -> None:
+    def __init__(self, cursor: Any, kept: dict[str, Any] | None = None) -> None:
         self._cursor = cursor
+        # What is kept with a pooled connection across its transactions (the pool's ``info``): a
+        # pipeline's cursors (``batch``). None: nothing is (one is made per statement instead).
+        self._kept = kept
         self.statements_run = 0
 
     @property
@@ -109,6 +124,12 @@ class Tx:
         self._cursor.execute(stmt.sql, stmt.bind(params))
         self.statements_run += 1
         return self._cursor
+
+    def changed(self, stmt: Prepared, params: Mapping[str, Any]) -> int:
+        """How many rows an UPDATE or DELETE wrote, for a caller that needs no more than whether it
+        matched: no RETURNING, which on SQLite costs a temporary table per statement. (Not for an
+        INSERT ... ON CONFLICT DO NOTHING: psycopg 3 reports -1 there.)"""
+        return int(self.execute(stmt, params).rowcount)
 
     def plain(self, sql: str) -> None:
         """Run a fixed statement that takes no parameters and returns no rows (a savepoint's)."""
@@ -123,6 +144,28 @@ class Tx:
         names = stmt.known_columns or stmt.columns(cursor)
         cursor.fetchall()  # drain, so the driver can reuse the cursor
         return dict(zip(names, row, strict=True))
+
+    def picked(
+        self, stmt: Prepared, params: Mapping[str, Any], names: tuple[str, ...]
+    ) -> tuple[Any, ...] | None:
+        """``one``'s row as the values of the columns ``names``, in that order (``Prepared.picker``)."""
+        cursor = self.execute(stmt, params)
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        cursor.fetchall()  # drain, so the driver can reuse the cursor
+        return stmt.picker(cursor, names)(row)
+
+    def all_picked(
+        self, stmt: Prepared, params: Mapping[str, Any], names: tuple[str, ...]
+    ) -> list[tuple[Any, ...]]:
+        """``all``'s rows, each as the values of the columns ``names``, in that order (``picked``)."""
+        cursor = self.execute(stmt, params)
+        rows = cursor.fetchall()
+        if not rows:
+            return []
+        pick = stmt.picker(cursor, names)
+        return [pick(row) for row in rows]
 
     def all(self, stmt: Prepared, params: Mapping[str, Any]) -> list[Row]:
         cursor = self.execute(stmt, params)
@@ -151,28 +194,34 @@ class Tx:
                 raise ValueError("a framed batch needs a driver that pipelines")
             return [self.all(stmt, params) for stmt, params in items]
         before, after = framed or ((), ())
-        cursors = []
+        # One cursor per statement whose rows are read (a cursor holds its last statement's result),
+        # kept with the connection for its next pipeline: psycopg builds each in Python. The plain
+        # statements around them, whose results nobody reads, share the transaction's own.
+        kept = self._kept
+        cursors = [] if kept is None else kept.setdefault(_PIPELINE_CURSORS, [])
+        while len(cursors) < len(items):
+            cursors.append(connection.cursor())
+        plain = self._cursor
         with pipeline():
             for sql in before:
-                connection.execute(sql)
-            for stmt, params in items:
-                cursor = connection.cursor()
+                plain.execute(sql)
+            for (stmt, params), cursor in zip(items, cursors, strict=False):
                 cursor.execute(stmt.sql, stmt.bind(params))
-                cursors.append(cursor)
             for sql in after:
-                connection.execute(sql)
+                plain.execute(sql)
         # Counted once the pipeline is through: a connection found dead before that ran nothing that
         # the retry could not run again (see ``transaction``).
         self.statements_run += len(items)
         out: list[list[Row]] = []
-        for (stmt, _), cursor in zip(items, cursors, strict=True):
+        for (stmt, _), cursor in zip(items, cursors, strict=False):
             # Whether it returned rows, from the result's column count: ``description`` would build
             # a Column object per column, for every statement of every pipeline.
             result = cursor.pgresult
             rows = cursor.fetchall() if result is not None and result.nfields else []
             names = stmt.columns(cursor) if rows else ()
             out.append([dict(zip(names, row, strict=True)) for row in rows])
-            cursor.close()
+            if kept is None:
+                cursor.close()
         return out
 
 
@@ -353,6 +402,7 @@ class Connections:
 
 
 _CURSOR = "saga_worker.cursor"  # the key of a pooled connection's kept cursor in the pool's ``info``
+_PIPELINE_CURSORS = "saga_worker.pipeline_cursors"  # and of its pipelines' cursors (``Tx.batch``)
 
 
 class _Kept:
@@ -416,13 +466,13 @@ def transaction(
                 if cursor is None:
                     cursor = connections.cursor_for(raw, driver)
                 policy.begin(driver, cursor, write=write, autocommit=autocommit, durable=durable)
-                tx = Tx(cursor)
+                tx = Tx(cursor, raw.info if connections.returns_to_pool else None)
                 result = work(tx)
                 # What _commit, policy.after and give_back do, written out: this runs for every transaction.
                 if autocommit:
                     policy.end_autocommit(driver, cursor)  # each statement committed itself
                 else:
-                    driver.commit()
+                    policy.commit(driver, cursor)
                 if durable:
                     policy.after(driver, cursor, durable=durable)
                 if connections.returns_to_pool:

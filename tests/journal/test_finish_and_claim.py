@@ -5,6 +5,8 @@ nothing else is written without it, and a next step that is busy or done keeps t
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import sqlalchemy as sa
 
@@ -14,10 +16,12 @@ from saga_worker.journal.records import (
     AuditVia,
     ClaimAttempt,
     ClaimStatus,
+    CompensationClaim,
     FinishedClaim,
     NewAudit,
     UnwindState,
 )
+from saga_worker.journal.sql_parts.claims import CLAIM_FIELDS
 
 
 def _claim(journal: Journal, run_id: str, suffix: str, owner: str) -> ClaimAttempt | None:
@@ -166,3 +170,20 @@ def test_a_last_outcome_of_a_lost_claim_writes_neither_it_nor_the_state(
     assert AuditAction.UNWOUND not in [a.action for a in journal.read_audit(run_id)]
     held = journal.get_claim(run_id, "call-2")
     assert held is not None and held.status is ClaimStatus.CLAIMED
+
+
+def test_a_claim_taken_reads_as_the_claim_read_back_afterwards(journal: Journal, run_id: str) -> None:
+    # On SQLite the claim taken is read back by its key as plain values (``claims.claim_of``), on
+    # PostgreSQL from its RETURNING: either way every field is the stored row's, as ``get_claim`` reads it.
+    first = _claim(journal, run_id, "call-1", "me-1")
+    assert first is not None and first.acquired
+    assert first.claim == journal.get_claim(run_id, "call-1")
+    assert journal.finish_claim(run_id, "call-1", "me-1", ClaimStatus.FAILED, "boom")
+    again = _claim(journal, run_id, "call-1", "me-2")  # taken over: its attempts counted
+    assert again is not None and again.acquired and again.claim is not None
+    assert again.claim == journal.get_claim(run_id, "call-1")
+    assert (again.claim.owner, again.claim.attempts, again.claim.error) == ("me-2", 2, None)
+
+
+def test_the_claim_fields_read_as_plain_values_are_the_claims_own_in_order() -> None:
+    assert tuple(f.name for f in dataclasses.fields(CompensationClaim)) == CLAIM_FIELDS

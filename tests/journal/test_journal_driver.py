@@ -363,6 +363,43 @@ def test_a_failed_durable_postgres_pipeline_commits_nothing_and_leaves_its_conne
         assert journal.get_unwind("u-1") is not None
 
 
+def test_a_postgres_pipeline_reads_each_statements_own_rows_on_the_cursors_kept_with_its_connection(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import psycopg
+
+    journal = open_journal(pg_url)
+    assert isinstance(journal, SqlJournal)
+    dialect = journal.engine.dialect
+
+    def number(n: int, *, none: bool = False) -> Prepared:
+        stmt: sa.Select[tuple[object]] = sa.select(sa.literal_column(str(n)).label("n"))
+        return Prepared(stmt.where(sa.false()) if none else stmt, dialect)
+
+    def batch(*stmts: Prepared) -> object:
+        items: list[tuple[Prepared, dict[str, object]]] = [(stmt, {}) for stmt in stmts]
+        return driver.transaction(journal._connections, lambda tx: tx.batch(items), write=False, atomic=False)
+
+    made: list[object] = []
+    cursor = psycopg.Connection.cursor
+
+    def counted(*args: object, **kwargs: object) -> object:
+        made.append(args)
+        return cursor(*args, **kwargs)  # type: ignore[call-overload]
+
+    monkeypatch.setattr(psycopg.Connection, "cursor", counted)
+    try:
+        assert batch(number(1), number(2), number(3)) == [[{"n": 1}], [{"n": 2}], [{"n": 3}]]
+        made.clear()
+        # The same connection (the idle list's last), its cursors used again: none made, and a
+        # statement without rows reads none, not what its cursor held from the pipeline before.
+        assert batch(number(4), number(5, none=True)) == [[{"n": 4}], []]
+        assert batch(number(6), number(7), number(8)) == [[{"n": 6}], [{"n": 7}], [{"n": 8}]]
+        assert made == []
+    finally:
+        journal.close()
+
+
 # -- the journal's storage refusing work: said as JournalUnavailableError (journal/refusals.py) -------
 
 ORDER = [ToolCall("charge", {"amount": 10}), ToolCall("reserve", {"sku": "A1"})]

@@ -61,12 +61,15 @@ class AuditStatements(StatementsBase):
         insert = self.policy.insert
         clock = self.policy.clock()
         p = self._prepare
-        self.audit_insert = p(
+        row = (
             insert(audit)
             .values(run_id=b("run"), at=clock, **AUDIT_VALUES)
             .on_conflict_do_nothing(index_elements=["event_key"])
-            .returning(audit.c.id)
         )
+        self.audit_insert = p(row.returning(audit.c.id))
+        # For a caller that does not ask whether the row was new: no RETURNING, which on SQLite costs
+        # a temporary table per statement.
+        self.audit_insert_unread = p(row)
         self.audit_of_run = p(sa.select(audit).where(audit.c.run_id == b("run")).order_by(audit.c.id))
         # Requests no worker took: a scan of the trail's recent rows (``at`` bounds it to a visibility
         # timeout or so), each checked against the unwinds' primary key.
@@ -158,6 +161,7 @@ class AuditReads(GateReads, Protocol):
     """The statements ``SqlAudit`` reads (its own and other areas')."""
 
     audit_insert: Prepared
+    audit_insert_unread: Prepared
     audit_of_run: Prepared
     audit_queued: Prepared
     gate_get: Prepared
@@ -194,7 +198,7 @@ class SqlAudit(SqlPlumbing):
             row = tx.one(q.record_settle, params)
             if row is None:
                 raise Conflict
-            tx.one(q.audit_insert, audit_params(audit))
+            tx.execute(q.audit_insert_unread, audit_params(audit))
             return row
 
         try:
@@ -220,7 +224,7 @@ class SqlAudit(SqlPlumbing):
             row = tx.one(q.gate_insert, params)
             if row is None:
                 return tx.one(q.gate_get, params), False
-            tx.one(q.audit_insert, audit_params(audit))
+            tx.execute(q.audit_insert_unread, audit_params(audit))
             tx.execute(q.wake_awaiting, params)
             return row, True
 

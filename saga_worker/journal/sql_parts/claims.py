@@ -52,17 +52,15 @@ class ClaimStatements(StatementsBase):
         clock = self.policy.clock()
         self.claim_get = p(sa.select(claims).where(*KEY))
         self.claims_of_origin = p(sa.select(claims).where(claims.c.origin_run_id == b("origin")))
+        # These two are judged by their row count (``Tx.changed``), not a RETURNING: on SQLite a
+        # RETURNING collects its rows in a temporary table first, made and dropped by every statement.
         self.claim_renew = p(
-            sa.update(claims)
-            .where(*MINE)
-            .values(**self.policy.lease_values(LEASE, claims.c.attempts))
-            .returning(claims.c.owner)
+            sa.update(claims).where(*MINE).values(**self.policy.lease_values(LEASE, claims.c.attempts))
         )
         self.claim_finish = p(
             sa.update(claims)
             .where(*MINE)
             .values(status=b("new_status"), error=b("new_error"), finished_at=clock)
-            .returning(claims.c.owner)
         )
 
     def _takeable(self) -> sa.ColumnElement[bool]:
@@ -118,6 +116,16 @@ class ClaimStatements(StatementsBase):
             .where(*KEY, self._takeable())
             .values(**self._taking_values())
             .returning(*claims.c)
+        )
+        # The two without RETURNING, judged by their row count, the claim then read by its key in the
+        # same transaction, where a RETURNING costs more than that read (``returning_builds_a_table``).
+        self.claim_insert_counted = p(
+            self.policy.insert(claims)
+            .values(**self._first_claim_values())
+            .on_conflict_do_nothing(index_elements=["origin_run_id", "suffix"])
+        )
+        self.claim_take_counted = p(
+            sa.update(claims).where(*KEY, self._takeable()).values(**self._taking_values())
         )
         # Where a claim is made after the previous step's outcome in one transaction of several
         # statements (SQLite), the claim runs in a savepoint, so that an error in it keeps the outcome.
@@ -335,6 +343,36 @@ def either(inserted: sa.CTE, taken: sa.CTE) -> sa.Subquery:
     )
 
 
+# A claim's columns in the order of ``CompensationClaim``'s fields (``claim_of``).
+CLAIM_FIELDS = (
+    "origin_run_id",
+    "suffix",
+    "status",
+    "owner",
+    "lease_expires_at",
+    "attempts",
+    "idempotency_key",
+    "via_run_id",
+    "error",
+    "started_at",
+    "finished_at",
+    "lease_boot_id",
+    "lease_boot_expires_at",
+    "lease_boot_attempt",
+)
+
+
+def claim_of(values: Sequence[Any]) -> CompensationClaim:
+    """``claim_row`` of a row read as ``CLAIM_FIELDS``' values (``Tx.picked``): no dict made for it."""
+    origin, suffix, status = values[0], values[1], values[2]
+    return CompensationClaim(
+        origin,
+        suffix,
+        parse_status(ClaimStatus, status, origin, f"compensation {suffix!r}"),
+        *values[3:],
+    )
+
+
 def claim_row(m: Mapping[Any, Any]) -> CompensationClaim:
     return CompensationClaim(
         origin_run_id=m["origin_run_id"],
@@ -354,12 +392,34 @@ def claim_row(m: Mapping[Any, Any]) -> CompensationClaim:
     )
 
 
-class ClaimAfter(Protocol):
-    """The statements ``claim_after`` runs."""
+class ClaimTaking(Protocol):
+    """The statements ``taken`` runs."""
 
     claim_get: Prepared
     claim_insert: Prepared
     claim_take: Prepared
+    claim_insert_counted: Prepared
+    claim_take_counted: Prepared
+
+
+def taken(
+    tx: driver.Tx, q: ClaimTaking, policy: DialectPolicy, params: Mapping[str, Any]
+) -> CompensationClaim | None:
+    """The step's claim if this transaction took it (inserted if absent, or taken over), else None
+    (nothing written). Where a RETURNING costs a temporary table (``returning_builds_a_table``), the
+    writes are judged by their row counts and the claim is read back by its key instead."""
+    if not policy.returning_builds_a_table:
+        row = tx.one(q.claim_insert, params) or tx.one(q.claim_take, params)
+        return None if row is None else claim_row(row)
+    if tx.changed(q.claim_insert_counted, params) or tx.changed(q.claim_take_counted, params):
+        values = tx.picked(q.claim_get, params, CLAIM_FIELDS)
+        return None if values is None else claim_of(values)
+    return None
+
+
+class ClaimAfter(ClaimTaking, Protocol):
+    """The statements ``claim_after`` runs."""
+
     claim_savepoint: Prepared
     claim_savepoint_release: Prepared
     claim_savepoint_undo: Prepared
@@ -384,12 +444,12 @@ def claim_after(
     if apart:
         tx.execute(q.claim_savepoint, {})
     try:
-        row = tx.one(q.claim_insert, params) or tx.one(q.claim_take, params)
-        if row is None:
+        claim = taken(tx, q, policy, params)
+        if claim is None:
             current = tx.one(q.claim_get, params)
             got: ClaimAttempt | None = ClaimAttempt(False, None if current is None else claim_row(current))
         else:
-            got = ClaimAttempt(True, claim_row(row))
+            got = ClaimAttempt(True, claim)
     except errors:
         if apart:
             tx.execute(q.claim_savepoint_undo, {})
@@ -407,6 +467,8 @@ class ClaimReads(PlumbingStatements, Protocol):
     claim_finish: Prepared
     claim_get: Prepared
     claim_insert: Prepared
+    claim_insert_counted: Prepared
+    claim_take_counted: Prepared
     claim_next: Prepared | None
     condemn_stamp_claimed: Prepared | None
     step_view_claimed: Prepared | None
@@ -466,9 +528,9 @@ class SqlClaims(SqlPlumbing):
         }
 
         def work(tx: driver.Tx) -> ClaimAttempt:
-            row = tx.one(q.claim_insert, params) or tx.one(q.claim_take, params)
-            if row is not None:
-                return ClaimAttempt(True, claim_row(row))
+            claim = taken(tx, q, self.policy, params)
+            if claim is not None:
+                return ClaimAttempt(True, claim)
             current = tx.one(q.claim_get, params)
             return ClaimAttempt(False, None if current is None else claim_row(current))
 
@@ -536,7 +598,7 @@ class SqlClaims(SqlPlumbing):
             return ClaimAttempt(False, self.get_claim(origin_run_id, suffix))  # busy: who holds it
 
         def work(tx: driver.Tx) -> tuple[bool, ClaimAttempt | None]:
-            if tx.one(q.claim_finish, outcome) is None:
+            if not tx.changed(q.claim_finish, outcome):
                 return False, None
             faults.point("before_next_claim", done_key)  # the outcome written, not yet committed
             # An error in the claim undoes the claim alone: the outcome stays; the claim is tried alone.
@@ -574,7 +636,7 @@ class SqlClaims(SqlPlumbing):
             **self.policy.lease_clock(),
         }
         claim = f"the lease of the compensation of step {suffix!r} of run {origin_run_id!r}"
-        return self._write(lambda tx: tx.one(self._q.claim_renew, params), alone=claim) is not None
+        return self._write(lambda tx: tx.changed(self._q.claim_renew, params), alone=claim) > 0
 
     def finish_claim(
         self, origin_run_id: str, suffix: str, owner: str, status: ClaimStatus, error: str | None = None
@@ -588,4 +650,4 @@ class SqlClaims(SqlPlumbing):
             "now": time.time(),
         }
         claim = f"the outcome of the compensation of step {suffix!r} of run {origin_run_id!r}"
-        return self._write(lambda tx: tx.one(self._q.claim_finish, params), alone=claim) is not None
+        return self._write(lambda tx: tx.changed(self._q.claim_finish, params), alone=claim) > 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -153,6 +154,58 @@ def record_row(m: Mapping[Any, Any]) -> ToolRecord:
         exec_traceparent=m.get("exec_traceparent"),
         group=m.get("group"),
     )
+
+
+# A record's columns in the order of ``ToolRecord``'s fields (``record_of``); ``pick_record`` picks
+# them out of a row read as a dict.
+RECORD_FIELDS = (
+    "run_id",
+    "suffix",
+    "seq",
+    "step",
+    "tool_call_id",
+    "tool_name",
+    "mode",
+    "input",
+    "status",
+    "output",
+    "error",
+    "attempts",
+    "origin_run_id",
+    "created_at",
+    "updated_at",
+    "shared_id",
+    "exec_owner",
+    "exec_lease_expires_at",
+    "exec_traceparent",
+    "group",
+)
+RECORD_ORIGIN = RECORD_FIELDS.index("origin_run_id")
+pick_record = operator.itemgetter(*RECORD_FIELDS)
+
+
+def record_of(v: Sequence[Any]) -> ToolRecord:
+    """``record_row`` of a row read as ``RECORD_FIELDS``' values (``Tx.all_picked``): no dict made."""
+    rid, what = v[0], f"{v[1]!r}"
+    return ToolRecord(
+        rid,
+        v[1],
+        v[2],
+        v[3],
+        v[4],
+        v[5],
+        v[6],
+        _load(v[7], rid, what + " input"),
+        parse_status(RecordStatus, v[8], rid, what),
+        _load(v[9], rid, what + " output"),
+        *v[10:],
+    )
+
+
+def records_of_values(rows: list[tuple[Any, ...]], statuses: Sequence[RecordStatus]) -> list[ToolRecord]:
+    """``records_of`` for rows read as ``RECORD_FIELDS``' values: every row parsed, then filtered."""
+    parsed = [record_of(r) for r in rows]
+    return [r for r in parsed if r.status in statuses]
 
 
 def records_of(rows: list[driver.Row], statuses: Sequence[RecordStatus] | None) -> list[ToolRecord]:

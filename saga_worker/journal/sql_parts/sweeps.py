@@ -140,7 +140,7 @@ class SweepStatements(StatementsBase):
 class SweepReads(PlumbingStatements, Protocol):
     """The statements ``SqlSweeps`` reads (its own and other areas')."""
 
-    audit_insert: Prepared
+    audit_insert_unread: Prepared
     claim_finish: Prepared
     hold_sweep: Prepared
     last_step: Prepared | None
@@ -192,7 +192,7 @@ class SqlSweeps(SqlPlumbing):
             return
 
         def write(tx: driver.Tx) -> None:
-            tx.one(q.audit_insert, both)
+            tx.execute(q.audit_insert_unread, both)
             tx.execute(stmt, both)
 
         self._write(write, atomic=True, alone=alone)
@@ -242,9 +242,9 @@ class SqlSweeps(SqlPlumbing):
         stmt = q.unwind_state if epoch is None else q.unwind_state_at_epoch
 
         def write(tx: driver.Tx) -> bool:
-            if tx.one(q.claim_finish, mine) is None:
+            if not tx.changed(q.claim_finish, mine):
                 return False
-            tx.one(q.audit_insert, state)
+            tx.execute(q.audit_insert_unread, state)
             tx.execute(stmt, state)
             return True
 

@@ -95,9 +95,11 @@ class TombstoneReads(WorklistReads, Protocol):
     condemn_stamp_audited: Prepared | None
     condemn_insert_audited: Prepared | None
     condemn_stamp_claimed: Prepared | None
-    audit_insert: Prepared
+    audit_insert_unread: Prepared
     claim_insert: Prepared
     claim_take: Prepared
+    claim_insert_counted: Prepared
+    claim_take_counted: Prepared
     claim_get: Prepared
     claim_savepoint: Prepared
     claim_savepoint_release: Prepared
@@ -145,7 +147,7 @@ class SqlTombstone(SqlWorklist):
                     row = tx.one(stmt, params)
                     if row is not None and row["condemned_at"] is not None:
                         if audit is not None and not one_statement and stmt is not q.condemned_at:
-                            tx.one(q.audit_insert, params)  # this call wrote it
+                            tx.execute(q.audit_insert_unread, params)  # this call wrote it
                         return float(row["condemned_at"])
             return None
 

@@ -278,7 +278,7 @@ class UnwindReads(PlumbingStatements, Protocol):
     step_finish: Prepared | None
     step_finish_ended: Prepared | None
     step_finish_ended_at_epoch: Prepared | None
-    audit_insert: Prepared
+    audit_insert_unread: Prepared
     unwind_state: Prepared
     unwind_state_at_epoch: Prepared
     step_view: Prepared
@@ -489,13 +489,13 @@ class SqlUnwinds(SqlPlumbing):
                 written, entry = bool(row["written"]), row["entry"]
                 ours = entry is not None
             else:
-                written = tx.one(q.claim_finish, params) is not None
+                written = tx.changed(q.claim_finish, params) > 0
                 new = {**params, "new_entry": params["won_entry" if written else "lost_entry"]}
                 stored = tx.one(q.entry_insert, new)
                 entry = None if stored is None else stored["entry"]
                 ours = entry is not None
                 if end is not None and written and ours:  # in this transaction
-                    tx.one(q.audit_insert, params)
+                    tx.execute(q.audit_insert_unread, params)
                     tx.execute(q.unwind_state if end.epoch is None else q.unwind_state_at_epoch, params)
             if entry is None:  # an entry was there first: it stands
                 stored = tx.one(q.entry_get, params)

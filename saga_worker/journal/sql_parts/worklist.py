@@ -14,11 +14,12 @@ from ..records import RecordStatus, ReportView, UnwindInfo, WorklistView
 from .claims import claim_row
 from .common import PlumbingStatements, SqlPlumbing
 from .gate import run_row
-from .records import records_of
+from .records import RECORD_FIELDS, RECORD_ORIGIN, pick_record, records_of_values
 from .unwinds import entries_by_position, unwind_row
 
-# A worklist as read: the run row (with who condemned it), its record rows, their claims' rows.
-WorklistRows = tuple[driver.Row | None, list[driver.Row], list[driver.Row]]
+# A worklist as read: the run row (with who condemned it), its records (each as ``RECORD_FIELDS``'
+# values), their claims' rows.
+WorklistRows = tuple[driver.Row | None, list[tuple[Any, ...]], list[driver.Row]]
 
 
 class WorklistReads(PlumbingStatements, Protocol):
@@ -61,7 +62,7 @@ class SqlWorklist(SqlPlumbing):
             q, by_run = self._q, {"run": run_id}
             reads = [*first, (q.run_with_condemner, by_run), (q.records_of_run, by_run)]
             *before, run, rows = self._reads(tx, reads)
-            return before, (run[0] if run else None, rows, [])
+            return before, (run[0] if run else None, [pick_record(r) for r in rows], [])
 
         before, read = self._fetch(work)
         if unwind is None:
@@ -87,15 +88,17 @@ class SqlWorklist(SqlPlumbing):
         (PostgreSQL: the run's own claims read with them, a fork's copied steps' after; ``framed``
         as ``driver.Tx.batch``), else one statement after the other."""
         q, by_run = self._q, {"run": run_id}
-        reads = [*first, (q.run_with_condemner, by_run), (q.records_of_run, by_run)]
+        reads = [*first, (q.run_with_condemner, by_run)]
         if self.policy.transactions_cost_round_trips:
-            *before, run, rows, claims = tx.batch(
-                [*reads, (q.claims_of_origin, {"origin": run_id})], framed=framed
+            *before, run, found, claims = tx.batch(
+                [*reads, (q.records_of_run, by_run), (q.claims_of_origin, {"origin": run_id})], framed=framed
             )
-            origins = sorted({r["origin_run_id"] for r in rows} - {run_id})
+            rows = [pick_record(r) for r in found]
+            origins = sorted({r[RECORD_ORIGIN] for r in rows} - {run_id})
         else:
-            *before, run, rows = self._reads(tx, reads)
-            claims, origins = [], sorted({r["origin_run_id"] for r in rows})
+            *before, run = self._reads(tx, reads)
+            rows = tx.all_picked(q.records_of_run, by_run, RECORD_FIELDS)
+            claims, origins = [], sorted({r[RECORD_ORIGIN] for r in rows})
         claims += [c for o in origins for c in tx.all(q.claims_of_origin, {"origin": o})]
         return before, (run[0] if run else None, rows, claims)
 
@@ -109,7 +112,7 @@ class SqlWorklist(SqlPlumbing):
 
     def _worklist_view(self, read: WorklistRows, statuses: Sequence[RecordStatus]) -> WorklistView:
         run, rows, claim_rows = read
-        found = records_of(rows, statuses)
+        found = records_of_values(rows, statuses)
         wanted = {(r.origin_run_id, r.suffix) for r in found}
         owned = [c for c in map(claim_row, claim_rows) if (c.origin_run_id, c.suffix) in wanted]
         claims = {(c.origin_run_id, c.suffix): c for c in owned}
