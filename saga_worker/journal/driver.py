@@ -94,11 +94,14 @@ def _picker(names: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[Any, 
 class Tx:
     """One open transaction on a driver connection."""
 
-    __slots__ = ("_cursor", "statements_run")
+    __slots__ = ("_cursor", "statements_run", "_kept")
 
-    def __init__(self, cursor: Any) -> None:
+    def __init__(self, cursor: Any, kept: dict[Any, Any] | None = None) -> None:
         self._cursor = cursor
         self.statements_run = 0
+        # The pooled connection's ``info``, where a batch keeps its cursors for the next batch (None:
+        # a batch makes its own and closes them).
+        self._kept = kept
 
     @property
     def connection(self) -> Any:
@@ -151,14 +154,19 @@ class Tx:
                 raise ValueError("a framed batch needs a driver that pipelines")
             return [self.all(stmt, params) for stmt, params in items]
         before, after = framed or ((), ())
-        cursors = []
+        # A statement's rows are read from its own cursor once the pipeline is through, so each needs
+        # one; they are kept with the connection for its next batch (psycopg builds a cursor in
+        # Python: about a dozen calls each, for every statement of every pipeline).
+        kept = self._kept
+        spare: list[Any] = [] if kept is None else kept.setdefault(_BATCH_CURSORS, [])
+        while len(spare) < len(items):
+            spare.append(connection.cursor())
+        cursors = spare[: len(items)]
         with pipeline():
             for sql in before:
                 connection.execute(sql)
-            for stmt, params in items:
-                cursor = connection.cursor()
+            for (stmt, params), cursor in zip(items, cursors, strict=True):
                 cursor.execute(stmt.sql, stmt.bind(params))
-                cursors.append(cursor)
             for sql in after:
                 connection.execute(sql)
         # Counted once the pipeline is through: a connection found dead before that ran nothing that
@@ -172,7 +180,8 @@ class Tx:
             rows = cursor.fetchall() if result is not None and result.nfields else []
             names = stmt.columns(cursor) if rows else ()
             out.append([dict(zip(names, row, strict=True)) for row in rows])
-            cursor.close()
+            if kept is None:
+                cursor.close()
         return out
 
 
@@ -353,6 +362,7 @@ class Connections:
 
 
 _CURSOR = "saga_worker.cursor"  # the key of a pooled connection's kept cursor in the pool's ``info``
+_BATCH_CURSORS = "saga_worker.batch_cursors"  # and of the cursors its batches keep (``Tx.batch``)
 
 
 class _Kept:
@@ -416,7 +426,7 @@ def transaction(
                 if cursor is None:
                     cursor = connections.cursor_for(raw, driver)
                 policy.begin(driver, cursor, write=write, autocommit=autocommit, durable=durable)
-                tx = Tx(cursor)
+                tx = Tx(cursor, raw.info if connections.returns_to_pool else None)
                 result = work(tx)
                 # What _commit, policy.after and give_back do, written out: this runs for every transaction.
                 if autocommit:
