@@ -301,14 +301,26 @@ def _function(where: str) -> str:
     return text.rsplit(":", 1)[-1] + f" ({_object(where)})"
 
 
-def instructions(part: str, few: int, many: int, top: int, redis_url: str, keep: str | None = None) -> None:
+def instructions(
+    part: str,
+    few: int,
+    many: int,
+    top: int,
+    redis_url: str,
+    keep: str | None = None,
+    kinds: tuple[str, ...] = KINDS,
+) -> None:
     if shutil.which("valgrind") is None:
         sys.exit("bench.task_instructions needs valgrind (apt-get install valgrind)")
     per: dict[str, dict[str, float]] = {}
-    for kind in KINDS:
+    for kind in kinds:
         low = _callgrind(kind, part, few, many, redis_url, keep)
         high = _callgrind(kind, part, many, many, redis_url, keep)
         per[kind] = {k: (high.get(k, 0) - low.get(k, 0)) / (many - few) for k in set(low) | set(high)}
+    if len(kinds) == 1:  # a lever's before and after: one kind alone
+        (kind,) = kinds
+        print(f"{part} part, {kind}: {per[kind]['TOTAL'] / 1e6:.3f} M instructions per {STEPS}-step unwind")
+        return
     saga, bare = per["saga"], per["bare"]
     print(
         f"{part} part, instructions per {STEPS}-step unwind ({many} unwinds' process minus {few}'s): "
@@ -493,6 +505,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--many", type=int, default=40)
     parser.add_argument("--top", type=int, default=25)
     parser.add_argument("--keep", help="instructions: keep the callgrind files in this folder")
+    parser.add_argument(
+        "--kind", choices=KINDS, help="instructions: this kind alone (a lever's before and after)"
+    )
     parser.add_argument("--rounds", type=int, default=7, help="server: alternating rounds of --many unwinds")
     parser.add_argument("--redis-port", type=int, default=6391, help="server: the redis-server of its own")
     parser.add_argument("--child", choices=KINDS, help=argparse.SUPPRESS)
@@ -504,7 +519,8 @@ def main(argv: list[str] | None = None) -> int:
         _child(args.child, args.part, args.runs, args.seeded, args.redis_url)
         return 0
     if args.measure in ("instructions", "all"):
-        instructions(args.part, args.few, args.many, args.top, args.redis_url, args.keep)
+        kinds = KINDS if args.kind is None else (args.kind,)
+        instructions(args.part, args.few, args.many, args.top, args.redis_url, args.keep, kinds)
     if args.measure in ("sizes", "all"):
         sizes(args.many, args.redis_url)
     if args.measure in ("server", "all"):
