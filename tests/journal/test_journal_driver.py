@@ -363,6 +363,44 @@ def test_a_failed_durable_postgres_pipeline_commits_nothing_and_leaves_its_conne
         assert journal.get_unwind("u-1") is not None
 
 
+def test_a_postgres_batch_keeps_its_cursors_for_the_next_batch_and_reads_each_statements_own_rows(
+    pg_url: str,
+) -> None:
+    # A pipelined batch reads each statement's rows from a cursor of its own once the pipeline is
+    # through; the cursors stay with the pooled connection for its next batch, which must still read
+    # each statement's own rows (a longer batch adds cursors, a failed one leaves them usable).
+    journal = open_journal(pg_url)
+    assert isinstance(journal, SqlJournal)
+    dialect = journal.engine.dialect
+
+    def value(v: int) -> tuple[Prepared, dict[str, object]]:
+        return Prepared(sa.select(sa.literal(v).label("v")), dialect), {}
+
+    nothing = (Prepared(sa.select(sa.literal(1)).where(sa.false()), dialect), {})
+    failing = (Prepared(sa.select(sa.literal_column("1") / sa.literal_column("0")), dialect), {})
+
+    def batch(items: list[tuple[Prepared, dict[str, object]]]) -> list[list[dict[str, object]]]:
+        return driver.transaction(journal._connections, lambda tx: tx.batch(items), write=False, atomic=False)
+
+    def kept() -> list[object]:
+        (raw, _driver, _cursor), *_ = journal._connections._idle  # one transaction at a time: one connection
+        return list(raw.info.get(driver._BATCH_CURSORS, []))
+
+    try:
+        assert batch([value(1), nothing, value(3)]) == [[{"v": 1}], [], [{"v": 3}]]
+        first = kept()
+        assert len(first) == 3
+        assert batch([value(4), value(5)]) == [[{"v": 4}], [{"v": 5}]]
+        assert kept() == first, "the second batch made cursors of its own"
+        assert batch([nothing, value(7), value(8), value(9)]) == [[], [{"v": 7}], [{"v": 8}], [{"v": 9}]]
+        assert kept()[:3] == first and len(kept()) == 4
+        with pytest.raises(sa.exc.DataError, match="division by zero"):
+            batch([value(10), failing])
+        assert batch([value(11), value(12)]) == [[{"v": 11}], [{"v": 12}]]
+    finally:
+        journal.close()
+
+
 # -- the journal's storage refusing work: said as JournalUnavailableError (journal/refusals.py) -------
 
 ORDER = [ToolCall("charge", {"amount": 10}), ToolCall("reserve", {"sku": "A1"})]
