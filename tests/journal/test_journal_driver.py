@@ -376,8 +376,9 @@ def test_a_postgres_batch_keeps_its_cursors_for_the_next_batch_and_reads_each_st
     def value(v: int) -> tuple[Prepared, dict[str, object]]:
         return Prepared(sa.select(sa.literal(v).label("v")), dialect), {}
 
-    nothing = (Prepared(sa.select(sa.literal(1)).where(sa.false()), dialect), {})
-    failing = (Prepared(sa.select(sa.literal_column("1") / sa.literal_column("0")), dialect), {})
+    none: dict[str, object] = {}
+    nothing = (Prepared(sa.select(sa.literal(1)).where(sa.false()), dialect), none)
+    failing = (Prepared(sa.select(sa.literal_column("1") / sa.literal_column("0")), dialect), none)
 
     def batch(items: list[tuple[Prepared, dict[str, object]]]) -> list[list[dict[str, object]]]:
         return driver.transaction(journal._connections, lambda tx: tx.batch(items), write=False, atomic=False)
