@@ -405,6 +405,50 @@ def test_a_postgres_pipeline_reads_each_statements_own_rows_on_the_cursors_kept_
 ORDER = [ToolCall("charge", {"amount": 10}), ToolCall("reserve", {"sku": "A1"})]
 
 
+def test_a_postgres_pipeline_adds_kept_cursors_for_a_longer_batch_and_keeps_them_usable_after_a_failed_one(
+    pg_url: str,
+) -> None:
+    # A pipelined batch reads each statement's rows from a cursor of its own once the pipeline is
+    # through; the cursors stay with the pooled connection for its next batch, which must still read
+    # each statement's own rows (a longer batch adds cursors, a failed one leaves them usable).
+    journal = open_journal(pg_url)
+    assert isinstance(journal, SqlJournal)
+    dialect = journal.engine.dialect
+
+    def value(v: int) -> tuple[Prepared, dict[str, object]]:
+        return Prepared(sa.select(sa.literal(v).label("v")), dialect), {}
+
+    none: dict[str, object] = {}
+    nothing = (Prepared(sa.select(sa.literal(1)).where(sa.false()), dialect), none)
+    failing = (Prepared(sa.select(sa.literal_column("1") / sa.literal_column("0")), dialect), none)
+
+    def batch(items: list[tuple[Prepared, dict[str, object]]]) -> list[list[dict[str, object]]]:
+        return driver.transaction(journal._connections, lambda tx: tx.batch(items), write=False, atomic=False)
+
+    def kept() -> list[object]:
+        (raw, _driver, _cursor), *_ = journal._connections._idle  # one transaction at a time: one connection
+        return list(raw.info.get(driver._PIPELINE_CURSORS, []))
+
+    try:
+        assert batch([value(1), nothing, value(3)]) == [[{"v": 1}], [], [{"v": 3}]]
+        first = kept()
+        assert len(first) == 3
+        assert batch([value(4), value(5)]) == [[{"v": 4}], [{"v": 5}]]
+        assert kept() == first, "the second batch made cursors of its own"
+        assert batch([nothing, value(7), value(8), value(9)]) == [[], [{"v": 7}], [{"v": 8}], [{"v": 9}]]
+        assert kept()[:3] == first and len(kept()) == 4
+        with pytest.raises(sa.exc.DataError, match="division by zero"):
+            batch([value(10), failing])
+        assert batch([value(11), value(12)]) == [[{"v": 11}], [{"v": 12}]]
+    finally:
+        journal.close()
+
+
+# -- the journal's storage refusing work: said as JournalUnavailableError (journal/refusals.py) -------
+
+ORDER = [ToolCall("charge", {"amount": 10}), ToolCall("reserve", {"sku": "A1"})]
+
+
 def _undoable_tools(undone: list[str]) -> dict[str, Tool]:
     def make(name: str) -> Tool:
         return Tool(lambda input, opts: {"id": name}, lambda input, output, opts: undone.append(name))

@@ -454,6 +454,7 @@ class SqlUnwinds(SqlPlumbing):
         end: UnwindEnd | None = None,
     ) -> StepFinish:
         q = self._q
+        won_text = _dump(won)
         params: dict[str, Any] = {
             "origin": origin_run_id,
             "step_suffix": suffix,
@@ -462,8 +463,8 @@ class SqlUnwinds(SqlPlumbing):
             "new_error": storable_or_none(error),
             "unwind": unwind_id,
             "at": position,
-            "won_entry": _dump(won),
-            "lost_entry": _dump(lost),
+            "won_entry": won_text,
+            "lost_entry": won_text if lost is won else _dump(lost),
             "now": time.time(),
         }
         one_statement = q.step_finish
@@ -505,7 +506,10 @@ class SqlUnwinds(SqlPlumbing):
 
         alone = f"the outcome of the compensation of step {suffix!r} of run {origin_run_id!r}"
         written, text, ended = self._write(work, atomic=one_statement is None, alone=alone)
-        return StepFinish(written, _load(text, unwind_id, f"unwind entry {position}"), ended)
+        # The entry stored is most often the one this call sent: its text is then ``won``'s, which
+        # reads back as ``won`` (canonical JSON of JSON values), so it is not parsed again.
+        entry = dict(won) if text == won_text else _load(text, unwind_id, f"unwind entry {position}")
+        return StepFinish(written, entry, ended)
 
     def read_step(self, unwind_id: str, run_id: str, suffix: str, claim: StepClaim | None = None) -> StepView:
         q = self._q
