@@ -52,13 +52,16 @@ MIGRATION_ONLY_INDEXES = frozenset({"ix_saga_runs_id_bytes"})
 def sweepable_clause() -> sa.ColumnElement[bool]:
     """The runs the sweeper looks for (condemned, their unwind not settled: ``common.UNSWEPT``'s
     complement, and any state this code does not know), as literal SQL so that the partial index and
-    the sweeper's query match it word for word (migration 0014 has it frozen)."""
+    the sweeper's query match it word for word (migration 0015 has it frozen). ``!=`` terms, not an
+    ``IN`` list: SQLite checks the condition on every update of a run's row, and checks an ``IN`` list
+    by building a temporary table of its values."""
     return sa.text(  # type: ignore[return-value]
-        "condemned_at IS NOT NULL AND unwind_state NOT IN ('none', 'complete', 'attention', 'awaiting')"
+        "condemned_at IS NOT NULL AND unwind_state != 'none' AND unwind_state != 'complete' "
+        "AND unwind_state != 'attention' AND unwind_state != 'awaiting'"
     )
 
 
-# Migration 0014: the sweeper's index, only over the runs it looks for (a clean unwind's run enters
+# Migrations 0014 and 0015: the sweeper's index, only over the runs it looks for (a clean unwind's run enters
 # it at the tombstone and leaves it at the end; a run never condemned never enters it).
 sa.Index(
     "ix_saga_runs_sweep_due",

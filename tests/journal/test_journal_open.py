@@ -364,3 +364,41 @@ def test_migration_0014_clusters_sqlite_claims_on_their_key_keeping_every_row_bo
         migrate.downgrade(journal.engine, "0013")
         ddl, back = _claims_table(journal.engine)
         assert "WITHOUT ROWID" not in ddl and len(back) == 5 and set(before) <= set(back)
+
+
+def test_migration_0015_lets_sqlite_update_a_run_without_building_a_temporary_table_both_ways(
+    sqlite_url: str,
+) -> None:
+    """0015 writes the sweeper's partial index condition as ``!=`` terms: SQLite checks it on every
+    update of a run's row (the tombstone, an unwind's end), and checked 0014's ``NOT IN`` list by
+    building a temporary table each time. The sweeper's read still uses the index."""
+    from saga_worker.journal.schema import sweepable_clause
+
+    update = "EXPLAIN UPDATE saga_runs SET unwind_state = ?, updated_at = ? WHERE run_id = ?"
+
+    def temporary_tables(engine: sa.Engine) -> int:
+        with engine.connect() as conn:
+            return sum(
+                1
+                for op in conn.exec_driver_sql(update, ("pending", 1.0, "r")).all()
+                if op[1] == "OpenEphemeral"
+            )
+
+    with open_journal(sqlite_url, migrate=True) as journal:
+        assert isinstance(journal, SqlJournal)
+        assert temporary_tables(journal.engine) == 0
+        with journal.engine.connect() as conn:
+            plan = conn.exec_driver_sql(
+                "EXPLAIN QUERY PLAN " + journal._q.runs_due.sql, (0.0, 1.0, 100, 0)
+            ).all()
+            index = conn.exec_driver_sql(
+                "SELECT sql FROM sqlite_master WHERE name = 'ix_saga_runs_sweep_due'"
+            ).scalar_one()
+        assert "USING INDEX ix_saga_runs_sweep_due" in plan[0][3]
+        assert index.endswith(f"WHERE {sweepable_clause()}")
+
+        migrate.downgrade(journal.engine, "0014")
+        assert temporary_tables(journal.engine) == 2  # the old row's check and the new row's
+        migrate.upgrade(journal.engine)
+        assert temporary_tables(journal.engine) == 0
+        assert schema_drift(journal.engine) == []

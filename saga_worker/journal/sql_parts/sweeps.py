@@ -86,7 +86,7 @@ class SweepStatements(StatementsBase):
             .where(
                 # Not "pending or incomplete": every state but the settled ones, so that a run whose
                 # state this code does not know is read (and fails closed) rather than never swept.
-                # Literal SQL, the partial index's own condition (migration 0014), which serves it.
+                # Literal SQL, the partial index's own condition (migrations 0014, 0015), which serves it.
                 sweepable_clause(),
                 sa.func.coalesce(runs.c.unwind_next_at, 0.0) <= b("due_by", type_=sa.Double),
             )
