@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -156,30 +157,9 @@ def record_row(m: Mapping[Any, Any]) -> ToolRecord:
     )
 
 
-# A record's columns in the order of ``ToolRecord``'s fields (``record_of``); ``pick_record`` picks
-# them out of a row read as a dict.
-RECORD_FIELDS = (
-    "run_id",
-    "suffix",
-    "seq",
-    "step",
-    "tool_call_id",
-    "tool_name",
-    "mode",
-    "input",
-    "status",
-    "output",
-    "error",
-    "attempts",
-    "origin_run_id",
-    "created_at",
-    "updated_at",
-    "shared_id",
-    "exec_owner",
-    "exec_lease_expires_at",
-    "exec_traceparent",
-    "group",
-)
+# A record's columns in the order of ``ToolRecord``'s fields (``record_of`` builds it from them by
+# position); ``pick_record`` picks them out of a row read as a dict.
+RECORD_FIELDS = tuple(field.name for field in dataclasses.fields(ToolRecord))
 RECORD_ORIGIN = RECORD_FIELDS.index("origin_run_id")
 pick_record = operator.itemgetter(*RECORD_FIELDS)
 
