@@ -27,7 +27,7 @@ same settings, as ``saga.compensate_run``.
   ids only: the run, the unwind, the step's position and the worklist's step suffixes (the
   coordinator's read; where ``saga.compensate_run`` stores the worklist and each step re-reads it).
   A Celery chain of the same tasks (each result stored, the rest of the chain in every message) costs
-  more than that, so it would be no floor (bench/README.md).
+  more than that, so it would be no floor (bench/history/2026-12-07-issue-45.md, "Distributed").
 
   No saga_worker code runs in them (the settings aside, read once per process for the URLs), no
   checks beyond what the statements do, no retries, tracing, metrics or leases kept alive.

@@ -1,5 +1,5 @@
 """What the private patch of Celery pays on a distributed unwind (issue 45: keep one only where it
-pays more than 5%; bench/README.md has what a dropped one paid).
+pays more than 5%; bench/history/2026-12-07-issue-45.md has what a dropped one paid).
 
 Two workers side by side on the redis+postgres setup, each on its own queue and journal: one as
 saga-worker runs (the patch applied), one with Celery's own result text

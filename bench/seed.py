@@ -169,7 +169,7 @@ def _batches(run_ids: Iterable[str], steps: int, compensated: bool) -> Iterator[
 # tables an unwind writes empty, the generic plans psycopg's prepared statements settle on after five
 # runs seq-scan them, and each later unwind pays for the rows the measured ones add, until autovacuum
 # analyzes them again (a minute at most in service, never within a bench run): measured, a step's read
-# 515 µs instead of 167 µs once 5,000 claims were added unanalyzed (bench/README.md, issue 26).
+# 515 µs instead of 167 µs once 5,000 claims were added unanalyzed (bench/history/2026-12-03-to-06.md, issue 26).
 HISTORY_RUNS = 2_000
 
 

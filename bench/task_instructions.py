@@ -216,7 +216,7 @@ def _child(kind: str, part: str, runs: int, seeded: int, redis_url: str) -> None
     drive = Drive(WARM + seeded, redis_url)  # seeded alike whatever ``runs``: the seeding cancels out
     # The cyclic GC off: it runs where allocation counts happen to cross its thresholds, and one full
     # collection (~50 M instructions) in either process moved a count by 15%. On a worker it ran 10
-    # times in 2,100 tasks (bench/README.md, "Where a pool child's CPU goes").
+    # times in 2,100 tasks (bench/history/2026-12-07-issue-45.md, "Where a pool child's CPU goes").
     gc.collect()
     gc.freeze()
     gc.disable()

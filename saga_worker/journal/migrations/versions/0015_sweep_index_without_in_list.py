@@ -1,5 +1,5 @@
 """The sweeper's partial index states the settled states as ``!=`` terms, not an ``IN`` list
-(bench/README.md, "In-process CPU").
+(bench/history/2026-12-07-issue-45.md, "In-process CPU").
 
 SQLite checks a partial index's condition on every update of a row it could cover, for the old and
 the new row; an ``IN`` list is checked by building a temporary table of its values each time. The
