@@ -18,7 +18,7 @@ from saga_worker.journal.records import (
 )
 from saga_worker.journal.schema import records
 from saga_worker.journal.sql_parts.common import UNSWEPT
-from saga_worker.journal.sql_parts.records import RECORD_FIELDS
+from saga_worker.journal.sql_parts.records import RECORD_FIELDS, pick_record, record_of, record_row
 
 
 def _record(journal: Journal, run_id: str, suffix: str, step: int, status: RecordStatus) -> None:
@@ -258,6 +258,11 @@ def test_the_sweeper_reads_the_condemned_runs_of_every_unsettled_state_and_no_se
     assert swept == [f"{run_id}-{s.value}" for s in sorted(UNSWEPT, key=due_at.__getitem__)]
 
 
-def test_the_record_fields_read_as_plain_values_are_columns_of_the_records_table() -> None:
-    # The worklist's records are read as these columns' values, named after ToolRecord's fields.
+def test_a_record_read_as_plain_values_is_the_record_read_by_column_name() -> None:
+    # The worklist's records are read as RECORD_FIELDS' values (columns of the records table) and
+    # built by position: each field must land where the row read by name puts it.
     assert RECORD_FIELDS and set(RECORD_FIELDS) <= set(records.c.keys())
+    row: dict[str, object] = {name: f"{name}-value" for name in RECORD_FIELDS}
+    row.update(input='{"in": 1}', output='{"out": 2}', status=RecordStatus.SUCCEEDED.value)
+    row.update({name: float(i) for i, name in enumerate(RECORD_FIELDS) if name.endswith("_at")})
+    assert record_of(pick_record(row)) == record_row(row)

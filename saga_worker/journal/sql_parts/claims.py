@@ -438,8 +438,11 @@ def claim_after(
 
     Where a failed statement is undone alone (``statements_fail_alone``: SQLite), no savepoint is
     set: of the claim's statements only one writes, and a failure of the transaction as a whole (a
-    full disk) is raised, as the savepoint's undo would raise it. Elsewhere the claim runs in a
-    savepoint. The busy case writes nothing and reads the holder's claim."""
+    full disk) is raised, as the savepoint's undo would raise it. There the claim written is read
+    back by the statement after it (``taken``); should that read alone fail, the claim stays written,
+    no hook called under it, and the caller's own claim (the same owner, the same key) takes it back.
+    Elsewhere the claim runs in a savepoint. The busy case writes nothing and reads the holder's
+    claim."""
     apart = not policy.statements_fail_alone
     if apart:
         tx.execute(q.claim_savepoint, {})
@@ -588,13 +591,13 @@ class SqlClaims(SqlPlumbing):
                 written = bool(row.pop("written"))
                 return written, (row if row["origin_run_id"] is not None else None)
 
-            written, taken = self._write(
+            written, claimed = self._write(
                 one, alone=f"the compensation claim of step {suffix!r} of run {origin_run_id!r}", grouped=True
             )
             if not written:
                 return None
-            if taken is not None:
-                return ClaimAttempt(True, claim_row(taken))
+            if claimed is not None:
+                return ClaimAttempt(True, claim_row(claimed))
             return ClaimAttempt(False, self.get_claim(origin_run_id, suffix))  # busy: who holds it
 
         def work(tx: driver.Tx) -> tuple[bool, ClaimAttempt | None]:
