@@ -126,9 +126,9 @@ class Tx:
         return self._cursor
 
     def changed(self, stmt: Prepared, params: Mapping[str, Any]) -> int:
-        """How many rows an UPDATE or DELETE wrote, for a caller that needs no more than whether it
-        matched: no RETURNING, which on SQLite costs a temporary table per statement. (Not for an
-        INSERT ... ON CONFLICT DO NOTHING: psycopg 3 reports -1 there.)"""
+        """How many rows a write wrote (0 for an INSERT ... ON CONFLICT DO NOTHING that conflicted),
+        for a caller that needs no more than whether it matched: no RETURNING, which on SQLite costs
+        a temporary table per statement."""
         return int(self.execute(stmt, params).rowcount)
 
     def plain(self, sql: str) -> None:
