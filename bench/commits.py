@@ -71,10 +71,13 @@ def _text(data: str) -> str:
     return _header_bytes(data).decode(errors="replace") if data.startswith("\\x") else data
 
 
-def count(backend: str, runs: int, *, breakdown: bool = False, prior: int = 0) -> Counts:
+def count(
+    backend: str, runs: int, *, breakdown: bool = False, prior: int = 0, drop_indexes: str = ""
+) -> Counts:
     """Trace ``runs`` in-process unwinds of five-step runs on a fresh journal of ``backend`` (holding
     ``prior`` runs unwound before them); ``breakdown``: also which pages each unwind's commits wrote
-    (SQLite)."""
+    (SQLite); ``drop_indexes``: comma-separated indexes dropped before the counted unwinds (a what-if:
+    the journal without them is not one the library makes)."""
     binary = strace_binary()
     if binary is None:
         raise RuntimeError("strace is not installed (apt-get install -y strace)")
@@ -89,6 +92,8 @@ def count(backend: str, runs: int, *, breakdown: bool = False, prior: int = 0) -
             str(runs),
             "--prior",
             str(prior),
+            "--drop-indexes",
+            drop_indexes,
         ]
         traced = "write,pwrite64,fsync,fdatasync,sendto,recvfrom"
         done = subprocess.run(
@@ -208,9 +213,15 @@ def main() -> None:
         action="store_true",
         help="SQLite: each commit's frames by the table or index they wrote",
     )
+    parser.add_argument(
+        "--drop-indexes",
+        default="",
+        metavar="A,B",
+        help="SQLite, a what-if: these indexes dropped before the counted unwinds (what their frames cost)",
+    )
     args = parser.parse_args()
     for backend in args.backends.split(","):
-        c = count(backend, args.runs, breakdown=args.breakdown, prior=args.prior)
+        c = count(backend, args.runs, breakdown=args.breakdown, prior=args.prior, drop_indexes=args.drop_indexes)
         print(
             f"{backend}: {c.steps} steps: commits {c.per_step(c.commits):.2f}, fsyncs {c.per_step(c.syncs):.2f}, "
             f"WAL frames {c.per_step(c.frames):.2f}, PG round trips {c.per_step(c.round_trips):.2f} per step"

@@ -8,7 +8,8 @@ runs are unwound before the mark, so statement caches and connections are warm a
 counted runs', so the counted unwinds write inside the indexes, not only at their ends). With
 $SAGA_BENCH_PAGES set (``bench.commits --breakdown``, SQLite): also ``run`` before each counted unwind,
 and, at the end, which table or index each page of the database belongs to (``dbstat``), as JSON in
-that file.
+that file. ``--drop-indexes A,B`` (SQLite): those indexes dropped before the counted unwinds, to
+measure what a commit writes without them (``bench.commits --drop-indexes``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def main() -> None:
     parser.add_argument("backend", choices=("sqlite", "postgres"))
     parser.add_argument("--runs", type=int, default=100)
     parser.add_argument("--prior", type=int, default=0)
+    parser.add_argument("--drop-indexes", default="")
     args = parser.parse_args()
     tools = noop_tools()
     with Backend(args.backend) as backend:
@@ -44,6 +46,10 @@ def main() -> None:
         seed(backend.engine, ids, STEPS)
         for run_id in ids[:WARM]:
             compensate_run(run_id, journal=backend.journal, tools=tools)
+        if args.drop_indexes:
+            with backend.engine.begin() as connection:
+                for name in args.drop_indexes.split(","):
+                    connection.exec_driver_sql(f'DROP INDEX "{name}"')
         pages = os.environ.get(PAGES_ENV)
         mark("phase:unwind")
         for run_id in ids[WARM:]:
