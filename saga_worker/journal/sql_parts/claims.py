@@ -411,10 +411,44 @@ def taken(
     if not policy.returning_builds_a_table:
         row = tx.one(q.claim_insert, params) or tx.one(q.claim_take, params)
         return None if row is None else claim_row(row)
-    if tx.changed(q.claim_insert_counted, params) or tx.changed(q.claim_take_counted, params):
-        values = tx.picked(q.claim_get, params, CLAIM_FIELDS)
-        return None if values is None else claim_of(values)
-    return None
+    if tx.changed(q.claim_insert_counted, params):
+        first = inserted(policy, params)
+        if first is not None:
+            return first
+    elif not tx.changed(q.claim_take_counted, params):
+        return None
+    values = tx.picked(q.claim_get, params, CLAIM_FIELDS)
+    return None if values is None else claim_of(values)
+
+
+def inserted(policy: DialectPolicy, params: Mapping[str, Any]) -> CompensationClaim | None:
+    """The claim ``claim_insert_counted`` has just written with ``params``, as reading it back would
+    give it: a new row (the insert wrote, so there was none), every value of it bound or computed
+    from bound values (``_first_claim_values``), the lease as the policy computes it
+    (``lease_written``); None where the lease is on the server's clock (read it back).
+
+    Why: that read was a statement per step (a claim is what every step takes); the test that a
+    claim so made equals the row read back keeps this in step with the statement."""
+    lease = policy.lease_written(params, 1)
+    if lease is None:
+        return None
+    expires_at, boot_id, boot_expires_at, boot_attempt = lease
+    return CompensationClaim(
+        params["origin"],
+        params["step_suffix"],
+        ClaimStatus.CLAIMED,
+        params["holder"],
+        expires_at,
+        1,
+        params["key"],
+        params["via"],
+        None,
+        params["now"],
+        None,
+        boot_id,
+        boot_expires_at,
+        boot_attempt,
+    )
 
 
 class ClaimAfter(ClaimTaking, Protocol):
