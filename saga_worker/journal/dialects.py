@@ -11,10 +11,10 @@ import abc
 import contextlib
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
@@ -45,6 +45,15 @@ class LeaseColumns:
     boot_id: sa.Column[Any]
     boot_expires_at: sa.Column[Any]
     boot_attempt: sa.Column[Any]
+
+
+class LeaseWritten(NamedTuple):
+    """A lease's values as ``DialectPolicy.lease_values`` writes them (``LeaseColumns``' order)."""
+
+    expires_at: float
+    boot_id: str | None
+    boot_expires_at: float | None
+    boot_attempt: int | None
 
 
 _TTL = sa.bindparam("ttl", type_=sa.Double)
@@ -105,6 +114,11 @@ class DialectPolicy(abc.ABC):
     def lease_clock(self) -> dict[str, object]:
         """The bound parameters ``lease_values`` and ``lease_expired`` read besides ``now`` and ``ttl``."""
         return {}
+
+    def lease_written(self, params: Mapping[str, Any], attempt: int) -> LeaseWritten | None:
+        """What ``lease_values`` writes when bound with ``params`` at ``attempt``, computed here as the
+        database computes it; None where it reads a clock of its own (the server's: read it back)."""
+        return None
 
     def lease_left(self, claim: CompensationClaim, now: Callable[[], float]) -> float:
         """``lease_expired``'s judgement in Python: seconds until ``claim``'s lease lapses; ``now``
@@ -365,6 +379,14 @@ class SqlitePolicy(DialectPolicy):
 
     def lease_clock(self) -> dict[str, object]:
         return boot_clock.reading()
+
+    def lease_written(self, params: Mapping[str, Any], attempt: int) -> LeaseWritten | None:
+        # ``lease_values`` above, on bound values only: SQLite adds two REALs as Python adds two floats,
+        # and NULL plus anything is NULL.
+        ttl, mono = params["ttl"], params["mono"]
+        return LeaseWritten(
+            params["now"] + ttl, params["boot"], None if mono is None else mono + ttl, attempt
+        )
 
     def lease_left(self, claim: CompensationClaim, now: Callable[[], float]) -> float:
         boot, expires = boot_clock.boot_id(), claim.lease_boot_expires_at

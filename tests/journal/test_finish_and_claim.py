@@ -11,6 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from saga_worker import Journal
+from saga_worker.journal import boot_clock
 from saga_worker.journal.records import (
     AuditAction,
     AuditVia,
@@ -183,6 +184,20 @@ def test_a_claim_taken_reads_as_the_claim_read_back_afterwards(journal: Journal,
     assert again is not None and again.acquired and again.claim is not None
     assert again.claim == journal.get_claim(run_id, "call-1")
     assert (again.claim.owner, again.claim.attempts, again.claim.error) == ("me-2", 2, None)
+
+
+def test_a_claim_taken_where_there_is_no_boot_clock_reads_as_the_claim_read_back(
+    journal: Journal, run_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # On SQLite a first claim is made from what its insert bound (``claims.inserted``), its lease as
+    # the database computes it: with no boot id, the boot columns are NULL (NULL plus a TTL).
+    monkeypatch.setattr(boot_clock, "reading", lambda: {"boot": None, "mono": None})
+    first = _claim(journal, run_id, "call-2", "me-1")
+    assert first is not None and first.acquired and first.claim is not None
+    assert first.claim == journal.get_claim(run_id, "call-2")
+    taken = _next(journal, run_id, "me-1")
+    assert taken is not None and taken.acquired and taken.claim is not None
+    assert taken.claim == journal.get_claim(run_id, "call-1")
 
 
 def test_the_claim_fields_read_as_plain_values_are_the_claims_own_in_order() -> None:

@@ -14,10 +14,12 @@ from saga_worker.journal.records import (
     NewAudit,
     NewRecord,
     RecordStatus,
+    RunStatus,
     UnwindState,
 )
-from saga_worker.journal.schema import records
+from saga_worker.journal.schema import records, runs
 from saga_worker.journal.sql_parts.common import UNSWEPT
+from saga_worker.journal.sql_parts.gate import RUN_FIELDS, run_of, run_row
 from saga_worker.journal.sql_parts.records import RECORD_FIELDS, pick_record, record_of, record_row
 
 
@@ -266,3 +268,16 @@ def test_a_record_read_as_plain_values_is_the_record_read_by_column_name() -> No
     row.update(input='{"in": 1}', output='{"out": 2}', status=RecordStatus.SUCCEEDED.value)
     row.update({name: float(i) for i, name in enumerate(RECORD_FIELDS) if name.endswith("_at")})
     assert record_of(pick_record(row)) == record_row(row)
+
+
+def test_a_run_read_as_plain_values_is_the_run_read_by_column_name() -> None:
+    # The worklist's run is read as RUN_FIELDS' values (columns of the runs table) and built by
+    # position: each field must land where the row read by name puts it (fails if they drift).
+    assert RUN_FIELDS and set(RUN_FIELDS) <= set(runs.c.keys())
+    row: dict[str, object] = {name: f"{name}-value" for name in RUN_FIELDS}
+    row.update(status=RunStatus.FINISHED.value, unwind_state=UnwindState.PENDING.value)
+    row.update({name: float(i) for i, name in enumerate(RUN_FIELDS) if name.endswith("_at")})
+    row.update(unwind_attempts=3, unwind_epoch=2)
+    assert run_of([row[name] for name in RUN_FIELDS]) == run_row(row)
+    row.update(unwind_epoch=None)  # a NULL epoch reads as 0 both ways
+    assert run_of([row[name] for name in RUN_FIELDS]) == run_row(row)

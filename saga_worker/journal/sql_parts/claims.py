@@ -117,8 +117,9 @@ class ClaimStatements(StatementsBase):
             .values(**self._taking_values())
             .returning(*claims.c)
         )
-        # The two without RETURNING, judged by their row count, the claim then read by its key in the
-        # same transaction, where a RETURNING costs more than that read (``returning_builds_a_table``).
+        # The two without RETURNING, judged by their row count, where a RETURNING costs more than
+        # reading the row (``returning_builds_a_table``): a claim taken over is then read by its key in
+        # the same transaction, a first claim made from what the insert bound (``inserted``).
         self.claim_insert_counted = p(
             self.policy.insert(claims)
             .values(**self._first_claim_values())
@@ -407,14 +408,49 @@ def taken(
 ) -> CompensationClaim | None:
     """The step's claim if this transaction took it (inserted if absent, or taken over), else None
     (nothing written). Where a RETURNING costs a temporary table (``returning_builds_a_table``), the
-    writes are judged by their row counts and the claim is read back by its key instead."""
+    writes are judged by their row counts instead: a first claim is made from what its insert bound
+    (``inserted``), a claim taken over is read back by its key."""
     if not policy.returning_builds_a_table:
         row = tx.one(q.claim_insert, params) or tx.one(q.claim_take, params)
         return None if row is None else claim_row(row)
-    if tx.changed(q.claim_insert_counted, params) or tx.changed(q.claim_take_counted, params):
-        values = tx.picked(q.claim_get, params, CLAIM_FIELDS)
-        return None if values is None else claim_of(values)
-    return None
+    if tx.changed(q.claim_insert_counted, params):
+        first = inserted(policy, params)
+        if first is not None:
+            return first
+    elif not tx.changed(q.claim_take_counted, params):
+        return None
+    values = tx.picked(q.claim_get, params, CLAIM_FIELDS)
+    return None if values is None else claim_of(values)
+
+
+def inserted(policy: DialectPolicy, params: Mapping[str, Any]) -> CompensationClaim | None:
+    """The claim ``claim_insert_counted`` has just written with ``params``, as reading it back would
+    give it: a new row (the insert wrote, so there was none), every value of it bound or computed
+    from bound values (``_first_claim_values``), the lease as the policy computes it
+    (``lease_written``); None where the lease is on the server's clock (read it back).
+
+    Why: that read was a statement per step (a claim is what every step takes); the test that a
+    claim so made equals the row read back keeps this in step with the statement."""
+    lease = policy.lease_written(params, 1)
+    if lease is None:
+        return None
+    expires_at, boot_id, boot_expires_at, boot_attempt = lease
+    return CompensationClaim(
+        params["origin"],
+        params["step_suffix"],
+        ClaimStatus.CLAIMED,
+        params["holder"],
+        expires_at,
+        1,
+        params["key"],
+        params["via"],
+        None,
+        params["now"],
+        None,
+        boot_id,
+        boot_expires_at,
+        boot_attempt,
+    )
 
 
 class ClaimAfter(ClaimTaking, Protocol):
@@ -438,9 +474,10 @@ def claim_after(
 
     Where a failed statement is undone alone (``statements_fail_alone``: SQLite), no savepoint is
     set: of the claim's statements only one writes, and a failure of the transaction as a whole (a
-    full disk) is raised, as the savepoint's undo would raise it. There the claim written is read
-    back by the statement after it (``taken``); should that read alone fail, the claim stays written,
-    no hook called under it, and the caller's own claim (the same owner, the same key) takes it back.
+    full disk) is raised, as the savepoint's undo would raise it. There a claim taken over is read
+    back by the statement after it (``taken``; a first claim is not: ``inserted``); should that read
+    alone fail, the claim stays written, no hook called under it, and the caller's own claim (the same
+    owner, the same key) takes it back.
     Elsewhere the claim runs in a savepoint. The busy case writes nothing and reads the holder's
     claim."""
     apart = not policy.statements_fail_alone

@@ -7,7 +7,8 @@ commits second sees the other. ``refusal`` says why the gate refused.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 import sqlalchemy as sa
@@ -73,6 +74,33 @@ def run_row(m: Mapping[Any, Any]) -> RunInfo:
         unwind_epoch=m.get("unwind_epoch") or 0,
         traceparent=m.get("traceparent"),
         pruned_at=m.get("pruned_at"),
+    )
+
+
+# A run's columns in the order of ``RunInfo``'s fields (``run_of``).
+RUN_FIELDS = tuple(field.name for field in dataclasses.fields(RunInfo))
+
+
+def run_of(v: Sequence[Any]) -> RunInfo:
+    """``run_row`` of a row read as ``RUN_FIELDS``' values (``Tx.picked``): no dict made for it."""
+    rid = v[0]
+    return RunInfo(
+        rid,
+        parse_status(RunStatus, v[1], rid, "run status"),
+        v[2],
+        v[3],
+        v[4],
+        v[5],
+        v[6],
+        v[7],
+        v[8],
+        parse_status(UnwindState, v[9], rid, "unwind state"),
+        v[10],
+        v[11],
+        v[12],
+        v[13] or 0,
+        v[14],
+        v[15],
     )
 
 

@@ -5,6 +5,7 @@ is assembled from: the unwind's entries, the run and its records, no claims
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -13,13 +14,16 @@ from ..driver import Prepared
 from ..records import RecordStatus, ReportView, UnwindInfo, WorklistView
 from .claims import claim_row
 from .common import PlumbingStatements, SqlPlumbing
-from .gate import run_row
+from .gate import RUN_FIELDS, run_of
 from .records import RECORD_FIELDS, RECORD_ORIGIN, pick_record, records_of_values
 from .unwinds import entries_by_position, unwind_row
 
-# A worklist as read: the run row (with who condemned it), its records (each as ``RECORD_FIELDS``'
-# values), their claims' rows.
-WorklistRows = tuple[driver.Row | None, list[tuple[Any, ...]], list[driver.Row]]
+# A worklist as read: the run row with who condemned it (as ``RUN_READ``'s values), its records (each
+# as ``RECORD_FIELDS``' values), their claims' rows.
+WorklistRows = tuple[tuple[Any, ...] | None, list[tuple[Any, ...]], list[driver.Row]]
+# The run's columns as a worklist reads them (``run_with_condemner``): the run's, then who condemned it.
+RUN_READ = (*RUN_FIELDS, "condemner_actor", "condemner_reason")
+_pick_run = operator.itemgetter(*RUN_READ)  # out of a row read as a dict (a pipeline's)
 
 
 class WorklistReads(PlumbingStatements, Protocol):
@@ -62,7 +66,7 @@ class SqlWorklist(SqlPlumbing):
             q, by_run = self._q, {"run": run_id}
             reads = [*first, (q.run_with_condemner, by_run), (q.records_of_run, by_run)]
             *before, run, rows = self._reads(tx, reads)
-            return before, (run[0] if run else None, [pick_record(r) for r in rows], [])
+            return before, (_pick_run(run[0]) if run else None, [pick_record(r) for r in rows], [])
 
         before, read = self._fetch(work)
         if unwind is None:
@@ -88,19 +92,21 @@ class SqlWorklist(SqlPlumbing):
         (PostgreSQL: the run's own claims read with them, a fork's copied steps' after; ``framed``
         as ``driver.Tx.batch``), else one statement after the other."""
         q, by_run = self._q, {"run": run_id}
-        reads = [*first, (q.run_with_condemner, by_run)]
         if self.policy.transactions_cost_round_trips:
-            *before, run, found, claims = tx.batch(
+            reads = [*first, (q.run_with_condemner, by_run)]
+            *before, runs, found, claims = tx.batch(
                 [*reads, (q.records_of_run, by_run), (q.claims_of_origin, {"origin": run_id})], framed=framed
             )
+            run = _pick_run(runs[0]) if runs else None
             rows = [pick_record(r) for r in found]
             origins = sorted({r[RECORD_ORIGIN] for r in rows} - {run_id})
-        else:
-            *before, run = self._reads(tx, reads)
+        else:  # the run and its records read as values (``Tx.picked``): no dict made for either
+            before = self._reads(tx, first)
+            run = tx.picked(q.run_with_condemner, by_run, RUN_READ)
             rows = tx.all_picked(q.records_of_run, by_run, RECORD_FIELDS)
             claims, origins = [], sorted({r[RECORD_ORIGIN] for r in rows})
         claims += [c for o in origins for c in tx.all(q.claims_of_origin, {"origin": o})]
-        return before, (run[0] if run else None, rows, claims)
+        return before, (run, rows, claims)
 
     def _reads(
         self, tx: driver.Tx, reads: list[tuple[driver.Prepared, dict[str, Any]]]
@@ -118,5 +124,8 @@ class SqlWorklist(SqlPlumbing):
         claims = {(c.origin_run_id, c.suffix): c for c in owned}
         if run is None:
             return WorklistView(None, found, claims)
-        who = (run["condemner_actor"], run["condemner_reason"] or None)
-        return WorklistView(run_row(run), found, claims, who)
+        who = (run[_CONDEMNER], run[_CONDEMNER + 1] or None)
+        return WorklistView(run_of(run), found, claims, who)
+
+
+_CONDEMNER = RUN_READ.index("condemner_actor")
