@@ -221,7 +221,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     for backend in args.backends.split(","):
-        c = count(backend, args.runs, breakdown=args.breakdown, prior=args.prior, drop_indexes=args.drop_indexes)
+        c = count(
+            backend, args.runs, breakdown=args.breakdown, prior=args.prior, drop_indexes=args.drop_indexes
+        )
         print(
             f"{backend}: {c.steps} steps: commits {c.per_step(c.commits):.2f}, fsyncs {c.per_step(c.syncs):.2f}, "
             f"WAL frames {c.per_step(c.frames):.2f}, PG round trips {c.per_step(c.round_trips):.2f} per step"
