@@ -24,6 +24,7 @@ WorklistRows = tuple[tuple[Any, ...] | None, list[tuple[Any, ...]], list[driver.
 # The run's columns as a worklist reads them (``run_with_condemner``): the run's, then who condemned it.
 RUN_READ = (*RUN_FIELDS, "condemner_actor", "condemner_reason")
 _pick_run = operator.itemgetter(*RUN_READ)  # out of a row read as a dict (a pipeline's)
+_CONDEMNER = len(RUN_FIELDS)  # where who condemned the run starts in ``RUN_READ``
 
 
 class WorklistReads(PlumbingStatements, Protocol):
@@ -126,6 +127,3 @@ class SqlWorklist(SqlPlumbing):
             return WorklistView(None, found, claims)
         who = (run[_CONDEMNER], run[_CONDEMNER + 1] or None)
         return WorklistView(run_of(run), found, claims, who)
-
-
-_CONDEMNER = RUN_READ.index("condemner_actor")
