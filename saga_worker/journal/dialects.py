@@ -30,6 +30,9 @@ MIGRATION_LOCK = 0x5A6A_0001
 # What a durable transaction runs first: the server's own synchronous_commit (``on`` unless configured
 # otherwise) for this transaction, where the session's is ``off`` (_pg_on_connect).
 DURABLE_COMMIT = "SET LOCAL synchronous_commit TO DEFAULT"
+# The SQLSTATEs PostgreSQL ends a schema change's transaction with when running transactions hold the
+# tables it alters, and how a log line names them.
+LOCK_CONFLICTS = {"40P01": "deadlock with a running transaction", "55P03": "lock wait timed out"}
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,16 @@ class DialectPolicy(abc.ABC):
         """Make concurrent migrations take turns: the next one then reads the revision the first
         wrote and has nothing to do."""
 
+    def bound_lock_waits(self, conn: sa.Connection, seconds: float) -> None:  # noqa: B027 - PostgreSQL only
+        """Make a statement of this transaction that waits longer than ``seconds`` for a table lock
+        fail instead (``lock_conflict`` then names it): a schema change queued behind a worker's open
+        transaction would otherwise hold up every worker's statements on that table."""
+
+    def lock_conflict(self, exc: BaseException) -> str | None:
+        """What kept a schema change from its locks, if that is why ``exc`` was raised (the
+        transaction was rolled back and may be tried again); else None."""
+        return None
+
     @abc.abstractmethod
     def create_engine(self, parsed: sa.URL, shown: str) -> sa.Engine:
         """The engine for ``parsed``; ``shown`` is the URL as messages may print it (no password)."""
@@ -288,6 +301,17 @@ class PostgresPolicy(DialectPolicy):
     def serialise_migrations(self, conn: sa.Connection) -> None:
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(MIGRATION_LOCK)))
         conn.execute(sa.text(DURABLE_COMMIT))  # a schema change is flushed before `db upgrade` returns
+
+    def bound_lock_waits(self, conn: sa.Connection, seconds: float) -> None:
+        conn.execute(sa.text(f"SET LOCAL lock_timeout = {max(1, round(seconds * 1000))}"))
+
+    def lock_conflict(self, exc: BaseException) -> str | None:
+        state = (
+            getattr(getattr(exc, "orig", None), "sqlstate", None)
+            if isinstance(exc, sa.exc.DBAPIError)
+            else None
+        )
+        return LOCK_CONFLICTS.get(state) if isinstance(state, str) else None
 
     def create_engine(self, parsed: sa.URL, shown: str) -> sa.Engine:
         if parsed.get_driver_name() != "psycopg":

@@ -10,16 +10,18 @@ import logging
 # import below, which is when they are logged.
 logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
 
-from collections.abc import Iterator  # noqa: E402
+from collections.abc import Callable, Iterator  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import sqlalchemy as sa  # noqa: E402
+import tenacity  # noqa: E402
 from alembic import command  # noqa: E402
 from alembic.config import Config  # noqa: E402
 from alembic.runtime.migration import MigrationContext  # noqa: E402
 from alembic.script import ScriptDirectory  # noqa: E402
 
+from ..errors import JournalError  # noqa: E402
 from .dialects import policy_for  # noqa: E402
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -84,18 +86,84 @@ def current_revision(engine: sa.Engine) -> str | None:
         return MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE}).get_current_revision()
 
 
-def _serialise(conn: sa.Connection) -> None:
-    """Make concurrent migrations (several workers opening with migrate=True) take turns."""
-    policy_for(conn.dialect.name).serialise_migrations(conn)
+# A schema change waits this long for each table's lock before it rolls back and tries again: while it
+# waits, the statements of running workers on that table queue behind it.
+LOCK_WAIT_S = 2.0
+# How long `db upgrade` keeps trying before it gives up and says which transactions held it up.
+PATIENCE_S = 600.0
+
+_LOG = logging.getLogger(__name__)
 
 
-def upgrade(engine: sa.Engine, revision: str = "head") -> None:
-    with engine.begin() as conn:
-        _serialise(conn)
-        command.upgrade(_config(conn), revision)
+def _migrate(
+    engine: sa.Engine, change: Callable[[sa.Connection], None], what: str, lock_wait: float, patience: float
+) -> None:
+    """Run ``change`` in one transaction, one migrating process at a time, with each lock wait bounded
+    by ``lock_wait``. Running workers' transactions can hold a table the change alters, or wait for one
+    it altered already (a deadlock, which PostgreSQL ends by rolling one side back): the change is
+    then rolled back whole and tried again, a little later each time, for up to ``patience`` seconds."""
+    policy = policy_for(engine.dialect.name)
+
+    def once() -> None:
+        with engine.begin() as conn:
+            policy.serialise_migrations(conn)
+            policy.bound_lock_waits(conn, lock_wait)
+            change(conn)
+
+    def log_retry(state: tenacity.RetryCallState) -> None:
+        outcome = state.outcome
+        exc = outcome.exception() if outcome is not None else None
+        delay = state.next_action.sleep if state.next_action is not None else 0.0
+        _LOG.warning(
+            "%s rolled back (%s; attempt %d, %.0f s so far): running transactions hold the journal's "
+            "tables; trying again in %.1f s",
+            what,
+            policy.lock_conflict(exc) if exc is not None else "?",
+            state.attempt_number,
+            state.seconds_since_start or 0.0,
+            delay,
+        )
+
+    retrying = tenacity.Retrying(
+        retry=tenacity.retry_if_exception(lambda exc: policy.lock_conflict(exc) is not None),
+        wait=tenacity.wait_random_exponential(multiplier=lock_wait / 4, max=max(lock_wait, 10.0)),
+        stop=tenacity.stop_after_delay(patience),
+        before_sleep=log_retry,
+        reraise=True,
+    )
+    try:
+        retrying(once)
+    except sa.exc.DBAPIError as exc:
+        conflict = policy.lock_conflict(exc)
+        if conflict is None:
+            raise
+        raise JournalError(
+            f"{what} gave up after {patience:.0f} s (last try: {conflict}): running transactions kept the "
+            "journal's tables locked. Look for long transactions in pg_stat_activity (state "
+            "'idle in transaction'), end them, and run it again; nothing was changed",
+            conflict=conflict,
+        ) from exc
 
 
-def downgrade(engine: sa.Engine, revision: str) -> None:
-    with engine.begin() as conn:
-        _serialise(conn)
-        command.downgrade(_config(conn), revision)
+def upgrade(
+    engine: sa.Engine, revision: str = "head", *, lock_wait: float = LOCK_WAIT_S, patience: float = PATIENCE_S
+) -> None:
+    _migrate(
+        engine,
+        lambda conn: command.upgrade(_config(conn), revision),
+        f"the schema upgrade to {revision}",
+        lock_wait,
+        patience,
+    )
+
+
+def downgrade(
+    engine: sa.Engine, revision: str, *, lock_wait: float = LOCK_WAIT_S, patience: float = PATIENCE_S
+) -> None:
+    _migrate(
+        engine,
+        lambda conn: command.downgrade(_config(conn), revision),
+        f"the schema downgrade to {revision}",
+        lock_wait,
+        patience,
+    )
