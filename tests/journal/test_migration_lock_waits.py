@@ -72,12 +72,20 @@ def test_a_deadlock_with_a_workers_transaction_rolls_the_upgrade_back_and_it_is_
     """As a 0.1.0 worker met `db upgrade` in the fleet: the worker read a run, the upgrade altered the
     calls table (0010) and waits for the runs table (0012); the worker now reads calls. PostgreSQL ends
     the deadlock by rolling back the upgrade, whose wait began first; the worker's reads return, and
-    once it commits the upgrade's next try reaches the head."""
+    once it commits the upgrade's next try reaches the head.
+
+    PostgreSQL looks for a deadlock once per wait, ``deadlock_timeout`` after it began, and rolls back
+    the side that looks. The upgrade's sessions look after 5 s here and the worker's never, so the
+    worker has 5 s to start waiting however loaded the machine is."""
+    with engine.begin() as conn:
+        conn.execute(sa.text(f"ALTER DATABASE \"{engine.url.database}\" SET deadlock_timeout = '5s'"))
+    engine.dispose()
     at(engine, "0009")
     caplog.set_level(logging.WARNING, logger="saga_worker.journal.migrate")
     with engine.connect() as worker, engine.connect() as monitor:
+        worker.execute(sa.text("SET deadlock_timeout = '1h'"))
         worker.execute(sa.text("SELECT count(*) FROM saga_runs"))
-        upgrade = Upgrade(engine, lock_wait=5.0, patience=120.0)
+        upgrade = Upgrade(engine, lock_wait=30.0, patience=120.0)
         upgrade.start()
         wait_for_the_alter_to_queue(monitor)
         assert worker.execute(sa.text("SELECT count(*) FROM saga_tool_records")).scalar_one() == 0
